@@ -1,0 +1,3 @@
+from typhapki.cli import main
+
+raise SystemExit(main())

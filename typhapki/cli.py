@@ -1,0 +1,149 @@
+"""The command line: option parsing and the error boundary, nothing else.
+
+Every command body lives in typhapki/commands/ and returns an exit code. Errors a
+user can cause arrive here as TyphapkiError and leave as one line on stderr and the
+documented exit code (docs/exit-codes.md); no traceback ever reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from typhapki.commands.pki_options import PkiOptions
+from typhapki.errors import EXIT_IO, EXIT_USAGE, TyphapkiError
+
+app = typer.Typer(
+    name="typhapki",
+    help="Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
+app.add_typer(ca_app, name="ca")
+
+
+def run(body: Callable[[], int]) -> None:
+    """The error boundary: one line and an exit code for every expected failure."""
+    try:
+        code = body()
+    except TyphapkiError as exc:
+        print(f"typhapki: error: {exc}", file=sys.stderr)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("typhapki: interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
+    except OSError as exc:  # the filesystem said no somewhere we did not expect
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"typhapki: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_IO) from None
+    raise typer.Exit(code)
+
+
+# Options shared by the certificate commands.
+CaDir = Annotated[Path, typer.Option("--ca-dir", help="Directory holding typhaca.crt and typhaca.key.")]
+Out = Annotated[Path, typer.Option("--out", help="Output directory: one subdirectory per pod mount.")]
+Role = Annotated[str, typer.Option("--role", help="typha, felix or both.")]
+TyphaCn = Annotated[str | None, typer.Option("--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha.")]
+FelixCn = Annotated[str | None, typer.Option("--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node.")]
+TyphaUri = Annotated[str | None, typer.Option("--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN).")]
+FelixUri = Annotated[str | None, typer.Option("--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN).")]
+KeyTypeOpt = Annotated[str | None, typer.Option("--key-type", help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.")]
+Days = Annotated[int | None, typer.Option("--days", help="Leaf lifetime in days (default 365).")]
+RenewBefore = Annotated[str | None, typer.Option("--renew-before", help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.")]
+KeyOwner = Annotated[str | None, typer.Option("--key-owner", help="Owner of the key files (name or uid).")]
+KeyGroup = Annotated[str | None, typer.Option("--key-group", help="Group of the key files (name or gid).")]
+KeyMode = Annotated[str | None, typer.Option("--key-mode", help="Octal mode of the key files (default 0600).")]
+Trust = Annotated[list[Path] | None, typer.Option("--trust", help="Extra CA certificate to keep in the bundle (rotation). Repeatable.")]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _pki_options(
+    typha_cn: str | None, felix_cn: str | None, typha_uri_san: str | None,
+    felix_uri_san: str | None, key_type: str | None, days: int | None,
+    renew_before: str | None, key_owner: str | None, key_group: str | None,
+    key_mode: str | None,
+) -> PkiOptions:
+    return PkiOptions(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
+                      renew_before, key_owner, key_group, key_mode)
+
+
+@ca_app.command("init")
+def ca_init_cmd(
+    ca_dir: CaDir,
+    key_type: Annotated[str, typer.Option("--key-type", help="Key type of the CA.")] = "ecdsa-p256",
+    days: Annotated[int, typer.Option("--days", help="CA lifetime in days.")] = 3650,
+    cn: Annotated[str | None, typer.Option("--cn", help="CA common name (default: dated, unique).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing CA.")] = False,
+) -> None:
+    """Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key."""
+    from typhapki.commands.ca_init import ca_init
+
+    run(lambda: ca_init(ca_dir, key_type, days, cn, force))
+
+
+@app.command("issue")
+def issue_cmd(
+    ca_dir: CaDir,
+    out: Out,
+    role: Role = "both",
+    typha_cn: TyphaCn = None, felix_cn: FelixCn = None,
+    typha_uri_san: TyphaUri = None, felix_uri_san: FelixUri = None,
+    key_type: KeyTypeOpt = None, days: Days = None, renew_before: RenewBefore = None,
+    key_owner: KeyOwner = None, key_group: KeyGroup = None, key_mode: KeyMode = None,
+    trust: Trust = None,
+    json_out: Json = False,
+) -> None:
+    """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
+    from typhapki.commands.issue import issue
+
+    opts = _pki_options(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
+                        renew_before, key_owner, key_group, key_mode)
+    run(lambda: issue(ca_dir, out, role, opts, trust or [], json_out))
+
+
+@app.command("check")
+def check_cmd(
+    out: Out,
+    role: Role = "both",
+    ca_dir: Annotated[Path | None, typer.Option("--ca-dir", help="Also require leaves signed by this CA and the bundle to match.")] = None,
+    typha_cn: TyphaCn = None, felix_cn: FelixCn = None,
+    typha_uri_san: TyphaUri = None, felix_uri_san: FelixUri = None,
+    key_type: KeyTypeOpt = None, days: Days = None, renew_before: RenewBefore = None,
+    key_owner: KeyOwner = None, key_group: KeyGroup = None, key_mode: KeyMode = None,
+    trust: Trust = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when valid.")] = False,
+) -> None:
+    """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
+    from typhapki.commands.check import check
+
+    opts = _pki_options(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
+                        renew_before, key_owner, key_group, key_mode)
+    run(lambda: check(out, role, opts, ca_dir, trust or [], quiet))
+
+
+@app.command("inspect")
+def inspect_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Certificate or bundle files.")],
+    json_out: Json = False,
+) -> None:
+    """Show subject, identities, EKU, issuer, serial, fingerprint and validity."""
+    from typhapki.commands.inspect_cmd import inspect
+
+    run(lambda: inspect(paths, json_out))
+
+
+def main() -> int:
+    """Console-script entry point."""
+    try:
+        app(standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    return 0

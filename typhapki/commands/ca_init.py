@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from typhapki.settings import KeyType, validate_cn, validate_days
+
+
+def ca_init(ca_dir: Path, key_type: str, days: int, cn: str | None, force: bool) -> int:
+    from datetime import UTC, datetime
+
+    from typhapki.certinfo import describe
+    from typhapki.issuance import init_ca
+
+    if cn is not None:
+        validate_cn(cn, "CA CN")
+    cert = init_ca(ca_dir, KeyType.parse(key_type), validate_days(days, "CA days"), cn, force)
+    info = describe(cert, datetime.now(UTC))
+    print(f"created CA {info['subject']} in {ca_dir} "
+          f"(sha256 {info['sha256_fingerprint']}, valid until {info['not_after']})")
+    return 0

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+
+
+def check(
+    out: Path, role: str, opts: PkiOptions, ca_dir: Path | None, trust: list[Path], quiet: bool
+) -> int:
+    """Exit 0 when every managed file is present and valid, 1 with a line per problem."""
+    from datetime import UTC, datetime
+
+    from typhapki.issuance import wanted_bundle
+    from typhapki.layout import CaPaths, SetPaths
+    from typhapki.pem import load_certs
+    from typhapki.verify import check_set
+
+    settings = build_settings(opts)
+    roles = parse_roles(role)
+    signing = None
+    bundle = None
+    if ca_dir is not None:
+        # Only the CA certificate: check never needs the CA key.
+        signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
+        from typhapki.issuance import load_trusted
+
+        bundle = wanted_bundle(signing, load_trusted(trust))
+    report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
+    if report.ok:
+        if not quiet:
+            print(f"{out}: {', '.join(r.value for r in roles)} set valid")
+        return EXIT_OK
+    for problem in report.problems:
+        print(problem.line(), file=sys.stdout)
+    return EXIT_NEEDS_ACTION

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def inspect(paths: list[Path], as_json: bool) -> int:
+    from datetime import UTC, datetime
+
+    from typhapki.certinfo import describe, render_text
+    from typhapki.pem import load_certs
+
+    now = datetime.now(UTC)
+    # Load everything first: a bad path fails the command before anything prints.
+    loaded = [(path, load_certs(path, "certificate")) for path in paths]
+    if as_json:
+        print(json.dumps({str(p): [describe(c, now) for c in certs] for p, certs in loaded},
+                         indent=2))
+        return 0
+    blocks = [render_text(str(p), i, describe(c, now))
+              for p, certs in loaded for i, c in enumerate(certs)]
+    print("\n\n".join(blocks))
+    return 0

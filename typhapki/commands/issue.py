@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
+
+
+def issue(
+    ca_dir: Path, out: Path, role: str, opts: PkiOptions, trust: list[Path], as_json: bool
+) -> int:
+    from typhapki.issuance import ensure_set, load_issuer, load_trusted
+
+    settings = build_settings(opts)
+    roles = parse_roles(role)
+    issuer = load_issuer(ca_dir)
+    trusted = load_trusted(trust)
+    changes = ensure_set(out, issuer, settings, roles, trusted)
+    if as_json:
+        print(json.dumps({"changed": bool(changes), "changes": [
+            {"scope": c.scope, "path": str(c.path), "action": c.action, "reason": c.reason,
+             "hint": c.hint, "serial": c.serial, "sha256_fingerprint": c.fingerprint}
+            for c in changes]}, indent=2))
+    elif not changes:
+        print(f"{out}: {', '.join(r.value for r in roles)} set valid and fresh; nothing changed")
+    else:
+        for change in changes:
+            print(change.line())
+    return 0

@@ -1,0 +1,71 @@
+"""Turning the certificate-related options into validated settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from typhapki.errors import UsageError
+from typhapki.settings import (
+    DEFAULT_FELIX_CN,
+    DEFAULT_LEAF_DAYS,
+    DEFAULT_TYPHA_CN,
+    KeyFileOwnership,
+    KeyType,
+    PkiSettings,
+    RoleName,
+    make_identity,
+    parse_duration,
+    parse_key_mode,
+    resolve_gid,
+    resolve_uid,
+    validate_days,
+)
+
+
+@dataclass(frozen=True)
+class PkiOptions:
+    """Certificate options as given on the command line; None means not given."""
+
+    typha_cn: str | None = None
+    felix_cn: str | None = None
+    typha_uri_san: str | None = None
+    felix_uri_san: str | None = None
+    key_type: str | None = None
+    days: int | None = None
+    renew_before: str | None = None
+    key_owner: str | None = None
+    key_group: str | None = None
+    key_mode: str | None = None
+
+    def merged_over(self, base: PkiOptions) -> PkiOptions:
+        """These options, falling back to `base` (e.g. hiera) where not given."""
+        return PkiOptions(**{
+            name: getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
+            for name in self.__dataclass_fields__
+        })
+
+
+def build_settings(opts: PkiOptions) -> PkiSettings:
+    return PkiSettings(
+        typha=make_identity(opts.typha_cn, opts.typha_uri_san, DEFAULT_TYPHA_CN, "typha"),
+        felix=make_identity(opts.felix_cn, opts.felix_uri_san, DEFAULT_FELIX_CN, "felix"),
+        key_type=KeyType.parse(opts.key_type) if opts.key_type else KeyType.ECDSA_P256,
+        days=validate_days(opts.days if opts.days is not None else DEFAULT_LEAF_DAYS),
+        renew_before=(
+            parse_duration(opts.renew_before, "renew-before") if opts.renew_before else None
+        ),
+        key_files=KeyFileOwnership(
+            uid=resolve_uid(opts.key_owner, "key owner"),
+            gid=resolve_gid(opts.key_group, "key group"),
+            mode=parse_key_mode(opts.key_mode) if opts.key_mode else 0o600,
+        ),
+    )
+
+
+def parse_roles(role: str) -> list[RoleName]:
+    if role == "both":
+        return [RoleName.TYPHA, RoleName.FELIX]
+    try:
+        return [RoleName(role)]
+    except ValueError:
+        raise UsageError(f"--role: expected typha, felix or both, got {role!r}") from None

@@ -1,0 +1,50 @@
+"""Errors a user can cause, each with its documented exit code (docs/exit-codes.md).
+
+The CLI turns every one of these into a single line on stderr and its exit code;
+nothing below the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+# The exit-code contract, shared by every command.
+EXIT_OK = 0
+EXIT_NEEDS_ACTION = 1  # check found problems, DNS gate failed, lint failed
+EXIT_USAGE = 2  # bad option, bad configuration or input file
+EXIT_REFUSED = 3  # refused for safety: would overwrite a CA, CA about to expire, stage order
+EXIT_IO = 4  # the filesystem said no: unwritable directory, lock held too long
+
+
+class TyphapkiError(Exception):
+    """Base class: a problem the user can fix, reported as one line."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(TyphapkiError):
+    """An option value or combination that cannot work."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(TyphapkiError):
+    """A configuration or input file (hiera, CA, certificate) is wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class RefusedError(TyphapkiError):
+    """The command would be unsafe and refuses to act."""
+
+    exit_code = EXIT_REFUSED
+
+
+class StoreError(TyphapkiError):
+    """The filesystem refused an operation on a managed directory."""
+
+    exit_code = EXIT_IO
+
+
+class NeedsActionError(TyphapkiError):
+    """The state on disk or in DNS is not what it must be (exit 1)."""
+
+    exit_code = EXIT_NEEDS_ACTION

@@ -1,0 +1,195 @@
+"""Settings for the certificate commands, validated once, whatever their source.
+
+Command-line flags and a hiera cluster's ``typha:`` mapping both end up here, so the
+rules (CN length, URI syntax, key modes) live in one place.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import Enum
+from urllib.parse import urlsplit
+
+from typhapki.errors import UsageError
+
+DEFAULT_TYPHA_CN = "calico-typha"
+DEFAULT_FELIX_CN = "calico-node"
+DEFAULT_LEAF_DAYS = 365
+DEFAULT_CA_DAYS = 3650
+MAX_CN_LENGTH = 64  # RFC 5280 ub-common-name
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class KeyType(str, Enum):
+    """Key algorithms Typha and Felix accept (FIPS builds included)."""
+
+    ECDSA_P256 = "ecdsa-p256"
+    ECDSA_P384 = "ecdsa-p384"
+    RSA_2048 = "rsa-2048"
+    RSA_3072 = "rsa-3072"
+    RSA_4096 = "rsa-4096"
+
+    @classmethod
+    def parse(cls, value: str) -> KeyType:
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(k.value for k in cls)
+            raise UsageError(f"unknown key type {value!r} (choose one of: {choices})") from None
+
+
+class RoleName(str, Enum):
+    TYPHA = "typha"
+    FELIX = "felix"
+
+
+def parse_duration(value: str | int, what: str) -> timedelta:
+    """Parse ``3600``, ``90m``, ``12h``, ``30d`` or ``2w`` into a positive timedelta."""
+    if isinstance(value, bool):
+        raise UsageError(f"{what}: expected a duration such as 30d, got {value!r}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise UsageError(f"{what}: expected a duration such as 3600, 12h or 30d, got {value!r}")
+        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise UsageError(f"{what}: must be positive, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def validate_cn(cn: str, what: str) -> str:
+    if not cn or not cn.strip():
+        raise UsageError(f"{what}: common name must not be empty")
+    if len(cn) > MAX_CN_LENGTH:
+        raise UsageError(f"{what}: common name is {len(cn)} characters, at most {MAX_CN_LENGTH}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in cn):
+        raise UsageError(f"{what}: common name contains control characters")
+    return cn
+
+
+def validate_uri_san(uri: str, what: str) -> str:
+    """A URI SAN must be an absolute URI with a scheme and no spaces (RFC 3986)."""
+    if not uri or any(c.isspace() or ord(c) < 0x20 for c in uri):
+        raise UsageError(f"{what}: malformed URI SAN {uri!r}")
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        raise UsageError(f"{what}: malformed URI SAN {uri!r}") from None
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme or "") or not (
+        parts.netloc or parts.path
+    ):
+        raise UsageError(f"{what}: malformed URI SAN {uri!r} (expected e.g. spiffe://cluster/typha)")
+    if not uri.isascii():
+        raise UsageError(f"{what}: URI SAN must be ASCII: {uri!r}")
+    return uri
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the other side checks: TYPHA_CLIENTCN/URISAN or FELIX_TYPHACN/URISAN."""
+
+    cn: str | None
+    uri_san: str | None
+
+    def describe(self) -> str:
+        parts = []
+        if self.cn is not None:
+            parts.append(f"CN={self.cn}")
+        if self.uri_san is not None:
+            parts.append(f"URI={self.uri_san}")
+        return ", ".join(parts)
+
+
+def make_identity(cn: str | None, uri_san: str | None, default_cn: str, what: str) -> Identity:
+    """CN defaults to the guide's name unless only a URI SAN is asked for."""
+    if uri_san is not None:
+        validate_uri_san(uri_san, f"{what} URI SAN")
+    if cn is None and uri_san is None:
+        cn = default_cn
+    if cn is not None:
+        validate_cn(cn, f"{what} CN")
+    return Identity(cn=cn, uri_san=uri_san)
+
+
+def resolve_uid(value: str | int | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) or str(value).isdigit():
+        return int(value)
+    try:
+        return pwd.getpwnam(str(value)).pw_uid
+    except KeyError:
+        raise UsageError(f"{what}: no such user {value!r}") from None
+
+
+def resolve_gid(value: str | int | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) or str(value).isdigit():
+        return int(value)
+    try:
+        return grp.getgrnam(str(value)).gr_gid
+    except KeyError:
+        raise UsageError(f"{what}: no such group {value!r}") from None
+
+
+def parse_key_mode(value: str | int) -> int:
+    """Key files may be readable by owner and group at most, never by others."""
+    try:
+        mode = value if isinstance(value, int) else int(str(value), 8)
+    except ValueError:
+        raise UsageError(f"key mode: expected an octal mode such as 0600, got {value!r}") from None
+    if mode & ~0o777:
+        raise UsageError(f"key mode: {value!r} is not a plain permission mode")
+    if mode & 0o007:
+        raise UsageError(f"key mode: {oct(mode)} would let anyone read or write the private key")
+    if mode & 0o133:
+        raise UsageError(f"key mode: {oct(mode)} gives execute or group-write bits to a key file")
+    if not mode & 0o400:
+        raise UsageError(f"key mode: {oct(mode)} would stop the owner reading the key")
+    return mode
+
+
+@dataclass(frozen=True)
+class KeyFileOwnership:
+    uid: int | None = None
+    gid: int | None = None
+    mode: int = 0o600
+
+
+@dataclass(frozen=True)
+class PkiSettings:
+    """Everything `issue` and `check` need to know about the wanted set."""
+
+    typha: Identity = field(default_factory=lambda: Identity(DEFAULT_TYPHA_CN, None))
+    felix: Identity = field(default_factory=lambda: Identity(DEFAULT_FELIX_CN, None))
+    key_type: KeyType = KeyType.ECDSA_P256
+    days: int = DEFAULT_LEAF_DAYS
+    # None: renew once two thirds of a certificate's lifetime have passed.
+    renew_before: timedelta | None = None
+    key_files: KeyFileOwnership = field(default_factory=KeyFileOwnership)
+
+    def identity(self, role: RoleName) -> Identity:
+        return self.typha if role is RoleName.TYPHA else self.felix
+
+    def renew_window(self, lifetime: timedelta) -> timedelta:
+        """How long before not-after a certificate of this lifetime is due for renewal."""
+        if self.renew_before is not None:
+            return self.renew_before
+        return lifetime / 3
+
+
+def validate_days(days: int, what: str = "days") -> int:
+    if days < 1:
+        raise UsageError(f"{what}: must be at least 1, got {days}")
+    if days > 36500:
+        raise UsageError(f"{what}: {days} is more than 100 years")
+    return days
