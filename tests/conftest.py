@@ -46,7 +46,9 @@ def typhapki_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
 
 
-def run_cli(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> CliResult:
+def run_cli(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> CliResult:
     """Run typhapki as a fresh process, exactly as Puppet or a user would."""
     proc = subprocess.run(
         [*typhapki_cmd(), *map(str, args)],

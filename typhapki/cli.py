@@ -47,31 +47,81 @@ def run(body: Callable[[], int]) -> None:
 
 
 # Options shared by the certificate commands.
-CaDir = Annotated[Path, typer.Option("--ca-dir", help="Directory holding typhaca.crt and typhaca.key.")]
-Out = Annotated[Path, typer.Option("--out", help="Output directory: one subdirectory per pod mount.")]
+CaDir = Annotated[
+    Path, typer.Option("--ca-dir", help="Directory holding typhaca.crt and typhaca.key.")
+]
+Out = Annotated[
+    Path, typer.Option("--out", help="Output directory: one subdirectory per pod mount.")
+]
 Role = Annotated[str, typer.Option("--role", help="typha, felix or both.")]
-TyphaCn = Annotated[str | None, typer.Option("--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha.")]
-FelixCn = Annotated[str | None, typer.Option("--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node.")]
-TyphaUri = Annotated[str | None, typer.Option("--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN).")]
-FelixUri = Annotated[str | None, typer.Option("--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN).")]
-KeyTypeOpt = Annotated[str | None, typer.Option("--key-type", help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.")]
+TyphaCn = Annotated[
+    str | None, typer.Option("--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha.")
+]
+FelixCn = Annotated[
+    str | None, typer.Option("--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node.")
+]
+TyphaUri = Annotated[
+    str | None, typer.Option("--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN).")
+]
+FelixUri = Annotated[
+    str | None, typer.Option("--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN).")
+]
+KeyTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key-type", help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096."
+    ),
+]
 Days = Annotated[int | None, typer.Option("--days", help="Leaf lifetime in days (default 365).")]
-RenewBefore = Annotated[str | None, typer.Option("--renew-before", help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.")]
-KeyOwner = Annotated[str | None, typer.Option("--key-owner", help="Owner of the key files (name or uid).")]
-KeyGroup = Annotated[str | None, typer.Option("--key-group", help="Group of the key files (name or gid).")]
-KeyMode = Annotated[str | None, typer.Option("--key-mode", help="Octal mode of the key files (default 0600).")]
-Trust = Annotated[list[Path] | None, typer.Option("--trust", help="Extra CA certificate to keep in the bundle (rotation). Repeatable.")]
+RenewBefore = Annotated[
+    str | None,
+    typer.Option(
+        "--renew-before",
+        help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.",
+    ),
+]
+KeyOwner = Annotated[
+    str | None, typer.Option("--key-owner", help="Owner of the key files (name or uid).")
+]
+KeyGroup = Annotated[
+    str | None, typer.Option("--key-group", help="Group of the key files (name or gid).")
+]
+KeyMode = Annotated[
+    str | None, typer.Option("--key-mode", help="Octal mode of the key files (default 0600).")
+]
+Trust = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--trust", help="Extra CA certificate to keep in the bundle (rotation). Repeatable."
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def _pki_options(
-    typha_cn: str | None, felix_cn: str | None, typha_uri_san: str | None,
-    felix_uri_san: str | None, key_type: str | None, days: int | None,
-    renew_before: str | None, key_owner: str | None, key_group: str | None,
+    typha_cn: str | None,
+    felix_cn: str | None,
+    typha_uri_san: str | None,
+    felix_uri_san: str | None,
+    key_type: str | None,
+    days: int | None,
+    renew_before: str | None,
+    key_owner: str | None,
+    key_group: str | None,
     key_mode: str | None,
 ) -> PkiOptions:
-    return PkiOptions(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
-                      renew_before, key_owner, key_group, key_mode)
+    return PkiOptions(
+        typha_cn,
+        felix_cn,
+        typha_uri_san,
+        felix_uri_san,
+        key_type,
+        days,
+        renew_before,
+        key_owner,
+        key_group,
+        key_mode,
+    )
 
 
 @ca_app.command("init")
@@ -79,7 +129,9 @@ def ca_init_cmd(
     ca_dir: CaDir,
     key_type: Annotated[str, typer.Option("--key-type", help="Key type of the CA.")] = "ecdsa-p256",
     days: Annotated[int, typer.Option("--days", help="CA lifetime in days.")] = 3650,
-    cn: Annotated[str | None, typer.Option("--cn", help="CA common name (default: dated, unique).")] = None,
+    cn: Annotated[
+        str | None, typer.Option("--cn", help="CA common name (default: dated, unique).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing CA.")] = False,
 ) -> None:
     """Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key."""
@@ -93,18 +145,34 @@ def issue_cmd(
     ca_dir: CaDir,
     out: Out,
     role: Role = "both",
-    typha_cn: TyphaCn = None, felix_cn: FelixCn = None,
-    typha_uri_san: TyphaUri = None, felix_uri_san: FelixUri = None,
-    key_type: KeyTypeOpt = None, days: Days = None, renew_before: RenewBefore = None,
-    key_owner: KeyOwner = None, key_group: KeyGroup = None, key_mode: KeyMode = None,
+    typha_cn: TyphaCn = None,
+    felix_cn: FelixCn = None,
+    typha_uri_san: TyphaUri = None,
+    felix_uri_san: FelixUri = None,
+    key_type: KeyTypeOpt = None,
+    days: Days = None,
+    renew_before: RenewBefore = None,
+    key_owner: KeyOwner = None,
+    key_group: KeyGroup = None,
+    key_mode: KeyMode = None,
     trust: Trust = None,
     json_out: Json = False,
 ) -> None:
     """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
     from typhapki.commands.issue import issue
 
-    opts = _pki_options(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
-                        renew_before, key_owner, key_group, key_mode)
+    opts = _pki_options(
+        typha_cn,
+        felix_cn,
+        typha_uri_san,
+        felix_uri_san,
+        key_type,
+        days,
+        renew_before,
+        key_owner,
+        key_group,
+        key_mode,
+    )
     run(lambda: issue(ca_dir, out, role, opts, trust or [], json_out))
 
 
@@ -112,19 +180,40 @@ def issue_cmd(
 def check_cmd(
     out: Out,
     role: Role = "both",
-    ca_dir: Annotated[Path | None, typer.Option("--ca-dir", help="Also require leaves signed by this CA and the bundle to match.")] = None,
-    typha_cn: TyphaCn = None, felix_cn: FelixCn = None,
-    typha_uri_san: TyphaUri = None, felix_uri_san: FelixUri = None,
-    key_type: KeyTypeOpt = None, days: Days = None, renew_before: RenewBefore = None,
-    key_owner: KeyOwner = None, key_group: KeyGroup = None, key_mode: KeyMode = None,
+    ca_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-dir", help="Also require leaves signed by this CA and the bundle to match."
+        ),
+    ] = None,
+    typha_cn: TyphaCn = None,
+    felix_cn: FelixCn = None,
+    typha_uri_san: TyphaUri = None,
+    felix_uri_san: FelixUri = None,
+    key_type: KeyTypeOpt = None,
+    days: Days = None,
+    renew_before: RenewBefore = None,
+    key_owner: KeyOwner = None,
+    key_group: KeyGroup = None,
+    key_mode: KeyMode = None,
     trust: Trust = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when valid.")] = False,
 ) -> None:
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
     from typhapki.commands.check import check
 
-    opts = _pki_options(typha_cn, felix_cn, typha_uri_san, felix_uri_san, key_type, days,
-                        renew_before, key_owner, key_group, key_mode)
+    opts = _pki_options(
+        typha_cn,
+        felix_cn,
+        typha_uri_san,
+        felix_uri_san,
+        key_type,
+        days,
+        renew_before,
+        key_owner,
+        key_group,
+        key_mode,
+    )
     run(lambda: check(out, role, opts, ca_dir, trust or [], quiet))
 
 

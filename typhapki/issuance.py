@@ -102,7 +102,9 @@ def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
     for path in files:
         for cert in load_certs(path, "trusted CA certificate"):
             if not is_ca(cert):
-                raise ConfigError(f"{path}: {cert.subject.rfc4514_string()} is not a CA certificate")
+                raise ConfigError(
+                    f"{path}: {cert.subject.rfc4514_string()} is not a CA certificate"
+                )
             out.append(cert)
     return out
 
@@ -170,10 +172,19 @@ def ensure_set(
         report = check_set(paths, settings, roles, now, bundle, issuer.cert)
         if report.bundle_problems:
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
-            publish(paths.bundle_dir, {paths.bundle.name: FileSpec(
-                b"".join(cert_pem(c) for c in bundle), 0o644)})
-            changes.append(Change("bundle", paths.bundle, "rewrote",
-                                  report.bundle_problems[0].message, BUNDLE_HINT))
+            publish(
+                paths.bundle_dir,
+                {paths.bundle.name: FileSpec(b"".join(cert_pem(c) for c in bundle), 0o644)},
+            )
+            changes.append(
+                Change(
+                    "bundle",
+                    paths.bundle,
+                    "rewrote",
+                    report.bundle_problems[0].message,
+                    BUNDLE_HINT,
+                )
+            )
         for role in roles:
             state = report.roles[role]
             if not state.problems:
@@ -195,10 +206,16 @@ def ensure_set(
                 action = "reissued" if existed else "issued"
                 hint = RESTART_HINT[role]
                 serial, fp = format(leaf.serial_number, "x"), fingerprint(leaf)
-            publish(paths.role_dir(role), {
-                layout.cert_file: FileSpec(cert_bytes, 0o644),
-                layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
-            })
-            changes.append(Change(role.value, state.cert_path, action,
-                                  state.problems[0].message, hint, serial, fp))
+            publish(
+                paths.role_dir(role),
+                {
+                    layout.cert_file: FileSpec(cert_bytes, 0o644),
+                    layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
+                },
+            )
+            changes.append(
+                Change(
+                    role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
+                )
+            )
     return changes

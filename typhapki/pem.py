@@ -44,7 +44,9 @@ def parse_key(data: bytes, source: str) -> PrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise ConfigError(f"{source}: private key is encrypted; typhapki needs it unencrypted") from None
+        raise ConfigError(
+            f"{source}: private key is encrypted; typhapki needs it unencrypted"
+        ) from None
     except (ValueError, Exception) as exc:  # cryptography raises several types for junk
         if isinstance(exc, ConfigError):
             raise

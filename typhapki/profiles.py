@@ -59,7 +59,7 @@ def random_serial() -> int:
     return secrets.randbits(159) | 1 << 64
 
 
-def _hash_for(key: PrivateKey) -> hashes.HashAlgorithm:
+def _hash_for(key: PrivateKey) -> hashes.SHA256 | hashes.SHA384:
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.key_size > 256:
         return hashes.SHA384()
     return hashes.SHA256()
@@ -182,7 +182,9 @@ def key_pem(key: PrivateKey) -> bytes:
 
 
 def public_key_der(key: PrivateKey | PublicKey | object) -> bytes:
-    public = key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key
+    public = (
+        key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key
+    )
     assert isinstance(public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
     return public.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo

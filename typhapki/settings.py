@@ -11,7 +11,7 @@ import pwd
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 from typhapki.errors import UsageError
@@ -26,7 +26,7 @@ _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-class KeyType(str, Enum):
+class KeyType(StrEnum):
     """Key algorithms Typha and Felix accept (FIPS builds included)."""
 
     ECDSA_P256 = "ecdsa-p256"
@@ -44,7 +44,7 @@ class KeyType(str, Enum):
             raise UsageError(f"unknown key type {value!r} (choose one of: {choices})") from None
 
 
-class RoleName(str, Enum):
+class RoleName(StrEnum):
     TYPHA = "typha"
     FELIX = "felix"
 
@@ -86,7 +86,9 @@ def validate_uri_san(uri: str, what: str) -> str:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme or "") or not (
         parts.netloc or parts.path
     ):
-        raise UsageError(f"{what}: malformed URI SAN {uri!r} (expected e.g. spiffe://cluster/typha)")
+        raise UsageError(
+            f"{what}: malformed URI SAN {uri!r} (expected e.g. spiffe://cluster/typha)"
+        )
     if not uri.isascii():
         raise UsageError(f"{what}: URI SAN must be ASCII: {uri!r}")
     return uri

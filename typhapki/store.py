@@ -66,7 +66,9 @@ def _write_file(path: Path, spec: FileSpec) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         if spec.uid is not None or spec.gid is not None:
-            os.fchown(fd, -1 if spec.uid is None else spec.uid, -1 if spec.gid is None else spec.gid)
+            os.fchown(
+                fd, -1 if spec.uid is None else spec.uid, -1 if spec.gid is None else spec.gid
+            )
         os.fchmod(fd, spec.mode)
         view = memoryview(spec.content)
         while view:

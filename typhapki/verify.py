@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from cryptography import x509
@@ -35,7 +35,7 @@ EKU_NAMES = {
 }
 
 
-class Fix(str, Enum):
+class Fix(StrEnum):
     """What `issue` has to do about a problem."""
 
     BUNDLE = "bundle"  # rewrite the CA bundle
@@ -207,18 +207,26 @@ def check_bundle(
             problems.append(problem(f"{name} in the bundle is not a CA certificate"))
         elif now >= ca.not_valid_after_utc:
             problems.append(
-                Problem("bundle", path, f"CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}",
-                        Fix.ROTATE_CA)
+                Problem(
+                    "bundle",
+                    path,
+                    f"CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}",
+                    Fix.ROTATE_CA,
+                )
             )
     if wanted is not None:
         have = {fingerprint(c) for c in bundle}
         want = {fingerprint(c) for c in wanted}
         for ca in wanted:
             if fingerprint(ca) not in have:
-                problems.append(problem(f"CA {ca.subject.rfc4514_string()} is missing from the bundle"))
+                problems.append(
+                    problem(f"CA {ca.subject.rfc4514_string()} is missing from the bundle")
+                )
         for ca in bundle:
             if fingerprint(ca) not in want:
-                problems.append(problem(f"CA {ca.subject.rfc4514_string()} is in the bundle but not configured"))
+                problems.append(
+                    problem(f"CA {ca.subject.rfc4514_string()} is in the bundle but not configured")
+                )
     return bundle, problems
 
 
@@ -268,8 +276,11 @@ def check_role(
         add(state.key_path, f"private key does not match {state.cert_path.name}")
     have_type = key_type_of(leaf.public_key())
     if have_type is not settings.key_type:
-        add(state.cert_path, f"key type is {have_type.value if have_type else 'unsupported'}, "
-            f"want {settings.key_type.value}")
+        add(
+            state.cert_path,
+            f"key type is {have_type.value if have_type else 'unsupported'}, "
+            f"want {settings.key_type.value}",
+        )
     if is_ca(leaf):
         add(state.cert_path, "is a CA certificate, not a leaf")
     if (msg := eku_problem(leaf, role)) is not None:
@@ -281,8 +292,11 @@ def check_role(
         if state.issuer is None:
             add(state.cert_path, "not signed by any CA in the bundle")
         elif signing_ca is not None and fingerprint(state.issuer) != fingerprint(signing_ca):
-            add(state.cert_path, f"signed by {state.issuer.subject.rfc4514_string()}, "
-                f"not by the current CA {signing_ca.subject.rfc4514_string()}")
+            add(
+                state.cert_path,
+                f"signed by {state.issuer.subject.rfc4514_string()}, "
+                f"not by the current CA {signing_ca.subject.rfc4514_string()}",
+            )
     if (msg := validity_problem(leaf, settings, now)) is not None:
         add(state.cert_path, msg)
     if not state.problems and (msg := _mode_problem(state.key_path, settings)) is not None:
@@ -302,7 +316,5 @@ def check_set(
     # Leaves are judged against the bundle as it should be, so a bundle that only
     # needs rewriting does not force new leaves.
     trust = list(wanted_bundle) if wanted_bundle is not None else bundle
-    states = {
-        role: check_role(paths, role, settings, trust, signing_ca, now) for role in roles
-    }
+    states = {role: check_role(paths, role, settings, trust, signing_ca, now) for role in roles}
     return SetReport(paths, bundle, bundle_problems, states)

@@ -15,6 +15,8 @@ def ca_init(ca_dir: Path, key_type: str, days: int, cn: str | None, force: bool)
         validate_cn(cn, "CA CN")
     cert = init_ca(ca_dir, KeyType.parse(key_type), validate_days(days, "CA days"), cn, force)
     info = describe(cert, datetime.now(UTC))
-    print(f"created CA {info['subject']} in {ca_dir} "
-          f"(sha256 {info['sha256_fingerprint']}, valid until {info['not_after']})")
+    print(
+        f"created CA {info['subject']} in {ca_dir} "
+        f"(sha256 {info['sha256_fingerprint']}, valid until {info['not_after']})"
+    )
     return 0

@@ -14,10 +14,12 @@ def inspect(paths: list[Path], as_json: bool) -> int:
     # Load everything first: a bad path fails the command before anything prints.
     loaded = [(path, load_certs(path, "certificate")) for path in paths]
     if as_json:
-        print(json.dumps({str(p): [describe(c, now) for c in certs] for p, certs in loaded},
-                         indent=2))
+        print(
+            json.dumps({str(p): [describe(c, now) for c in certs] for p, certs in loaded}, indent=2)
+        )
         return 0
-    blocks = [render_text(str(p), i, describe(c, now))
-              for p, certs in loaded for i, c in enumerate(certs)]
+    blocks = [
+        render_text(str(p), i, describe(c, now)) for p, certs in loaded for i, c in enumerate(certs)
+    ]
     print("\n\n".join(blocks))
     return 0

@@ -17,10 +17,26 @@ def issue(
     trusted = load_trusted(trust)
     changes = ensure_set(out, issuer, settings, roles, trusted)
     if as_json:
-        print(json.dumps({"changed": bool(changes), "changes": [
-            {"scope": c.scope, "path": str(c.path), "action": c.action, "reason": c.reason,
-             "hint": c.hint, "serial": c.serial, "sha256_fingerprint": c.fingerprint}
-            for c in changes]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "changed": bool(changes),
+                    "changes": [
+                        {
+                            "scope": c.scope,
+                            "path": str(c.path),
+                            "action": c.action,
+                            "reason": c.reason,
+                            "hint": c.hint,
+                            "serial": c.serial,
+                            "sha256_fingerprint": c.fingerprint,
+                        }
+                        for c in changes
+                    ],
+                },
+                indent=2,
+            )
+        )
     elif not changes:
         print(f"{out}: {', '.join(r.value for r in roles)} set valid and fresh; nothing changed")
     else:

@@ -39,10 +39,14 @@ class PkiOptions:
 
     def merged_over(self, base: PkiOptions) -> PkiOptions:
         """These options, falling back to `base` (e.g. hiera) where not given."""
-        return PkiOptions(**{
-            name: getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
-            for name in self.__dataclass_fields__
-        })
+        return PkiOptions(
+            **{
+                name: getattr(self, name)
+                if getattr(self, name) is not None
+                else getattr(base, name)
+                for name in self.__dataclass_fields__
+            }
+        )
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:
