@@ -228,6 +228,20 @@ def inspect_cmd(
     run(lambda: inspect(paths, json_out))
 
 
+@app.command("rollback")
+def rollback_cmd(
+    out: Out,
+    role: Role = "both",
+    bundle: Annotated[
+        bool, typer.Option("--bundle", help="Also roll back the CA bundle (not during a rotation).")
+    ] = False,
+) -> None:
+    """Make the previous certificate set live again (kept by every `issue`)."""
+    from typhapki.commands.rollback import rollback
+
+    run(lambda: rollback(out, role, bundle))
+
+
 def main() -> int:
     """Console-script entry point."""
     try:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from typhapki.errors import StoreError
+from typhapki.errors import RefusedError, StoreError
 
 DATA_LINK = "..data"
 PREVIOUS_LINK = "..previous"
@@ -203,7 +203,7 @@ def rollback(directory: Path) -> str:
     current = current_generation(directory)
     previous = previous_generation(directory)
     if previous is None or not (directory / previous).is_dir():
-        raise StoreError(f"{directory}: no previous generation to roll back to")
+        raise RefusedError(f"{directory}: no previous generation to roll back to")
     try:
         _replace_symlink(directory, DATA_LINK, previous)
         if current is not None:

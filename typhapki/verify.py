@@ -23,6 +23,7 @@ from typhapki.layout import SetPaths
 from typhapki.pem import load_certs, load_key
 from typhapki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.settings import Identity, PkiSettings, RoleName
+from typhapki.store import DATA_LINK
 
 EKU_NAMES = {
     ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
@@ -247,6 +248,31 @@ def _mode_problem(path: Path, settings: PkiSettings) -> str | None:
     return "; ".join(parts) or None
 
 
+def snapshot_paths(*paths: Path) -> tuple[Path, ...]:
+    """Paths that read one generation, so a concurrent switch cannot pair two issuances.
+
+    Files published by typhapki are links into ``..data``; resolving ``..data`` once
+    and reading inside that (immutable) generation gives a consistent pair. A file the
+    pods would not see (its visible link missing) is still reported as missing.
+    """
+    directory = paths[0].parent
+    try:
+        generation = os.readlink(directory / DATA_LINK)
+    except OSError:
+        return paths
+    out = []
+    for path in paths:
+        if (
+            path.parent == directory
+            and os.path.islink(path)
+            and os.readlink(path) == (f"{DATA_LINK}/{path.name}")
+        ):
+            out.append(directory / generation / path.name)
+        else:
+            out.append(path)
+    return tuple(out)
+
+
 def check_role(
     paths: SetPaths,
     role: RoleName,
@@ -260,14 +286,15 @@ def check_role(
     def add(path: Path, msg: str, fix: Fix = Fix.REISSUE) -> None:
         state.problems.append(Problem(role.value, path, msg, fix))
 
+    cert_src, key_src = snapshot_paths(state.cert_path, state.key_path)
     try:
-        state.chain = load_certs(state.cert_path, f"{role.value} certificate")
+        state.chain = load_certs(cert_src, f"{role.value} certificate")
     except ConfigError as exc:
-        add(state.cert_path, str(exc).removeprefix(f"{state.cert_path}: "))
+        add(state.cert_path, str(exc).removeprefix(f"{cert_src}: "))
     try:
-        state.key = load_key(state.key_path, f"{role.value} private key")
+        state.key = load_key(key_src, f"{role.value} private key")
     except ConfigError as exc:
-        add(state.key_path, str(exc).removeprefix(f"{state.key_path}: "))
+        add(state.key_path, str(exc).removeprefix(f"{key_src}: "))
     leaf = state.leaf
     if leaf is None:
         return state

@@ -50,6 +50,16 @@ class PkiOptions:
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:
+    settings = _build_settings(opts)
+    if settings.renew_before is not None and settings.renew_before.days >= settings.days:
+        raise UsageError(
+            f"renew-before ({settings.renew_before.days} days) must be shorter than the leaf "
+            f"lifetime ({settings.days} days), or every certificate is due at once"
+        )
+    return settings
+
+
+def _build_settings(opts: PkiOptions) -> PkiSettings:
     return PkiSettings(
         typha=make_identity(opts.typha_cn, opts.typha_uri_san, DEFAULT_TYPHA_CN, "typha"),
         felix=make_identity(opts.felix_cn, opts.felix_uri_san, DEFAULT_FELIX_CN, "felix"),

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from typhapki.commands.pki_options import parse_roles
+
+
+def rollback(out: Path, role: str, bundle: bool) -> int:
+    """Make the previous generation of each chosen directory live again."""
+    from typhapki.layout import SetPaths
+    from typhapki.store import locked
+    from typhapki.store import rollback as rollback_dir
+
+    paths = SetPaths(out)
+    dirs = [paths.role_dir(r) for r in parse_roles(role)]
+    if bundle:
+        dirs.insert(0, paths.bundle_dir)
+    with locked(paths.lock):
+        for directory in dirs:
+            generation = rollback_dir(directory)
+            print(f"{directory}: rolled back to {generation}")
+    print("restart Typha and calico-node so they load the rolled-back files")
+    return 0
