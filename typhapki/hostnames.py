@@ -1,0 +1,109 @@
+"""Validators for everything that may reach a rendered ferm rule.
+
+ferm's tokenizer silently drops characters it does not expect and treats ``#``, ``;``,
+``(``, ``)``, ``{``, ``}``, ``@`` and ``$`` as syntax (REFERENCE.md section 3). So a
+value from hiera reaches a rule only after one of these functions has proved it is a
+DNS name, an IP literal, a CIDR or a ferm variable name, and returned it normalised.
+Each raises ConfigError naming `where` (file, key path) and the offending value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from typhapki.errors import ConfigError
+
+MAX_NAME_LENGTH = 253
+# fullmatch, never "$": "$" would also match before a trailing newline.
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_FERM_VARIABLE = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
+_SHOWN = 80  # longest value quoted back in a message
+
+
+def shown(value: object) -> str:
+    """A value quoted for a one-line message: repr() escapes newlines, long ones cut."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _where(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def parse_ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address when `value` is a plain IPv4/IPv6 literal (no zone id), else None."""
+    if "%" in value:  # ipaddress accepts scoped "fe80::1%eth0"; ferm would not
+        return None
+    try:
+        return ipaddress.ip_address(value)
+    except ValueError:
+        return None
+
+
+def is_dns_name(value: str) -> bool:
+    """RFC 1123 host name, already lowercased and without the trailing dot."""
+    if not value or len(value) > MAX_NAME_LENGTH:
+        return False
+    labels = value.split(".")
+    if not all(_LABEL.fullmatch(label) for label in labels):
+        return False
+    # An all-numeric last label would be a malformed IPv4 address (RFC 3696 2), not a name.
+    return not labels[-1].isdigit()
+
+
+def validate_host(value: object, where: str = "") -> str:
+    """A cluster node: a DNS name (lowercased, trailing dot dropped) or an IP literal.
+
+    IP literals come back in their canonical form (``2001:db8::1``).
+    """
+    if isinstance(value, str) and value.isascii():
+        address = parse_ip(value)
+        if address is not None:
+            return str(address)
+        name = value.lower()
+        if name.endswith(".") and not name.endswith(".."):
+            name = name[:-1]
+        if is_dns_name(name):
+            return name
+    raise ConfigError(f"{_where(where)}{shown(value)} is not a valid hostname or IP")
+
+
+def validate_ip(value: object, where: str = "") -> str:
+    """An IPv4 or IPv6 literal, canonical form."""
+    if isinstance(value, str) and value.isascii():
+        address = parse_ip(value)
+        if address is not None:
+            return str(address)
+    raise ConfigError(f"{_where(where)}{shown(value)} is not a valid IP address")
+
+
+def validate_cidr(value: object, where: str = "") -> str:
+    """A network such as ``10.64.0.0/16`` or ``2620:0:861::/48`` (a bare address is a /32
+    or /128). Host bits must be zero: ``10.64.0.1/16`` is refused rather than guessed."""
+    if isinstance(value, str) and value.isascii() and "%" not in value:
+        try:
+            network = ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{_where(where)}{shown(value)} is not a valid CIDR network ({exc})"
+            ) from None
+        return network.with_prefixlen
+    raise ConfigError(f"{_where(where)}{shown(value)} is not a valid CIDR network")
+
+
+def validate_ferm_variable(value: object, where: str = "") -> str:
+    """A ferm variable reference such as ``$DOMAIN_NETWORKS`` (``$`` + identifier)."""
+    if isinstance(value, str) and _FERM_VARIABLE.fullmatch(value):
+        return value
+    raise ConfigError(
+        f"{_where(where)}{shown(value)} is not a ferm variable name "
+        "(expected $NAME with letters, digits and _)"
+    )
+
+
+def validate_port(value: object, where: str = "") -> int:
+    """A TCP port number, 1-65535."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    raise ConfigError(f"{_where(where)}{shown(value)} is not a TCP port (1-65535)")
