@@ -96,6 +96,13 @@ Trust = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+Hiera = Annotated[
+    Path | None,
+    typer.Option("--hiera", help="Hiera file or directory: settings from the cluster's typha:."),
+]
+Cluster = Annotated[
+    str | None, typer.Option("--cluster", help="Cluster name in --hiera (flags win over it).")
+]
 
 
 def _pki_options(
@@ -157,6 +164,8 @@ def issue_cmd(
     key_mode: KeyMode = None,
     trust: Trust = None,
     json_out: Json = False,
+    hiera: Hiera = None,
+    cluster: Cluster = None,
 ) -> None:
     """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
     from typhapki.commands.issue import issue
@@ -173,7 +182,7 @@ def issue_cmd(
         key_group,
         key_mode,
     )
-    run(lambda: issue(ca_dir, out, role, opts, trust or [], json_out))
+    run(lambda: issue(ca_dir, out, role, opts, trust or [], json_out, hiera, cluster))
 
 
 @app.command("check")
@@ -198,6 +207,8 @@ def check_cmd(
     key_mode: KeyMode = None,
     trust: Trust = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when valid.")] = False,
+    hiera: Hiera = None,
+    cluster: Cluster = None,
 ) -> None:
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
     from typhapki.commands.check import check
@@ -214,7 +225,7 @@ def check_cmd(
         key_group,
         key_mode,
     )
-    run(lambda: check(out, role, opts, ca_dir, trust or [], quiet))
+    run(lambda: check(out, role, opts, ca_dir, trust or [], quiet, hiera, cluster))
 
 
 @app.command("inspect")
@@ -240,6 +251,66 @@ def rollback_cmd(
     from typhapki.commands.rollback import rollback
 
     run(lambda: rollback(out, role, bundle))
+
+
+# `facts` takes every value as text and accepts stray arguments: whatever the facts.d
+# wrapper passes, the fact reports the mistake (exit 0) instead of failing Facter.
+@app.command(
+    "facts",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+def facts_cmd(
+    ctx: typer.Context,
+    out: Annotated[str | None, typer.Option("--out", help="Output directory of the set.")] = None,
+    role: Annotated[str, typer.Option("--role", help="typha, felix or both.")] = "both",
+    ca_dir: Annotated[
+        str | None, typer.Option("--ca-dir", help="Also judge the set against this CA.")
+    ] = None,
+    trust: Annotated[
+        list[str] | None, typer.Option("--trust", help="Extra CA kept in the bundle.")
+    ] = None,
+    ferm_output: Annotated[
+        str | None, typer.Option("--ferm-output", help="The managed ferm rule file.")
+    ] = None,
+    hiera: Annotated[
+        str | None, typer.Option("--hiera", help="Hiera file (with --cluster).")
+    ] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name in it.")] = None,
+    typha_cn: Annotated[str | None, typer.Option("--typha-cn")] = None,
+    felix_cn: Annotated[str | None, typer.Option("--felix-cn")] = None,
+    typha_uri_san: Annotated[str | None, typer.Option("--typha-uri-san")] = None,
+    felix_uri_san: Annotated[str | None, typer.Option("--felix-uri-san")] = None,
+    key_type: Annotated[str | None, typer.Option("--key-type")] = None,
+    days: Annotated[str | None, typer.Option("--days")] = None,
+    renew_before: Annotated[str | None, typer.Option("--renew-before")] = None,
+    key_owner: Annotated[str | None, typer.Option("--key-owner")] = None,
+    key_group: Annotated[str | None, typer.Option("--key-group")] = None,
+    key_mode: Annotated[str | None, typer.Option("--key-mode")] = None,
+) -> None:
+    """Print the `typhapki` Facter external fact (JSON); always exit 0."""
+    from typhapki.commands.facts import RawFactOptions, facts
+
+    raw = RawFactOptions(
+        out=out,
+        role=role,
+        ca_dir=ca_dir,
+        trust=trust or [],
+        ferm_output=ferm_output,
+        hiera=hiera,
+        cluster=cluster,
+        typha_cn=typha_cn,
+        felix_cn=felix_cn,
+        typha_uri_san=typha_uri_san,
+        felix_uri_san=felix_uri_san,
+        key_type=key_type,
+        days=days,
+        renew_before=renew_before,
+        key_owner=key_owner,
+        key_group=key_group,
+        key_mode=key_mode,
+        extra_args=list(ctx.args),
+    )
+    run(lambda: facts(raw))
 
 
 def main() -> int:

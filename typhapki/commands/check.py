@@ -8,16 +8,25 @@ from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
 
 
 def check(
-    out: Path, role: str, opts: PkiOptions, ca_dir: Path | None, trust: list[Path], quiet: bool
+    out: Path,
+    role: str,
+    opts: PkiOptions,
+    ca_dir: Path | None,
+    trust: list[Path],
+    quiet: bool,
+    hiera: Path | None = None,
+    cluster: str | None = None,
 ) -> int:
     """Exit 0 when every managed file is present and valid, 1 with a line per problem."""
     from datetime import UTC, datetime
 
+    from typhapki.cluster_options import with_cluster_options
     from typhapki.issuance import wanted_bundle
     from typhapki.layout import CaPaths, SetPaths
     from typhapki.pem import load_certs
     from typhapki.verify import check_set
 
+    opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
     settings = build_settings(opts)
     roles = parse_roles(role)
     signing = None

@@ -7,10 +7,19 @@ from typhapki.commands.pki_options import PkiOptions, build_settings, parse_role
 
 
 def issue(
-    ca_dir: Path, out: Path, role: str, opts: PkiOptions, trust: list[Path], as_json: bool
+    ca_dir: Path,
+    out: Path,
+    role: str,
+    opts: PkiOptions,
+    trust: list[Path],
+    as_json: bool,
+    hiera: Path | None = None,
+    cluster: str | None = None,
 ) -> int:
+    from typhapki.cluster_options import with_cluster_options
     from typhapki.issuance import ensure_set, load_issuer, load_trusted
 
+    opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
     settings = build_settings(opts)
     roles = parse_roles(role)
     issuer = load_issuer(ca_dir)

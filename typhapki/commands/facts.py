@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from typhapki.errors import EXIT_OK, UsageError
+
+
+@dataclass(frozen=True)
+class RawFactOptions:
+    """The facts command line, unparsed: a bad value must end up in the fact, not exit 2."""
+
+    out: str | None = None
+    role: str = "both"
+    ca_dir: str | None = None
+    trust: Sequence[str] = ()
+    ferm_output: str | None = None
+    hiera: str | None = None
+    cluster: str | None = None
+    typha_cn: str | None = None
+    felix_cn: str | None = None
+    typha_uri_san: str | None = None
+    felix_uri_san: str | None = None
+    key_type: str | None = None
+    days: str | None = None
+    renew_before: str | None = None
+    key_owner: str | None = None
+    key_group: str | None = None
+    key_mode: str | None = None
+    extra_args: Sequence[str] = ()
+
+
+def _days(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--days: expected a whole number of days, got {value!r}") from None
+
+
+def facts(raw: RawFactOptions) -> int:
+    """Print the `typhapki` external fact as JSON; exit 0 whatever it finds."""
+    from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
+    from typhapki.facts import FactRequest, gather
+    from typhapki.settings import PkiSettings, RoleName
+
+    errors: list[str] = []
+    if raw.extra_args:
+        errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
+    roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
+    try:
+        roles = parse_roles(raw.role)
+    except UsageError as exc:
+        errors.append(str(exc))
+
+    ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
+    hiera_options = PkiOptions()
+    try:
+        from typhapki.cluster_options import load_typha_settings, pki_options_of
+
+        typha = load_typha_settings(
+            Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None
+        )
+        if typha is not None:
+            hiera_options = pki_options_of(typha)
+            if ferm_output is None and typha.ferm_output:
+                ferm_output = Path(typha.ferm_output)
+    except Exception as exc:  # a broken hiera file is a fact, not a failed Facter run
+        errors.append(str(exc) or type(exc).__name__)
+
+    def settings() -> PkiSettings:
+        flags = PkiOptions(
+            raw.typha_cn,
+            raw.felix_cn,
+            raw.typha_uri_san,
+            raw.felix_uri_san,
+            raw.key_type,
+            _days(raw.days),
+            raw.renew_before,
+            raw.key_owner,
+            raw.key_group,
+            raw.key_mode,
+        )
+        return build_settings(flags.merged_over(hiera_options))
+
+    request = FactRequest(
+        out=Path(raw.out) if raw.out else None,
+        roles=roles,
+        ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
+        trust=[Path(t) for t in raw.trust],
+        ferm_output=ferm_output,
+        errors=errors,
+    )
+    print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
+    return EXIT_OK
