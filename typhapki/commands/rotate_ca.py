@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+
+
+def rotate_ca(
+    stage: str,
+    ca_dir: Path,
+    new_ca_dir: Path,
+    out: Path,
+    role: str,
+    opts: PkiOptions,
+    check: bool,
+    allow_rollback: bool,
+    as_json: bool,
+) -> int:
+    """Bring OUT to a CA rotation stage; with --check only say whether it is there."""
+    from typhapki.rotation import Stage, check_stage, rotate
+
+    target = Stage.parse(stage)
+    settings = build_settings(opts)
+    roles = parse_roles(role)
+    if check:
+        lines = check_stage(out, ca_dir, new_ca_dir, target, settings, roles)
+        if as_json:
+            print(json.dumps({"stage": target.label, "ok": not lines, "problems": lines}))
+        elif lines:
+            print("\n".join(lines))
+        else:
+            print(f"{out}: at stage {target.label} ({int(target)})")
+        return EXIT_NEEDS_ACTION if lines else EXIT_OK
+    result = rotate(out, ca_dir, new_ca_dir, target, settings, roles, allow_rollback)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "stage_before": int(result.before),
+                    "stage_after": int(result.after),
+                    "changed": bool(result.changes),
+                    "changes": [
+                        {
+                            "scope": c.scope,
+                            "path": str(c.path),
+                            "action": c.action,
+                            "reason": c.reason,
+                            "hint": c.hint,
+                        }
+                        for c in result.changes
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    for change in result.changes:
+        print(change.line())
+    verb = "already at" if not result.changes else "now at"
+    print(f"{out}: {verb} stage {result.after.label} ({int(result.after)})")
+    return EXIT_OK
