@@ -1,0 +1,188 @@
+"""docs/puppet/example.pp under real `puppet apply`: converges, then changes nothing.
+
+Every run has its own confdir/vardir/codedir under tmp_path, so /etc/puppet is never
+read or written; every managed path is under the `typhapki_root` fact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, require, require_root, run_cli
+from typhapki.layout import CaPaths, SetPaths
+from typhapki.pem import load_certs
+from typhapki.settings import RoleName
+from typhapki.verify import fingerprint
+
+MANIFEST = ROOT / "docs" / "puppet" / "example.pp"
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+@dataclass
+class Node:
+    """A test host: the typhapki_root directory and Puppet's own state beside it."""
+
+    root: Path
+    puppet: Path
+    facts: dict[str, str]
+
+    @property
+    def out(self) -> Path:
+        return self.root / "var" / "lib" / "typhapki"
+
+    @property
+    def ca_dir(self) -> Path:
+        return self.root / "etc" / "typhapki" / "ca"
+
+    @property
+    def facts_d(self) -> Path:
+        return self.root / "etc" / "facter" / "facts.d"
+
+    @property
+    def ferm_rule(self) -> Path:
+        return self.root / "etc" / "ferm" / "conf.d" / "10_typha"
+
+    def log_lines(self, name: str) -> list[str]:
+        path = self.root / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+        env.update({f"FACTER_{k}": v for k, v in self.facts.items()})
+        return env
+
+    def apply(self) -> subprocess.CompletedProcess[str]:
+        p = self.puppet
+        proc = subprocess.run(
+            [
+                "puppet",
+                "apply",
+                "--detailed-exitcodes",
+                "--color=false",
+                f"--confdir={p / 'conf'}",
+                f"--vardir={p / 'var'}",
+                f"--codedir={p / 'code'}",
+                f"--logdir={p / 'log'}",
+                f"--rundir={p / 'run'}",
+                f"--modulepath={p / 'modules'}",
+                str(MANIFEST),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode in (0, 2), (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+
+@pytest.fixture
+def node(tmp_path: Path, ca_dir: Path) -> Node:
+    require("puppet")
+    require_root()  # puppet apply as root manages modes and owners like on a node
+    root = tmp_path / "node"
+    secrets = root / "secrets"
+    secrets.mkdir(parents=True)
+    # The CA as Puppet's secret store would ship it: plain files.
+    ca = CaPaths(ca_dir)
+    shutil.copyfile(ca.cert, secrets / "typhaca.crt")
+    shutil.copyfile(ca.key, secrets / "typhaca.key")
+    return Node(root, tmp_path / "puppet", {"typhapki_root": str(root)})
+
+
+def _assert_converged(node: Node) -> None:
+    check = run_cli("check", "--out", node.out, "--ca-dir", node.ca_dir, *_hiera_args(node))
+    assert check.returncode == 0, check.stdout
+
+
+def _hiera_args(node: Node) -> list[str]:
+    if "typhapki_hiera" not in node.facts:
+        return []
+    return ["--hiera", node.facts["typhapki_hiera"], "--cluster", node.facts["typhapki_cluster"]]
+
+
+def test_first_run_changes_second_changes_nothing(node: Node, ca_dir: Path) -> None:
+    first = node.apply()
+    assert first.returncode == 2, first.stdout
+    _assert_converged(node)
+    key = CaPaths(node.ca_dir).key
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert "BEGIN" not in first.stdout + first.stderr  # the CA key never in a diff
+    ca = load_certs(CaPaths(ca_dir).cert, "CA")[0]
+    bundle = load_certs(SetPaths(node.out).bundle, "bundle")
+    assert [fingerprint(c) for c in bundle] == [fingerprint(ca)]
+    assert len(node.log_lines("restarts.log")) == 1
+    wrapper = node.facts_d / "typhapki"
+    assert wrapper.stat().st_mode & 0o111
+    assert wrapper.read_text().startswith("#!/bin/sh\nexec typhapki facts ")
+
+    second = node.apply()
+    assert second.returncode == 0, second.stdout
+    assert len(node.log_lines("restarts.log")) == 1
+
+
+def test_broken_certificates_are_reissued_and_restart_notified(node: Node) -> None:
+    assert node.apply().returncode == 2
+    paths = SetPaths(node.out)
+    typha_before = fingerprint(load_certs(paths.cert(RoleName.TYPHA), "typha")[0])
+
+    # The felix key's symlink now dangles.
+    paths.key(RoleName.FELIX).resolve().unlink()
+    run = node.apply()
+    assert run.returncode == 2, run.stdout
+    assert "felix: reissued" in run.stdout
+    assert len(node.log_lines("restarts.log")) == 2
+    _assert_converged(node)
+    assert fingerprint(load_certs(paths.cert(RoleName.TYPHA), "typha")[0]) == typha_before
+
+    # typha.crt replaced by the felix certificate (clientAuth, wrong CN).
+    felix_pem = paths.cert(RoleName.FELIX).read_bytes()
+    typha_file = paths.cert(RoleName.TYPHA).resolve()
+    typha_file.chmod(0o644)
+    typha_file.write_bytes(felix_pem)
+    run = node.apply()
+    assert run.returncode == 2, run.stdout
+    assert "typha: reissued" in run.stdout
+    assert len(node.log_lines("restarts.log")) == 3
+    _assert_converged(node)
+
+    assert node.apply().returncode == 0
+    assert len(node.log_lines("restarts.log")) == 3
+
+
+def test_installed_fact_reads_back_through_facter(node: Node) -> None:
+    require("facter")
+    assert node.apply().returncode == 2
+
+    def fact() -> dict[str, Any]:
+        proc = subprocess.run(
+            ["facter", "--external-dir", str(node.facts_d), "--json", "typhapki"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=node.env(),
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, proc.stderr
+        value = json.loads(proc.stdout)["typhapki"]
+        assert isinstance(value, dict)
+        return value
+
+    good = fact()
+    assert good["ok"] is True
+    assert good["set"]["out"] == str(node.out)
+    assert good["set"]["roles"]["felix"]["common_name"] == "calico-node"
+    SetPaths(node.out).cert(RoleName.TYPHA).resolve().write_text("not a certificate\n")
+    bad = fact()
+    assert bad["ok"] is False
+    assert "typha.crt" in bad["set"]["roles"]["typha"]["problems"][0]["path"]
