@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
@@ -21,7 +20,6 @@ def check(
     from datetime import UTC, datetime
 
     from typhapki.cluster_options import with_cluster_options
-    from typhapki.issuance import wanted_bundle
     from typhapki.layout import CaPaths, SetPaths
     from typhapki.pem import load_certs
     from typhapki.verify import check_set
@@ -34,7 +32,7 @@ def check(
     if ca_dir is not None:
         # Only the CA certificate: check never needs the CA key.
         signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
-        from typhapki.issuance import load_trusted
+        from typhapki.issuance import load_trusted, wanted_bundle  # CA key never loaded
 
         bundle = wanted_bundle(signing, load_trusted(trust))
     report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
@@ -43,5 +41,5 @@ def check(
             print(f"{out}: {', '.join(r.value for r in roles)} set valid")
         return EXIT_OK
     for problem in report.problems:
-        print(problem.line(), file=sys.stdout)
+        print(problem.line())
     return EXIT_NEEDS_ACTION
