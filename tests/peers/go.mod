@@ -1,0 +1,3 @@
+module typhapki.test/peers
+
+go 1.19
