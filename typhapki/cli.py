@@ -313,6 +313,106 @@ def facts_cmd(
     run(lambda: facts(raw))
 
 
+# --- manifests and rotate-ca (issue 5) ---
+@app.command("manifests")
+def manifests_cmd(
+    out: Out,
+    fmt: Annotated[
+        str, typer.Option("--format", help="hardway (Calico's guide) or operator (tigera).")
+    ] = "hardway",
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Default: kube-system / tigera-operator."),
+    ] = None,
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", help="cn or uri-san; default: what both leaves carry."),
+    ] = None,
+    wiring: Annotated[
+        bool,
+        typer.Option("--wiring", help="Print hostPath + env patches for calico-typha/-node."),
+    ] = False,
+) -> None:
+    """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
+    from typhapki.commands.manifests import manifests
+
+    run(lambda: manifests(out, fmt, namespace, identity, wiring))
+
+
+@app.command("rotate-ca")
+def rotate_ca_cmd(
+    stage: Annotated[
+        str, typer.Option("--stage", help="trust-new, reissue or drop-old (docs/rotation.md).")
+    ],
+    ca_dir: Annotated[Path, typer.Option("--ca-dir", help="The CA being rotated out.")],
+    new_ca_dir: Annotated[Path, typer.Option("--new-ca-dir", help="The CA rotated in.")],
+    out: Out,
+    role: Role = "both",
+    typha_cn: TyphaCn = None,
+    felix_cn: FelixCn = None,
+    typha_uri_san: TyphaUri = None,
+    felix_uri_san: FelixUri = None,
+    key_type: KeyTypeOpt = None,
+    days: Days = None,
+    renew_before: RenewBefore = None,
+    key_owner: KeyOwner = None,
+    key_group: KeyGroup = None,
+    key_mode: KeyMode = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 0 if OUT is at the stage, 1 if not.")
+    ] = False,
+    allow_rollback: Annotated[
+        bool, typer.Option("--allow-rollback", help="Allow going back one stage.")
+    ] = False,
+    json_out: Json = False,
+) -> None:
+    """Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage."""
+    from typhapki.commands.rotate_ca import rotate_ca
+
+    opts = _pki_options(
+        typha_cn,
+        felix_cn,
+        typha_uri_san,
+        felix_uri_san,
+        key_type,
+        days,
+        renew_before,
+        key_owner,
+        key_group,
+        key_mode,
+    )
+    run(
+        lambda: rotate_ca(
+            stage, ca_dir, new_ca_dir, out, role, opts, check, allow_rollback, json_out
+        )
+    )
+
+
+@app.command("lint-hiera")
+def lint_hiera_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Hiera YAML files (or directories).")],
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Syntax and validity only, no DNS.")
+    ] = False,
+    nameserver: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nameserver",
+            help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
+            "else /etc/resolv.conf.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Check every cluster_nodes / control_plane_nodes entry: valid, and resolving."""
+    from typhapki.commands.lint_hiera import lint_hiera
+
+    run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
+
+
 def main() -> int:
     """Console-script entry point."""
     try:

@@ -205,18 +205,17 @@ def load_set(out: Path, wanted: IdentityKind | None, now: datetime) -> SetFiles:
     paths = SetPaths(out)
     if not out.is_dir():
         raise ConfigError(f"{out}: output directory does not exist (run typhapki issue first)")
-    leaves: dict[RoleName, x509.Certificate] = {}
-    for role in RoleName:
-        try:
-            leaves[role] = parse_certs(
-                read_file(paths.cert(role), f"{role.value} certificate"), str(paths.cert(role))
-            )[0]
-        except ConfigError as exc:
-            raise NeedsActionError(
-                f"{exc}; refusing to build manifests from an incomplete set "
-                f"(typhapki issue --out {out} --role both)"
-            ) from None
-    before = _read_all(paths)
+    try:
+        before = _read_all(paths)
+        leaves = {
+            role: parse_certs(before[f"{role.value}.crt"], str(paths.cert(role)))[0]
+            for role in RoleName
+        }
+    except ConfigError as exc:
+        raise NeedsActionError(
+            f"{exc}; refusing to build manifests from an incomplete set "
+            f"(typhapki issue --out {out} --role both)"
+        ) from None
     _verify(paths, leaves, now)
     kind = choose_identity_kind(leaves, paths, wanted)
     after = _read_all(paths)
