@@ -413,31 +413,6 @@ def lint_hiera_cmd(
     run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
 
 
-@app.command("lint-hiera")
-def lint_hiera_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Hiera YAML files (or directories).")],
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Syntax and validity only, no DNS.")
-    ] = False,
-    nameserver: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--nameserver",
-            help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
-            "else /etc/resolv.conf.",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
-    ] = None,
-    json_out: Json = False,
-) -> None:
-    """Check every cluster_nodes / control_plane_nodes entry: valid, and resolving."""
-    from typhapki.commands.lint_hiera import lint_hiera
-
-    run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
-
-
 def main() -> int:
     """Console-script entry point."""
     try:
