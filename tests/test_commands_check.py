@@ -66,3 +66,17 @@ def test_usage_errors_exit_two(issued: Path, tmp_path: Path) -> None:
     unknown = run_cli("check", "--bogus")
     assert unknown.returncode == 2
     assert "Traceback" not in unknown.stderr
+
+
+def test_reports_the_rotation_stage_when_two_cas_are_trusted(
+    issued: Path, ca_dir: Path, tmp_path: Path
+) -> None:
+    new = tmp_path / "new-ca"
+    # Created in the same second as the old CA here: a longer life marks it the newer.
+    assert run_cli("ca", "init", "--ca-dir", new, "--days", "3651").returncode == 0
+    trust = ["--trust", str(new / "typhaca.crt")]
+    assert run_cli("issue", "--ca-dir", ca_dir, "--out", issued, *trust).returncode == 0
+    result = run_cli("check", "--out", issued)
+    assert result.returncode == 0
+    assert f"{issued}: CA rotation: 2 CAs trusted, stage trust-new" in result.stdout
+    assert "rotation" not in run_cli("check", "--out", issued, "-q").stdout

@@ -36,6 +36,13 @@ def check(
 
         bundle = wanted_bundle(signing, load_trusted(trust))
     report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
+    if report.bundle is not None and len(report.bundle) > 1 and not quiet:
+        # Several CAs in the bundle: say which rotation stage the node is in.
+        from typhapki.rotation import describe_rotation
+
+        rotation = describe_rotation(report)
+        stage = rotation["stage_name"] or "unknown (see docs/rotation.md)"
+        print(f"{out}: CA rotation: {rotation['bundle_cas']} CAs trusted, stage {stage}")
     if report.ok:
         if not quiet:
             print(f"{out}: {', '.join(r.value for r in roles)} set valid")
