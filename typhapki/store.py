@@ -97,6 +97,34 @@ def _replace_symlink(directory: Path, name: str, target: str) -> None:
         raise
 
 
+def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
+    """Replace one file atomically, only when its content changes; True when written.
+
+    A temporary file in the same directory is written, fsynced and renamed over
+    `path`, so a reader (ferm, Puppet) sees the old bytes or the new, never a mix;
+    on any error the old file stays as it was and the temporary file is removed.
+    """
+    try:
+        if path.read_bytes() == content and (path.stat().st_mode & 0o7777) == mode:
+            return False
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise StoreError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: {exc.strerror or exc}") from None
+    tmp = path.parent / f".{path.name}.{_TMP_PREFIX}{secrets.token_hex(6)}"
+    try:
+        _write_file(tmp, FileSpec(content, mode))
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise StoreError(f"{exc.filename or path}: {exc.strerror or exc}") from None
+    return True
+
+
 def ensure_dir(path: Path) -> None:
     """Create a managed directory (0755, never world-writable)."""
     try:
