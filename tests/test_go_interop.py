@@ -51,6 +51,10 @@ BAD_CERTIFICATE = "remote error: tls: bad certificate"
 UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 EXPIRED = "x509: certificate has expired or is not yet valid"
 
+# Refusals must read the same whether TLS 1.3 (Calico's default) or 1.2 is negotiated:
+# with 1.3 Typha's verdict on the client reaches Felix only after its handshake.
+TLS_VERSIONS = pytest.mark.parametrize("max_version", ["1.3", "1.2"])
+
 
 def write_pair(directory: Path, name: str, cert: x509.Certificate, key: PrivateKey) -> Path:
     """Write NAME.crt / NAME.key (mode 0600) and return the certificate's path."""
@@ -160,8 +164,9 @@ def test_cn_or_uri_san_either_match_is_enough(go_peers: GoPeers, tmp_path: Path)
 # -- what Typha and Felix refuse ----------------------------------------------------------
 
 
+@TLS_VERSIONS
 def test_felix_certificate_as_typha_server_is_refused_by_felix(
-    go_peers: GoPeers, issued: Path
+    go_peers: GoPeers, issued: Path, max_version: str
 ) -> None:
     paths = SetPaths(issued)
     typha = {
@@ -169,7 +174,9 @@ def test_felix_certificate_as_typha_server_is_refused_by_felix(
         "TYPHA_SERVERCERTFILE": str(paths.cert(RoleName.FELIX)),
         "TYPHA_SERVERKEYFILE": str(paths.key(RoleName.FELIX)),
     }
-    ex = exchange(go_peers, typha, felix_env(issued, typha_cn=DEFAULT_FELIX_CN))
+    ex = exchange(
+        go_peers, typha, felix_env(issued, typha_cn=DEFAULT_FELIX_CN), ["-max-version", max_version]
+    )
     assert not ex.accepted, ex.describe()
     # Felix verifies the chain itself with the default usage serverAuth.
     assert ex.felix.returncode == 1
@@ -177,8 +184,9 @@ def test_felix_certificate_as_typha_server_is_refused_by_felix(
     assert ex.typha_error == BAD_CERTIFICATE
 
 
+@TLS_VERSIONS
 def test_typha_certificate_as_felix_client_is_refused_by_typha(
-    go_peers: GoPeers, issued: Path
+    go_peers: GoPeers, issued: Path, max_version: str
 ) -> None:
     paths = SetPaths(issued)
     felix = {
@@ -186,23 +194,44 @@ def test_typha_certificate_as_felix_client_is_refused_by_typha(
         "FELIX_TYPHACERTFILE": str(paths.cert(RoleName.TYPHA)),
         "FELIX_TYPHAKEYFILE": str(paths.key(RoleName.TYPHA)),
     }
-    ex = exchange(go_peers, typha_env(issued, client_cn=DEFAULT_TYPHA_CN), felix)
+    ex = exchange(
+        go_peers,
+        typha_env(issued, client_cn=DEFAULT_TYPHA_CN),
+        felix,
+        ["-max-version", max_version],
+    )
     assert not ex.accepted, ex.describe()
     # crypto/tls verifies client chains with usage clientAuth before Calico's verifier.
     assert ex.typha_error.endswith(INCOMPATIBLE_KEY_USAGE), ex.typha_error
     assert ex.felix_error == BAD_CERTIFICATE
 
 
+@TLS_VERSIONS
 @pytest.mark.parametrize("wrong_cn", ["calico-node-x", "Calico-Node", "calico"])
-def test_wrong_cn_is_refused_by_typha(go_peers: GoPeers, issued: Path, wrong_cn: str) -> None:
-    ex = exchange(go_peers, typha_env(issued, client_cn=wrong_cn), felix_env(issued))
+def test_wrong_cn_is_refused_by_typha(
+    go_peers: GoPeers, issued: Path, wrong_cn: str, max_version: str
+) -> None:
+    ex = exchange(
+        go_peers,
+        typha_env(issued, client_cn=wrong_cn),
+        felix_env(issued),
+        ["-max-version", max_version],
+    )
     assert not ex.accepted, ex.describe()
     assert ex.typha_error == "peer certificate does not have required CN"
     assert ex.felix_error == BAD_CERTIFICATE
 
 
-def test_wrong_typha_cn_is_refused_by_felix(go_peers: GoPeers, issued: Path) -> None:
-    ex = exchange(go_peers, typha_env(issued), felix_env(issued, typha_cn="calico-typha-x"))
+@TLS_VERSIONS
+def test_wrong_typha_cn_is_refused_by_felix(
+    go_peers: GoPeers, issued: Path, max_version: str
+) -> None:
+    ex = exchange(
+        go_peers,
+        typha_env(issued),
+        felix_env(issued, typha_cn="calico-typha-x"),
+        ["-max-version", max_version],
+    )
     assert not ex.accepted, ex.describe()
     assert ex.felix_error == "peer certificate does not have required CN"
     assert ex.typha_error == BAD_CERTIFICATE

@@ -93,7 +93,7 @@ func main() {
 	}
 	tlsConfig, err := calico.NewTLSConfig()
 	if err != nil {
-		fail(2, "Failed to create TLS Config: %v", err)
+		fail(2, "%v", err)
 	}
 	tlsConfig.Certificates = []tls.Certificate{cert}
 	tlsConfig.MinVersion = tls.VersionTLS12
