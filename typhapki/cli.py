@@ -413,6 +413,67 @@ def lint_hiera_cmd(
     run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
 
 
+@app.command("ferm")
+def ferm_cmd(
+    hiera: Annotated[
+        Path, typer.Option("--hiera", help="Hiera YAML file, or a directory of them.")
+    ],
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="Cluster name in kubernetes::clusters.")
+    ],
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="strict (every node address) or relaxed (networks)."),
+    ] = None,
+    style: Annotated[
+        str | None,
+        typer.Option("--style", help="plain (domain/chain block) or function (&R_SERVICE)."),
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Typha port (default 5473).")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", help="Write here atomically, only on change (default stdout)."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 0 if --output is up to date, else 1.")
+    ] = False,
+    templates: Annotated[
+        Path | None, typer.Option("--templates", help="Directory of STYLE.ferm.j2 templates.")
+    ] = None,
+    nameserver: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nameserver",
+            help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
+            "else /etc/resolv.conf.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", help="DNS queries in flight (default 200).")
+    ] = None,
+) -> None:
+    """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
+    from typhapki.commands.ferm import FermOptions, ferm
+
+    opts = FermOptions(
+        hiera,
+        cluster,
+        mode,
+        style,
+        port,
+        output,
+        check,
+        templates,
+        tuple(nameserver or ()),
+        timeout,
+        concurrency,
+    )
+    run(lambda: ferm(opts))
+
+
 def main() -> int:
     """Console-script entry point."""
     try:
