@@ -30,17 +30,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, UsageError
-from typhapki.issuance import Change, ensure_set, load_issuer, wanted_bundle
 from typhapki.layout import CaPaths, SetPaths
 from typhapki.pem import load_certs, parse_certs, read_file
 from typhapki.settings import PkiSettings, RoleName
-from typhapki.store import locked
 from typhapki.verify import SetReport, check_set, find_issuer, fingerprint, is_ca
+
+if TYPE_CHECKING:
+    from typhapki.issuance import Change
+
+# Issuing (typhapki.issuance, typhapki.store) is imported only by the functions that
+# write: `describe_rotation` runs inside `check` and `facts`, which must start fast.
 
 ROTATION_LOCK = ".typhapki-rotation.lock"
 
@@ -261,6 +265,9 @@ def rotate(
     now: datetime | None = None,
 ) -> RotationResult:
     """Bring the set under `out` to `target`; refuse, writing nothing, if that is unsafe."""
+    from typhapki.issuance import ensure_set, load_issuer
+    from typhapki.store import locked
+
     if target is Stage.NONE:
         raise UsageError("--stage: expected trust-new, reissue or drop-old")
     cas = load_rotation_cas(old_dir, new_dir)
@@ -295,6 +302,8 @@ def check_stage(
     now: datetime | None = None,
 ) -> list[str]:
     """Why the node is not (cleanly) at `target`; empty when it is. Reads only certificates."""
+    from typhapki.issuance import wanted_bundle
+
     cas = load_rotation_cas(old_dir, new_dir)
     paths = SetPaths(out)
     if not out.is_dir():
