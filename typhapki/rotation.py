@@ -5,7 +5,7 @@ stage  name        CA bundle              leaves signed by
 =====  ==========  =====================  ================
 0      (none)      old                    old
 1      trust-new   old + new              old
-2      reissue     new + old              new
+2      reissue     old + new              new
 3      drop-old    new                    new
 =====  ==========  =====================  ================
 
@@ -17,7 +17,8 @@ Go's TLS client in Felix only presents a client certificate whose issuer is in t
 acceptable-CA list Typha sends, which is one more reason stage 1 must be everywhere
 before any leaf is reissued.
 
-Each stage is `issuance.ensure_set` with the right signing CA and extra trusted CA,
+Each stage is `issuance.ensure_set` with the right signing CA and extra trusted CA
+(a bundle it writes lists the signing CA first; order does not matter to Go),
 so it is idempotent, publishes the bundle before the leaves, and can run from Puppet
 on every node in any node order. Skipping a stage or going back is refused before
 anything is written.
