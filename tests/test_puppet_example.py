@@ -6,6 +6,7 @@ read or written; every managed path is under the `typhapki_root` fact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, require, require_root, run_cli
+from tests.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F401 - fixture
 from typhapki.layout import CaPaths, SetPaths
 from typhapki.pem import load_certs
 from typhapki.settings import RoleName
@@ -60,7 +62,7 @@ class Node:
         env.update({f"FACTER_{k}": v for k, v in self.facts.items()})
         return env
 
-    def apply(self) -> subprocess.CompletedProcess[str]:
+    def apply(self, failing: bool = False) -> subprocess.CompletedProcess[str]:
         p = self.puppet
         proc = subprocess.run(
             [
@@ -82,7 +84,9 @@ class Node:
             env=self.env(),
             stdin=subprocess.DEVNULL,
         )
-        assert proc.returncode in (0, 2), (proc.returncode, proc.stdout, proc.stderr)
+        # --detailed-exitcodes: 0 no change, 2 changes, 4/6 failures.
+        wanted = (4, 6) if failing else (0, 2)
+        assert proc.returncode in wanted, (proc.returncode, proc.stdout, proc.stderr)
         return proc
 
 
@@ -160,29 +164,100 @@ def test_broken_certificates_are_reissued_and_restart_notified(node: Node) -> No
     assert len(node.log_lines("restarts.log")) == 3
 
 
+def _facter(node: Node) -> dict[str, Any]:
+    """The typhapki fact as real Facter reads it from the installed facts.d wrapper."""
+    proc = subprocess.run(
+        ["facter", "--external-dir", str(node.facts_d), "--json", "typhapki"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=node.env(),
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    value = json.loads(proc.stdout)["typhapki"]
+    assert isinstance(value, dict)
+    return value
+
+
 def test_installed_fact_reads_back_through_facter(node: Node) -> None:
     require("facter")
     assert node.apply().returncode == 2
 
-    def fact() -> dict[str, Any]:
-        proc = subprocess.run(
-            ["facter", "--external-dir", str(node.facts_d), "--json", "typhapki"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=node.env(),
-            stdin=subprocess.DEVNULL,
-        )
-        assert proc.returncode == 0, proc.stderr
-        value = json.loads(proc.stdout)["typhapki"]
-        assert isinstance(value, dict)
-        return value
-
-    good = fact()
+    good = _facter(node)
     assert good["ok"] is True
     assert good["set"]["out"] == str(node.out)
     assert good["set"]["roles"]["felix"]["common_name"] == "calico-node"
     SetPaths(node.out).cert(RoleName.TYPHA).resolve().write_text("not a certificate\n")
-    bad = fact()
+    bad = _facter(node)
     assert bad["ok"] is False
     assert "typha.crt" in bad["set"]["roles"]["typha"]["problems"][0]["path"]
+
+
+HIERA = """\
+kubernetes::clusters_defaults:
+  typha:
+    mode: strict
+    style: plain
+kubernetes::clusters:
+  main:
+    staging:
+      ipv6dualstack: true
+      cluster_nodes:
+        - ctrl1.example.test
+        - node1.example.test
+      typha:
+        typha_cn: typha-staging
+        felix_cn: felix-staging
+"""
+RECORDS = {
+    "ctrl1.example.test": ["10.0.0.1", "fd00::1"],
+    "node1.example.test": ["10.0.0.2", "fd00::2"],
+}
+
+
+def test_hiera_settings_and_the_dns_gated_ferm_rule(
+    node: Node, tmp_path: Path, dnsmasq_server: DnsFactory
+) -> None:
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(HIERA)
+    dns = dnsmasq_server(RECORDS)
+    node.facts.update(
+        typhapki_hiera=str(hiera), typhapki_cluster="staging", typhapki_nameserver=dns.arg
+    )
+    first = node.apply()
+    assert first.returncode == 2, first.stdout
+    _assert_converged(node)
+    typha = load_certs(SetPaths(node.out).cert(RoleName.TYPHA), "typha")[0]
+    assert typha.subject.rfc4514_string() == "CN=typha-staging"  # from hiera
+    rule = node.ferm_rule.read_text()
+    for address in ("10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2"):
+        assert address in rule
+    assert "5473" in rule
+    assert len(node.log_lines("ferm-reloads.log")) == 1
+    assert node.apply().returncode == 0
+
+    if shutil.which("facter"):
+        fact = _facter(node)
+        assert fact["ok"] is True, fact["error"]
+        assert fact["ferm"]["exists"] is True
+        assert fact["ferm"]["path"] == str(node.ferm_rule)
+        assert fact["ferm"]["sha256"] == hashlib.sha256(node.ferm_rule.read_bytes()).hexdigest()
+
+    # A node moves: the rule follows on the next run, and ferm is reloaded.
+    moved = dnsmasq_server(dict(RECORDS, **{"node1.example.test": ["10.0.0.20", "fd00::20"]}))
+    node.facts["typhapki_nameserver"] = moved.arg
+    run = node.apply()
+    assert run.returncode == 2, run.stdout
+    assert "10.0.0.20" in node.ferm_rule.read_text()
+    assert len(node.log_lines("ferm-reloads.log")) == 2
+    assert len(node.log_lines("restarts.log")) == 1  # certificates untouched
+
+    # A node stops resolving: the run fails loudly and the last good rule stays.
+    before = node.ferm_rule.read_bytes()
+    broken = dnsmasq_server({"ctrl1.example.test": RECORDS["ctrl1.example.test"]})
+    node.facts["typhapki_nameserver"] = broken.arg
+    failed = node.apply(failing=True)
+    assert "node1.example.test" in failed.stdout + failed.stderr
+    assert node.ferm_rule.read_bytes() == before
+    assert len(node.log_lines("ferm-reloads.log")) == 2
