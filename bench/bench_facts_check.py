@@ -1,0 +1,79 @@
+"""Median wall time of `typhapki facts` and `typhapki check` as fresh processes on a full
+set, the way Facter (facts.d wrapper) and Puppet (exec unless) run them on every agent run.
+
+    python bench/bench_facts_check.py [--runs N]
+
+Target (issue 4): each under 150 ms median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_MS = 150.0
+
+
+def typhapki() -> list[str]:
+    exe = Path(sys.executable).parent / "typhapki"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
+
+
+def timings_ms(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True)
+        times.append((time.perf_counter() - t0) * 1000)
+        if proc.returncode != 0:
+            raise SystemExit(f"benchmark command failed: {' '.join(cmd)}: {proc.stderr!r}")
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ca, out, rule = Path(tmp) / "ca", Path(tmp) / "out", Path(tmp) / "10_typha"
+        rule.write_text("# a managed ferm rule\n")
+        subprocess.run([*typhapki(), "ca", "init", "--ca-dir", str(ca)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run([*typhapki(), "issue", "--ca-dir", str(ca), "--out", str(out)],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        set_args = ["--ca-dir", str(ca), "--out", str(out)]
+        facts = [*typhapki(), "facts", *set_args, "--ferm-output", str(rule)]
+        check = [*typhapki(), "check", *set_args, "--quiet"]
+        # The fact must describe a valid set, or we would time the wrong path.
+        fact = json.loads(subprocess.run(facts, check=True, capture_output=True).stdout)
+        if fact["typhapki"]["ok"] is not True:
+            raise SystemExit(f"facts did not report a valid set: {fact['typhapki']['error']}")
+        # Warm the page cache and .pyc files once; then measure, interleaved so drift
+        # on a shared machine hits both commands alike.
+        timings_ms(facts, 2)
+        timings_ms(check, 2)
+        results: dict[str, list[float]] = {"facts": [], "check": []}
+        for _ in range(args.runs):
+            results["facts"] += timings_ms(facts, 1)
+            results["check"] += timings_ms(check, 1)
+    ok = True
+    for name, times in results.items():
+        median = statistics.median(times)
+        passed = median < TARGET_MS
+        ok = ok and passed
+        print(
+            f"typhapki {name:5} (fresh process), {args.runs} runs: median {median:6.1f} ms, "
+            f"min {min(times):6.1f} ms, max {max(times):6.1f} ms: "
+            f"{'PASS' if passed else 'FAIL'} (< {TARGET_MS:.0f} ms)"
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
