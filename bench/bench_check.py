@@ -31,8 +31,9 @@ one() {  # cert key purpose cn
   [ "$(openssl x509 -in "$1" -noout -pubkey | openssl sha256)" = \
     "$(openssl pkey -in "$2" -pubout | openssl sha256)" ]          # key matches
 }
-one "$out/calico-typha-certs/typha.crt" "$out/calico-typha-certs/typha.key" sslserver calico-typha
-one "$out/calico-node-certs/calico-node.crt" "$out/calico-node-certs/calico-node.key" sslclient calico-node
+t=$out/calico-typha-certs n=$out/calico-node-certs
+one "$t/typha.crt" "$t/typha.key" sslserver calico-typha
+one "$n/calico-node.crt" "$n/calico-node.key" sslclient calico-node
 """
 
 
