@@ -159,7 +159,8 @@ def lint(
     from typhapki.hiera import DEFAULTS_KEY, check_host_entries, iter_host_entries, load_hiera
     from typhapki.hostnames import parse_ip, validate_host
 
-    report = LintReport(list(paths), offline=offline)
+    paths = list(dict.fromkeys(paths))  # a file named in hook args and changed: once
+    report = LintReport(paths, offline=offline)
     # Read every file first: a malformed one stops the lint before any DNS traffic.
     wanted = [p for p in paths if _mentions_clusters(p)]
     loaded = [(path, iter_host_entries(path)) for path in wanted]
