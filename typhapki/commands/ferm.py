@@ -59,8 +59,8 @@ def ferm(opts: FermOptions) -> int:
         cluster.cluster_nodes,
         nameservers=servers,
         require_ipv6=cluster.ipv6dualstack,
-        concurrency=opts.concurrency or DEFAULT_CONCURRENCY,
-        timeout=opts.timeout or DEFAULT_TIMEOUT,
+        concurrency=DEFAULT_CONCURRENCY if opts.concurrency is None else opts.concurrency,
+        timeout=DEFAULT_TIMEOUT if opts.timeout is None else opts.timeout,
     )
     problems = gate.failure_lines()
     if gate.ok and mode == "relaxed" and typha.networks:
