@@ -119,3 +119,58 @@ def test_facter_still_succeeds_on_a_broken_set(issued: Path, ca_dir: Path, tmp_p
     assert felix["problems"][0]["path"] == str(key)
     assert "missing" in felix["problems"][0]["message"]
     assert fact["set"]["roles"]["typha"]["valid"] is True
+
+
+HIERA = """\
+kubernetes::clusters:
+  main:
+    staging:
+      cluster_nodes: [node1.example.test]
+      typha:
+        felix_cn: felix-staging
+        ferm_output: {rule}
+"""
+
+
+def test_hiera_settings_and_ferm_output(issued: Path, tmp_path: Path) -> None:
+    rule = tmp_path / "10_typha"
+    rule.write_text("# rule\n")
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(HIERA.format(rule=rule))
+    args = ("facts", "--out", issued, "--hiera", hiera, "--cluster", "staging")
+    fact = _fact(run_cli(*args))
+    # felix_cn from hiera: the set issued with the defaults no longer matches.
+    [problem] = fact["set"]["problems"]
+    assert "felix-staging" in problem["message"]
+    assert fact["ferm"]["path"] == str(rule)  # from the cluster's typha.ferm_output
+    assert fact["ferm"]["exists"] is True
+    # A flag wins over hiera.
+    fact = _fact(run_cli(*args, "--felix-cn", "calico-node"))
+    assert fact["ok"] is True, fact
+
+
+def test_broken_hiera_is_an_error_in_the_fact(issued: Path, tmp_path: Path) -> None:
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text("kubernetes::clusters: [unclosed\n")
+    fact = _fact(run_cli("facts", "--out", issued, "--hiera", hiera, "--cluster", "x"))
+    assert str(hiera) in fact["error"]
+    assert fact["set"]["roles"]["typha"]["present"] is True
+
+
+def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
+    """Startup cost: without --hiera, none of the heavy libraries is imported."""
+    code = (
+        "import sys\n"
+        "from typhapki.cli import main\n"
+        f"sys.argv = ['typhapki', 'facts', '--out', {str(issued)!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    heavy = sorted({m.split('.')[0] for m in sys.modules} & {'yaml', 'dns', 'jinja2'})\n"
+        "    print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "HEAVY []" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["typhapki"]["ok"] is True
