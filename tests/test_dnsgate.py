@@ -149,15 +149,29 @@ def test_retries_rotate_to_a_working_nameserver(
     assert broken.queries > 0
 
 
+@pytest.mark.parametrize("failure", [Behaviour.SERVFAIL, Behaviour.REFUSED, Behaviour.SILENT])
 def test_partial_answer_fails_the_host(
-    scripted_dns: Callable[..., ScriptedDns], dnsmasq_server: Callable[..., Dnsmasq]
+    failure: Behaviour, scripted_dns: Callable[..., ScriptedDns]
 ) -> None:
-    # The same name answers on one server and SERVFAILs on the other: with no retries,
-    # each record type sticks to one server; whichever fails, the host must fail.
-    broken = scripted_dns(default=Behaviour.SERVFAIL)
-    result = resolve_all(["dual.example.test"], nameservers=[broken.nameserver], retries=3)
-    assert result.failures["dual.example.test"].reason is Reason.SERVFAIL
-    assert broken.queries == 8
+    # A answers, AAAA fails: the host must fail, not pass with its IPv4 address only.
+    server = scripted_dns(
+        {"half.example.test": ["10.250.0.7", "fd00::7"], "half.example.test AAAA": failure}
+    )
+    result = resolve_all(
+        ["half.example.test"], nameservers=[server.nameserver], timeout=0.2, retries=1
+    )
+    assert not result.addresses
+    failed = result.failures["half.example.test"]
+    assert failed.detail == "AAAA"
+    assert (
+        failed.reason
+        is {
+            Behaviour.SERVFAIL: Reason.SERVFAIL,
+            Behaviour.REFUSED: Reason.REFUSED,
+            Behaviour.SILENT: Reason.TIMEOUT,
+        }[failure]
+    )
+    assert server.queries == 3  # A once, AAAA twice (one retry)
 
 
 def test_answers_to_another_question_are_ignored(

@@ -204,6 +204,7 @@ class ScriptedDns:
     """A UDP DNS server on 127.0.0.1 in a thread.
 
     `zone` maps names to a Behaviour or a list of addresses; other names get `default`.
+    A key "NAME AAAA" (or "NAME A") applies to that record type only.
     Every answer is sent `delay` seconds after the query arrived (queries are not
     serialised by the delay: many can be pending at once, like a far-away server).
     """
@@ -260,7 +261,8 @@ class ScriptedDns:
         if question is None:
             return None
         name, qtype, question_wire = question
-        rule = self.zone.get(name, self.default)
+        qtype_text = {1: "A", 28: "AAAA"}.get(qtype, str(qtype))
+        rule = self.zone.get(f"{name} {qtype_text.lower()}", self.zone.get(name, self.default))
         if rule is Behaviour.SILENT:
             return None
         rcode = {Behaviour.SERVFAIL: 2, Behaviour.REFUSED: 5, Behaviour.NXDOMAIN: 3}.get(
