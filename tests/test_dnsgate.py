@@ -212,3 +212,14 @@ def test_invalid_hosts_never_reach_dns(scripted_dns: Callable[..., ScriptedDns])
 def test_bad_limits(kwargs: dict[str, float], needle: str) -> None:
     with pytest.raises(UsageError, match=needle):
         resolve_all(["a.example.test"], nameservers=[("127.0.0.1", 9)], **kwargs)  # type: ignore[arg-type]
+
+
+def test_truncated_answers_are_asked_again_over_tcp(
+    dnsmasq_server: Callable[..., Dnsmasq],
+) -> None:
+    # 60 A records do not fit a 512-byte UDP answer: dnsmasq sets TC, the gate uses TCP.
+    many = [f"10.250.7.{i}" for i in range(1, 61)]
+    dns = dnsmasq_server({"big.example.test": many})
+    result = resolve_all(["big.example.test"], nameservers=[dns.nameserver])
+    assert result.ok, result.failure_lines()
+    assert len(result.addresses["big.example.test"]) == 60  # UDP alone carries 29 of them
