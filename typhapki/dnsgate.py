@@ -226,11 +226,19 @@ class _Querier:
         loop = asyncio.get_running_loop()
         for family in sorted({ipaddress.ip_address(ns[0]).version for ns in self.nameservers}):
             local = "0.0.0.0" if family == 4 else "::"
-            clients = []
+            clients: list[_UdpClient] = []
+            self.clients[family] = clients  # filled in place: close() sees partial sets
             for _ in range(self.SOCKETS_PER_FAMILY):
-                _, protocol = await loop.create_datagram_endpoint(_UdpClient, local_addr=(local, 0))
+                try:
+                    _, protocol = await loop.create_datagram_endpoint(
+                        _UdpClient, local_addr=(local, 0)
+                    )
+                except OSError as exc:
+                    self.close()
+                    raise UsageError(
+                        f"--nameserver: cannot open an IPv{family} socket: {exc.strerror or exc}"
+                    ) from None
                 clients.append(protocol)
-            self.clients[family] = clients
 
     def close(self) -> None:
         for clients in self.clients.values():
