@@ -7,6 +7,7 @@ documented exit code (docs/exit-codes.md); no traceback ever reaches a terminal.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,11 @@ def run(body: Callable[[], int]) -> None:
     except TyphapkiError as exc:
         print(f"typhapki: error: {exc}", file=sys.stderr)
         raise typer.Exit(exc.exit_code) from None
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as cat and grep do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(141) from None
     except KeyboardInterrupt:
         print("typhapki: interrupted", file=sys.stderr)
         raise typer.Exit(130) from None

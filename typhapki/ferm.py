@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,17 @@ DEFAULT_MODE = "strict"
 DEFAULT_STYLE = "plain"
 DEFAULT_PREFIX_V4 = 24
 DEFAULT_PREFIX_V6 = 64
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "ferm_templates"
+
+
+def _default_templates() -> Path:
+    """The repository's ferm_templates/, or the copy a wheel installs under share/."""
+    in_tree = Path(__file__).resolve().parent.parent / "ferm_templates"
+    if in_tree.is_dir():
+        return in_tree
+    return Path(sys.prefix) / "share" / "typhapki" / "ferm_templates"
+
+
+TEMPLATES_DIR = _default_templates()
 
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
 _NetworkT = ipaddress.IPv4Network | ipaddress.IPv6Network
