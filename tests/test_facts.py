@@ -13,7 +13,7 @@ from typhapki.errors import UsageError
 from typhapki.facts import FactRequest, file_state, gather
 from typhapki.layout import CaPaths, SetPaths
 from typhapki.pem import load_certs
-from typhapki.settings import PkiSettings, RoleName
+from typhapki.settings import KeyType, PkiSettings, RoleName
 from typhapki.verify import fingerprint
 
 
@@ -152,3 +152,22 @@ def test_ferm_state_is_in_the_fact(issued: Path, tmp_path: Path) -> None:
     fact = _fact(FactRequest(out=issued, ferm_output=rule))
     assert fact["ferm"]["exists"] is True  # type: ignore[index]
     assert fact["ok"] is True
+
+
+def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
+    from typhapki.issuance import ensure_set, init_ca, load_issuer, load_trusted
+
+    fact = gather(FactRequest(out=issued), PkiSettings)["typhapki"]
+    assert fact["set"]["rotation"] == {"rotating": False, "stage": 0, "stage_name": "none"}
+    # A newer CA trusted next to the current one: stage 1 (trust-new).
+    init_ca(tmp_path / "new", KeyType.ECDSA_P256, 3651, None, force=False)
+    trusted = load_trusted([tmp_path / "new" / "typhaca.crt"])
+    ensure_set(
+        issued, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX], trusted
+    )
+    rotation = gather(FactRequest(out=issued), PkiSettings)["typhapki"]["set"]["rotation"]
+    assert (rotation["rotating"], rotation["stage"], rotation["stage_name"]) == (
+        True,
+        1,
+        "trust-new",
+    )

@@ -127,6 +127,17 @@ def file_state(path: Path) -> dict[str, Any]:
     return fact
 
 
+def _rotation_fact(report: SetReport) -> dict[str, Any]:
+    """Which CA rotation stage the bundle and leaves show (docs/rotation.md)."""
+    if report.bundle is None or len(report.bundle) < 2:
+        stage = 0 if report.bundle else None
+        return {"rotating": False, "stage": stage, "stage_name": "none" if stage == 0 else None}
+    from typhapki.rotation import describe_rotation  # only when a rotation is under way
+
+    info = describe_rotation(report)
+    return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
+
+
 def _set_fact(
     request: FactRequest, settings: PkiSettings, now: datetime, errors: list[str]
 ) -> dict[str, Any]:
@@ -153,6 +164,7 @@ def _set_fact(
         "valid": report.ok,
         "problems": [_problem(p) for p in report.problems],
         "bundle": _bundle_fact(report, now),
+        "rotation": _rotation_fact(report),
         "roles": {
             role.value: _role_fact(state, settings, now) for role, state in report.roles.items()
         },
