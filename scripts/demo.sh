@@ -7,11 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TYPHAPKI_VENV:-.venv}
-bash scripts/setup.sh "$VENV" >/dev/null
-export PATH="$PWD/$VENV/bin:$PATH"
 WORK=${1:-$(mktemp -d /tmp/typhapki-demo.XXXXXX)}
 CLUSTER=${TYPHAPKI_DEMO_CLUSTER:-staging-eqiad}
 mkdir -p "$WORK"
+echo "setting up (log: $WORK/setup.log)..."
+bash scripts/setup.sh "$VENV" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log"; exit 1; }
+export PATH="$PWD/$VENV/bin:$PATH"
 
 port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 dnsmasq --no-daemon --conf-file=/dev/null --port="$port" --listen-address=127.0.0.1 \
