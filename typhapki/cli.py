@@ -7,11 +7,13 @@ documented exit code (docs/exit-codes.md); no traceback ever reaches a terminal.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -111,30 +113,42 @@ Cluster = Annotated[
 ]
 
 
-def _pki_options(
-    typha_cn: str | None,
-    felix_cn: str | None,
-    typha_uri_san: str | None,
-    felix_uri_san: str | None,
-    key_type: str | None,
-    days: int | None,
-    renew_before: str | None,
-    key_owner: str | None,
-    key_group: str | None,
-    key_mode: str | None,
-) -> PkiOptions:
-    return PkiOptions(
-        typha_cn,
-        felix_cn,
-        typha_uri_san,
-        felix_uri_san,
-        key_type,
-        days,
-        renew_before,
-        key_owner,
-        key_group,
-        key_mode,
-    )
+# The certificate options every PKI command takes, in PkiOptions field order.
+_PKI_OPTIONS: dict[str, Any] = {
+    "typha_cn": TyphaCn,
+    "felix_cn": FelixCn,
+    "typha_uri_san": TyphaUri,
+    "felix_uri_san": FelixUri,
+    "key_type": KeyTypeOpt,
+    "days": Days,
+    "renew_before": RenewBefore,
+    "key_owner": KeyOwner,
+    "key_group": KeyGroup,
+    "key_mode": KeyMode,
+}
+
+
+def with_pki_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the certificate options, handed to it as one `pki: PkiOptions`.
+
+    typer reads the parameters from the signature, so the wrapper shows the command's
+    own parameters (less `pki`) followed by the shared options, declared once above.
+    """
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
+        for name, ann in _PKI_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        pki = PkiOptions(**{name: kwargs.pop(name) for name in _PKI_OPTIONS})
+        command(pki=pki, **kwargs)
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "pki"]
+    wrapper.__signature__ = inspect.Signature(params + shared)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params + shared}
+    return wrapper
 
 
 @ca_app.command("init")
@@ -154,20 +168,13 @@ def ca_init_cmd(
 
 
 @app.command("issue")
+@with_pki_options
 def issue_cmd(
+    *,
     ca_dir: CaDir,
     out: Out,
     role: Role = "both",
-    typha_cn: TyphaCn = None,
-    felix_cn: FelixCn = None,
-    typha_uri_san: TyphaUri = None,
-    felix_uri_san: FelixUri = None,
-    key_type: KeyTypeOpt = None,
-    days: Days = None,
-    renew_before: RenewBefore = None,
-    key_owner: KeyOwner = None,
-    key_group: KeyGroup = None,
-    key_mode: KeyMode = None,
+    pki: PkiOptions,
     trust: Trust = None,
     json_out: Json = False,
     hiera: Hiera = None,
@@ -176,23 +183,13 @@ def issue_cmd(
     """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
     from typhapki.commands.issue import issue
 
-    opts = _pki_options(
-        typha_cn,
-        felix_cn,
-        typha_uri_san,
-        felix_uri_san,
-        key_type,
-        days,
-        renew_before,
-        key_owner,
-        key_group,
-        key_mode,
-    )
-    run(lambda: issue(ca_dir, out, role, opts, trust or [], json_out, hiera, cluster))
+    run(lambda: issue(ca_dir, out, role, pki, trust or [], json_out, hiera, cluster))
 
 
 @app.command("check")
+@with_pki_options
 def check_cmd(
+    *,
     out: Out,
     role: Role = "both",
     ca_dir: Annotated[
@@ -201,16 +198,7 @@ def check_cmd(
             "--ca-dir", help="Also require leaves signed by this CA and the bundle to match."
         ),
     ] = None,
-    typha_cn: TyphaCn = None,
-    felix_cn: FelixCn = None,
-    typha_uri_san: TyphaUri = None,
-    felix_uri_san: FelixUri = None,
-    key_type: KeyTypeOpt = None,
-    days: Days = None,
-    renew_before: RenewBefore = None,
-    key_owner: KeyOwner = None,
-    key_group: KeyGroup = None,
-    key_mode: KeyMode = None,
+    pki: PkiOptions,
     trust: Trust = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when valid.")] = False,
     hiera: Hiera = None,
@@ -219,19 +207,7 @@ def check_cmd(
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
     from typhapki.commands.check import check
 
-    opts = _pki_options(
-        typha_cn,
-        felix_cn,
-        typha_uri_san,
-        felix_uri_san,
-        key_type,
-        days,
-        renew_before,
-        key_owner,
-        key_group,
-        key_mode,
-    )
-    run(lambda: check(out, role, opts, ca_dir, trust or [], quiet, hiera, cluster))
+    run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster))
 
 
 @app.command("inspect")
@@ -346,7 +322,9 @@ def manifests_cmd(
 
 
 @app.command("rotate-ca")
+@with_pki_options
 def rotate_ca_cmd(
+    *,
     stage: Annotated[
         str, typer.Option("--stage", help="trust-new, reissue or drop-old (docs/rotation.md).")
     ],
@@ -354,16 +332,7 @@ def rotate_ca_cmd(
     new_ca_dir: Annotated[Path, typer.Option("--new-ca-dir", help="The CA rotated in.")],
     out: Out,
     role: Role = "both",
-    typha_cn: TyphaCn = None,
-    felix_cn: FelixCn = None,
-    typha_uri_san: TyphaUri = None,
-    felix_uri_san: FelixUri = None,
-    key_type: KeyTypeOpt = None,
-    days: Days = None,
-    renew_before: RenewBefore = None,
-    key_owner: KeyOwner = None,
-    key_group: KeyGroup = None,
-    key_mode: KeyMode = None,
+    pki: PkiOptions,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 0 if OUT is at the stage, 1 if not.")
     ] = False,
@@ -375,21 +344,9 @@ def rotate_ca_cmd(
     """Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage."""
     from typhapki.commands.rotate_ca import rotate_ca
 
-    opts = _pki_options(
-        typha_cn,
-        felix_cn,
-        typha_uri_san,
-        felix_uri_san,
-        key_type,
-        days,
-        renew_before,
-        key_owner,
-        key_group,
-        key_mode,
-    )
     run(
         lambda: rotate_ca(
-            stage, ca_dir, new_ca_dir, out, role, opts, check, allow_rollback, json_out
+            stage, ca_dir, new_ca_dir, out, role, pki, check, allow_rollback, json_out
         )
     )
 
