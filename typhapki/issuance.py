@@ -132,6 +132,18 @@ class Change:
     serial: str | None = None
     fingerprint: str | None = None
 
+    def as_dict(self) -> dict[str, str | None]:
+        """The change as JSON-ready data (`issue --json`, `rotate-ca --json`)."""
+        return {
+            "scope": self.scope,
+            "path": str(self.path),
+            "action": self.action,
+            "reason": self.reason,
+            "hint": self.hint,
+            "serial": self.serial,
+            "sha256_fingerprint": self.fingerprint,
+        }
+
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"

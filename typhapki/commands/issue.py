@@ -30,18 +30,7 @@ def issue(
             json.dumps(
                 {
                     "changed": bool(changes),
-                    "changes": [
-                        {
-                            "scope": c.scope,
-                            "path": str(c.path),
-                            "action": c.action,
-                            "reason": c.reason,
-                            "hint": c.hint,
-                            "serial": c.serial,
-                            "sha256_fingerprint": c.fingerprint,
-                        }
-                        for c in changes
-                    ],
+                    "changes": [c.as_dict() for c in changes],
                 },
                 indent=2,
             )

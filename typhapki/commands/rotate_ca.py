@@ -41,16 +41,7 @@ def rotate_ca(
                     "stage_before": int(result.before),
                     "stage_after": int(result.after),
                     "changed": bool(result.changes),
-                    "changes": [
-                        {
-                            "scope": c.scope,
-                            "path": str(c.path),
-                            "action": c.action,
-                            "reason": c.reason,
-                            "hint": c.hint,
-                        }
-                        for c in result.changes
-                    ],
+                    "changes": [c.as_dict() for c in result.changes],
                 },
                 indent=2,
             )
