@@ -113,6 +113,20 @@ Cluster = Annotated[
 ]
 
 
+# The DNS gate's options, shared by ferm and lint-hiera.
+Nameservers = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nameserver",
+        help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
+        "else /etc/resolv.conf.",
+    ),
+]
+DnsTimeout = Annotated[
+    float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
+]
+
+
 # The certificate options every PKI command takes, in PkiOptions field order.
 _PKI_OPTIONS: dict[str, Any] = {
     "typha_cn": TyphaCn,
@@ -357,17 +371,8 @@ def lint_hiera_cmd(
     offline: Annotated[
         bool, typer.Option("--offline", help="Syntax and validity only, no DNS.")
     ] = False,
-    nameserver: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--nameserver",
-            help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
-            "else /etc/resolv.conf.",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
-    ] = None,
+    nameserver: Nameservers = None,
+    timeout: DnsTimeout = None,
     json_out: Json = False,
 ) -> None:
     """Check every cluster_nodes / control_plane_nodes entry: valid, and resolving."""
@@ -403,17 +408,8 @@ def ferm_cmd(
     templates: Annotated[
         Path | None, typer.Option("--templates", help="Directory of STYLE.ferm.j2 templates.")
     ] = None,
-    nameserver: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--nameserver",
-            help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
-            "else /etc/resolv.conf.",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
-    ] = None,
+    nameserver: Nameservers = None,
+    timeout: DnsTimeout = None,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="DNS queries in flight (default 200).")
     ] = None,
