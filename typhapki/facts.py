@@ -17,7 +17,7 @@ from typing import Any
 
 from typhapki import __version__
 from typhapki.certinfo import describe
-from typhapki.layout import CaPaths, SetPaths
+from typhapki.layout import SetPaths
 from typhapki.settings import PkiSettings, RoleName
 from typhapki.verify import Problem, RoleState, SetReport, check_set, fingerprint, renewal_due_at
 
@@ -148,11 +148,9 @@ def _set_fact(
     bundle = signing = None
     if request.ca_dir is not None:
         try:
-            from typhapki.issuance import load_trusted, wanted_bundle
-            from typhapki.pem import load_certs
+            from typhapki.issuance import load_wanted_bundle
 
-            signing = load_certs(CaPaths(request.ca_dir).cert, "CA certificate")[0]
-            bundle = wanted_bundle(signing, load_trusted(request.trust))
+            signing, bundle = load_wanted_bundle(request.ca_dir, request.trust)
         except TyphapkiError as exc:
             # Still describe the set, judged without the CA.
             errors.append(str(exc))

@@ -122,6 +122,17 @@ def wanted_bundle(
     return out
 
 
+def load_wanted_bundle(
+    ca_dir: Path, trust: Sequence[Path]
+) -> tuple[x509.Certificate, list[x509.Certificate]]:
+    """The signing CA's certificate and the bundle it implies, for `check` and `facts`.
+
+    Only the certificate is read: judging a set never needs the CA key.
+    """
+    signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
+    return signing, wanted_bundle(signing, load_trusted(trust))
+
+
 @dataclass(frozen=True)
 class Change:
     scope: str  # "bundle", "typha", "felix"

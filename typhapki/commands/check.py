@@ -20,8 +20,7 @@ def check(
     from datetime import UTC, datetime
 
     from typhapki.cluster_options import with_cluster_options
-    from typhapki.layout import CaPaths, SetPaths
-    from typhapki.pem import load_certs
+    from typhapki.layout import SetPaths
     from typhapki.verify import check_set
 
     opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
@@ -30,11 +29,9 @@ def check(
     signing = None
     bundle = None
     if ca_dir is not None:
-        # Only the CA certificate: check never needs the CA key.
-        signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
-        from typhapki.issuance import load_trusted, wanted_bundle  # CA key never loaded
+        from typhapki.issuance import load_wanted_bundle  # only with --ca-dir: start-up cost
 
-        bundle = wanted_bundle(signing, load_trusted(trust))
+        signing, bundle = load_wanted_bundle(ca_dir, trust)
     report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
     if report.bundle is not None and len(report.bundle) > 1 and not quiet:
         # Several CAs in the bundle: say which rotation stage the node is in.
