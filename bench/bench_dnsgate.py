@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:  # run as a script: make tests.support importable
     sys.path.insert(0, str(ROOT))
 
 from tests.support.dns import Behaviour, ScriptedDns, start_dnsmasq  # noqa: E402
-from typhapki.dnsgate import resolve_all  # noqa: E402
+from typhapki.firewall.dnsgate import resolve_all  # noqa: E402
 
 LOCAL_TARGET_S = 3.0
 SPEEDUP_TARGET = 20.0

@@ -9,6 +9,14 @@ VENV=${1:-${TYPHAPKI_VENV:-.venv}}
 SYSTEM_PACKAGES=(
   openssl curl ca-certificates iproute2 iptables ferm dnsmasq-base
   puppet-agent facter git golang-go
+  # central issuance, monitoring, the Puppet module, the Debian package
+  golang-cfssl prometheus prometheus-node-exporter systemd
+  puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
+  ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
+  dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
+  lintian bash-completion man-db
+  python3-typer python3-cryptography python3-dnspython python3-jinja2 python3-yaml
+  python3-prometheus-client python3-venv
 )
 missing=()
 for pkg in "${SYSTEM_PACKAGES[@]}"; do
@@ -17,8 +25,8 @@ done
 if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $SUDO apt-get -o DPkg::Lock::Timeout=900 update -qq
+  $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -75,8 +75,8 @@ def assert_one_line_error(result: CliResult, code: int, *needles: str) -> None:
 @pytest.fixture
 def ca_dir(tmp_path: Path) -> Path:
     """A fresh cluster CA (ECDSA P-256)."""
-    from typhapki.issuance import init_ca
-    from typhapki.settings import KeyType
+    from typhapki.pki.issuance import init_ca
+    from typhapki.pki.settings import KeyType
 
     path = tmp_path / "ca"
     init_ca(path, KeyType.ECDSA_P256, 3650, None, force=False)
@@ -86,8 +86,8 @@ def ca_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def issued(tmp_path: Path, ca_dir: Path) -> Iterator[Path]:
     """A full Typha + Felix set issued by `ca_dir`, under tmp_path/out."""
-    from typhapki.issuance import ensure_set, load_issuer
-    from typhapki.settings import PkiSettings, RoleName
+    from typhapki.pki.issuance import ensure_set, load_issuer
+    from typhapki.pki.settings import PkiSettings, RoleName
 
     out = tmp_path / "out"
     ensure_set(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])

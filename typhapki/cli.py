@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any, List, Optional
 
 import typer
 
@@ -54,91 +54,80 @@ def run(body: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-# Options shared by the certificate commands.
-CaDir = Annotated[
-    Path, typer.Option("--ca-dir", help="Directory holding typhaca.crt and typhaca.key.")
-]
-Out = Annotated[
-    Path, typer.Option("--out", help="Output directory: one subdirectory per pod mount.")
-]
-Role = Annotated[str, typer.Option("--role", help="typha, felix or both.")]
-TyphaCn = Annotated[
-    str | None, typer.Option("--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha.")
-]
-FelixCn = Annotated[
-    str | None, typer.Option("--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node.")
-]
-TyphaUri = Annotated[
-    str | None, typer.Option("--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN).")
-]
-FelixUri = Annotated[
-    str | None, typer.Option("--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN).")
-]
-KeyTypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--key-type", help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096."
-    ),
-]
-Days = Annotated[int | None, typer.Option("--days", help="Leaf lifetime in days (default 365).")]
-RenewBefore = Annotated[
-    str | None,
-    typer.Option(
-        "--renew-before",
-        help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.",
-    ),
-]
-KeyOwner = Annotated[
-    str | None, typer.Option("--key-owner", help="Owner of the key files (name or uid).")
-]
-KeyGroup = Annotated[
-    str | None, typer.Option("--key-group", help="Group of the key files (name or gid).")
-]
-KeyMode = Annotated[
-    str | None, typer.Option("--key-mode", help="Octal mode of the key files (default 0600).")
-]
-Trust = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--trust", help="Extra CA certificate to keep in the bundle (rotation). Repeatable."
-    ),
-]
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-Hiera = Annotated[
-    Path | None,
-    typer.Option("--hiera", help="Hiera file or directory: settings from the cluster's typha:."),
-]
-Cluster = Annotated[
-    str | None, typer.Option("--cluster", help="Cluster name in --hiera (flags win over it).")
-]
-
+# Options shared by several commands. Declared in typer's default-value form, which
+# typer 0.7 (Debian bookworm) understands as well as the newest releases do; typer 0.7
+# knows neither `Annotated` nor `X | None`, hence `Optional` and `List` in this file.
+CA_DIR = typer.Option(..., "--ca-dir", help="Directory holding typhaca.crt and typhaca.key.")
+OUT = typer.Option(..., "--out", help="Output directory: one subdirectory per pod mount.")
+ROLE = typer.Option("both", "--role", help="typha, felix or both.")
+TRUST = typer.Option(
+    None, "--trust", help="Extra CA certificate to keep in the bundle (rotation). Repeatable."
+)
+JSON = typer.Option(False, "--json", help="Machine-readable output.")
+HIERA = typer.Option(
+    None, "--hiera", help="Hiera file or directory: settings from the cluster's typha:."
+)
+CLUSTER = typer.Option(None, "--cluster", help="Cluster name in --hiera (flags win over it).")
 
 # The DNS gate's options, shared by ferm and lint-hiera.
-Nameservers = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--nameserver",
-        help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, "
-        "else /etc/resolv.conf.",
+NAMESERVERS = typer.Option(
+    None,
+    "--nameserver",
+    help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, else /etc/resolv.conf.",
+)
+DNS_TIMEOUT = typer.Option(None, "--timeout", help="Seconds per DNS query (default 2).")
+
+# The certificate options every PKI command takes, in PkiOptions field order:
+# name -> (type, option).
+_PKI_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "typha_cn": (
+        Optional[str],
+        typer.Option(None, "--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha."),
     ),
-]
-DnsTimeout = Annotated[
-    float | None, typer.Option("--timeout", help="Seconds per DNS query (default 2).")
-]
-
-
-# The certificate options every PKI command takes, in PkiOptions field order.
-_PKI_OPTIONS: dict[str, Any] = {
-    "typha_cn": TyphaCn,
-    "felix_cn": FelixCn,
-    "typha_uri_san": TyphaUri,
-    "felix_uri_san": FelixUri,
-    "key_type": KeyTypeOpt,
-    "days": Days,
-    "renew_before": RenewBefore,
-    "key_owner": KeyOwner,
-    "key_group": KeyGroup,
-    "key_mode": KeyMode,
+    "felix_cn": (
+        Optional[str],
+        typer.Option(None, "--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node."),
+    ),
+    "typha_uri_san": (
+        Optional[str],
+        typer.Option(None, "--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN)."),
+    ),
+    "felix_uri_san": (
+        Optional[str],
+        typer.Option(None, "--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN)."),
+    ),
+    "key_type": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--key-type",
+            help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.",
+        ),
+    ),
+    "days": (
+        Optional[int],
+        typer.Option(None, "--days", help="Leaf lifetime in days (default 365)."),
+    ),
+    "renew_before": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--renew-before",
+            help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.",
+        ),
+    ),
+    "key_owner": (
+        Optional[str],
+        typer.Option(None, "--key-owner", help="Owner of the key files (name or uid)."),
+    ),
+    "key_group": (
+        Optional[str],
+        typer.Option(None, "--key-group", help="Group of the key files (name or gid)."),
+    ),
+    "key_mode": (
+        Optional[str],
+        typer.Option(None, "--key-mode", help="Octal mode of the key files (default 0600)."),
+    ),
 }
 
 
@@ -148,10 +137,10 @@ def with_pki_options(command: Callable[..., None]) -> Callable[..., None]:
     typer reads the parameters from the signature, so the wrapper shows the command's
     own parameters (less `pki`) followed by the shared options, declared once above.
     """
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()]
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
     shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
-        for name, ann in _PKI_OPTIONS.items()
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+        for name, (ann, opt) in _PKI_OPTIONS.items()
     ]
 
     @functools.wraps(command)
@@ -162,18 +151,17 @@ def with_pki_options(command: Callable[..., None]) -> Callable[..., None]:
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "pki"]
     wrapper.__signature__ = inspect.Signature(params + shared)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params + shared}
+    del wrapper.__wrapped__  # typer must see the signature above, not the wrapped one
     return wrapper
 
 
 @ca_app.command("init")
 def ca_init_cmd(
-    ca_dir: CaDir,
-    key_type: Annotated[str, typer.Option("--key-type", help="Key type of the CA.")] = "ecdsa-p256",
-    days: Annotated[int, typer.Option("--days", help="CA lifetime in days.")] = 3650,
-    cn: Annotated[
-        str | None, typer.Option("--cn", help="CA common name (default: dated, unique).")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing CA.")] = False,
+    ca_dir: Path = CA_DIR,
+    key_type: str = typer.Option("ecdsa-p256", "--key-type", help="Key type of the CA."),
+    days: int = typer.Option(3650, "--days", help="CA lifetime in days."),
+    cn: Optional[str] = typer.Option(None, "--cn", help="CA common name (default: dated, unique)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing CA."),
 ) -> None:
     """Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key."""
     from typhapki.commands.ca_init import ca_init
@@ -185,14 +173,14 @@ def ca_init_cmd(
 @with_pki_options
 def issue_cmd(
     *,
-    ca_dir: CaDir,
-    out: Out,
-    role: Role = "both",
+    ca_dir: Path = CA_DIR,
+    out: Path = OUT,
+    role: str = ROLE,
     pki: PkiOptions,
-    trust: Trust = None,
-    json_out: Json = False,
-    hiera: Hiera = None,
-    cluster: Cluster = None,
+    trust: Optional[List[Path]] = TRUST,
+    json_out: bool = JSON,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
 ) -> None:
     """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
     from typhapki.commands.issue import issue
@@ -204,19 +192,16 @@ def issue_cmd(
 @with_pki_options
 def check_cmd(
     *,
-    out: Out,
-    role: Role = "both",
-    ca_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--ca-dir", help="Also require leaves signed by this CA and the bundle to match."
-        ),
-    ] = None,
+    out: Path = OUT,
+    role: str = ROLE,
+    ca_dir: Optional[Path] = typer.Option(
+        None, "--ca-dir", help="Also require leaves signed by this CA and the bundle to match."
+    ),
     pki: PkiOptions,
-    trust: Trust = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing when valid.")] = False,
-    hiera: Hiera = None,
-    cluster: Cluster = None,
+    trust: Optional[List[Path]] = TRUST,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing when valid."),
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
 ) -> None:
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
     from typhapki.commands.check import check
@@ -226,8 +211,8 @@ def check_cmd(
 
 @app.command("inspect")
 def inspect_cmd(
-    paths: Annotated[list[Path], typer.Argument(help="Certificate or bundle files.")],
-    json_out: Json = False,
+    paths: List[Path] = typer.Argument(..., help="Certificate or bundle files."),
+    json_out: bool = JSON,
 ) -> None:
     """Show subject, identities, EKU, issuer, serial, fingerprint and validity."""
     from typhapki.commands.inspect_cmd import inspect
@@ -237,11 +222,11 @@ def inspect_cmd(
 
 @app.command("rollback")
 def rollback_cmd(
-    out: Out,
-    role: Role = "both",
-    bundle: Annotated[
-        bool, typer.Option("--bundle", help="Also roll back the CA bundle (not during a rotation).")
-    ] = False,
+    out: Path = OUT,
+    role: str = ROLE,
+    bundle: bool = typer.Option(
+        False, "--bundle", help="Also roll back the CA bundle (not during a rotation)."
+    ),
 ) -> None:
     """Make the previous certificate set live again (kept by every `issue`)."""
     from typhapki.commands.rollback import rollback
@@ -257,31 +242,27 @@ def rollback_cmd(
 )
 def facts_cmd(
     ctx: typer.Context,
-    out: Annotated[str | None, typer.Option("--out", help="Output directory of the set.")] = None,
-    role: Annotated[str, typer.Option("--role", help="typha, felix or both.")] = "both",
-    ca_dir: Annotated[
-        str | None, typer.Option("--ca-dir", help="Also judge the set against this CA.")
-    ] = None,
-    trust: Annotated[
-        list[str] | None, typer.Option("--trust", help="Extra CA kept in the bundle.")
-    ] = None,
-    ferm_output: Annotated[
-        str | None, typer.Option("--ferm-output", help="The managed ferm rule file.")
-    ] = None,
-    hiera: Annotated[
-        str | None, typer.Option("--hiera", help="Hiera file (with --cluster).")
-    ] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster name in it.")] = None,
-    typha_cn: Annotated[str | None, typer.Option("--typha-cn")] = None,
-    felix_cn: Annotated[str | None, typer.Option("--felix-cn")] = None,
-    typha_uri_san: Annotated[str | None, typer.Option("--typha-uri-san")] = None,
-    felix_uri_san: Annotated[str | None, typer.Option("--felix-uri-san")] = None,
-    key_type: Annotated[str | None, typer.Option("--key-type")] = None,
-    days: Annotated[str | None, typer.Option("--days")] = None,
-    renew_before: Annotated[str | None, typer.Option("--renew-before")] = None,
-    key_owner: Annotated[str | None, typer.Option("--key-owner")] = None,
-    key_group: Annotated[str | None, typer.Option("--key-group")] = None,
-    key_mode: Annotated[str | None, typer.Option("--key-mode")] = None,
+    out: Optional[str] = typer.Option(None, "--out", help="Output directory of the set."),
+    role: str = typer.Option("both", "--role", help="typha, felix or both."),
+    ca_dir: Optional[str] = typer.Option(
+        None, "--ca-dir", help="Also judge the set against this CA."
+    ),
+    trust: Optional[List[str]] = typer.Option(None, "--trust", help="Extra CA kept in the bundle."),
+    ferm_output: Optional[str] = typer.Option(
+        None, "--ferm-output", help="The managed ferm rule file."
+    ),
+    hiera: Optional[str] = typer.Option(None, "--hiera", help="Hiera file (with --cluster)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster name in it."),
+    typha_cn: Optional[str] = typer.Option(None, "--typha-cn"),
+    felix_cn: Optional[str] = typer.Option(None, "--felix-cn"),
+    typha_uri_san: Optional[str] = typer.Option(None, "--typha-uri-san"),
+    felix_uri_san: Optional[str] = typer.Option(None, "--felix-uri-san"),
+    key_type: Optional[str] = typer.Option(None, "--key-type"),
+    days: Optional[str] = typer.Option(None, "--days"),
+    renew_before: Optional[str] = typer.Option(None, "--renew-before"),
+    key_owner: Optional[str] = typer.Option(None, "--key-owner"),
+    key_group: Optional[str] = typer.Option(None, "--key-group"),
+    key_mode: Optional[str] = typer.Option(None, "--key-mode"),
 ) -> None:
     """Print the `typhapki` Facter external fact (JSON); always exit 0."""
     from typhapki.commands.facts import RawFactOptions, facts
@@ -312,22 +293,19 @@ def facts_cmd(
 # --- manifests and rotate-ca (issue 5) ---
 @app.command("manifests")
 def manifests_cmd(
-    out: Out,
-    fmt: Annotated[
-        str, typer.Option("--format", help="hardway (Calico's guide) or operator (tigera).")
-    ] = "hardway",
-    namespace: Annotated[
-        str | None,
-        typer.Option("--namespace", help="Default: kube-system / tigera-operator."),
-    ] = None,
-    identity: Annotated[
-        str | None,
-        typer.Option("--identity", help="cn or uri-san; default: what both leaves carry."),
-    ] = None,
-    wiring: Annotated[
-        bool,
-        typer.Option("--wiring", help="Print hostPath + env patches for calico-typha/-node."),
-    ] = False,
+    out: Path = OUT,
+    fmt: str = typer.Option(
+        "hardway", "--format", help="hardway (Calico's guide) or operator (tigera)."
+    ),
+    namespace: Optional[str] = typer.Option(
+        None, "--namespace", help="Default: kube-system / tigera-operator."
+    ),
+    identity: Optional[str] = typer.Option(
+        None, "--identity", help="cn or uri-san; default: what both leaves carry."
+    ),
+    wiring: bool = typer.Option(
+        False, "--wiring", help="Print hostPath + env patches for calico-typha/-node."
+    ),
 ) -> None:
     """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
     from typhapki.commands.manifests import manifests
@@ -339,21 +317,19 @@ def manifests_cmd(
 @with_pki_options
 def rotate_ca_cmd(
     *,
-    stage: Annotated[
-        str, typer.Option("--stage", help="trust-new, reissue or drop-old (docs/rotation.md).")
-    ],
-    ca_dir: Annotated[Path, typer.Option("--ca-dir", help="The CA being rotated out.")],
-    new_ca_dir: Annotated[Path, typer.Option("--new-ca-dir", help="The CA rotated in.")],
-    out: Out,
-    role: Role = "both",
+    stage: str = typer.Option(
+        ..., "--stage", help="trust-new, reissue or drop-old (docs/rotation.md)."
+    ),
+    ca_dir: Path = typer.Option(..., "--ca-dir", help="The CA being rotated out."),
+    new_ca_dir: Path = typer.Option(..., "--new-ca-dir", help="The CA rotated in."),
+    out: Path = OUT,
+    role: str = ROLE,
     pki: PkiOptions,
-    check: Annotated[
-        bool, typer.Option("--check", help="Exit 0 if OUT is at the stage, 1 if not.")
-    ] = False,
-    allow_rollback: Annotated[
-        bool, typer.Option("--allow-rollback", help="Allow going back one stage.")
-    ] = False,
-    json_out: Json = False,
+    check: bool = typer.Option(False, "--check", help="Exit 0 if OUT is at the stage, 1 if not."),
+    allow_rollback: bool = typer.Option(
+        False, "--allow-rollback", help="Allow going back one stage."
+    ),
+    json_out: bool = JSON,
 ) -> None:
     """Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage."""
     from typhapki.commands.rotate_ca import rotate_ca
@@ -367,13 +343,11 @@ def rotate_ca_cmd(
 
 @app.command("lint-hiera")
 def lint_hiera_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Hiera YAML files (or directories).")],
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Syntax and validity only, no DNS.")
-    ] = False,
-    nameserver: Nameservers = None,
-    timeout: DnsTimeout = None,
-    json_out: Json = False,
+    files: List[Path] = typer.Argument(..., help="Hiera YAML files (or directories)."),
+    offline: bool = typer.Option(False, "--offline", help="Syntax and validity only, no DNS."),
+    nameserver: Optional[List[str]] = NAMESERVERS,
+    timeout: Optional[float] = DNS_TIMEOUT,
+    json_out: bool = JSON,
 ) -> None:
     """Check every cluster_nodes / control_plane_nodes entry: valid, and resolving."""
     from typhapki.commands.lint_hiera import lint_hiera
@@ -383,36 +357,27 @@ def lint_hiera_cmd(
 
 @app.command("ferm")
 def ferm_cmd(
-    hiera: Annotated[
-        Path, typer.Option("--hiera", help="Hiera YAML file, or a directory of them.")
-    ],
-    cluster: Annotated[
-        str, typer.Option("--cluster", help="Cluster name in kubernetes::clusters.")
-    ],
-    mode: Annotated[
-        str | None,
-        typer.Option("--mode", help="strict (every node address) or relaxed (networks)."),
-    ] = None,
-    style: Annotated[
-        str | None,
-        typer.Option("--style", help="plain (domain/chain block) or function (&R_SERVICE)."),
-    ] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Typha port (default 5473).")] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", help="Write here atomically, only on change (default stdout)."),
-    ] = None,
-    check: Annotated[
-        bool, typer.Option("--check", help="Exit 0 if --output is up to date, else 1.")
-    ] = False,
-    templates: Annotated[
-        Path | None, typer.Option("--templates", help="Directory of STYLE.ferm.j2 templates.")
-    ] = None,
-    nameserver: Nameservers = None,
-    timeout: DnsTimeout = None,
-    concurrency: Annotated[
-        int | None, typer.Option("--concurrency", help="DNS queries in flight (default 200).")
-    ] = None,
+    hiera: Path = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters."),
+    mode: Optional[str] = typer.Option(
+        None, "--mode", help="strict (every node address) or relaxed (networks)."
+    ),
+    style: Optional[str] = typer.Option(
+        None, "--style", help="plain (domain/chain block) or function (&R_SERVICE)."
+    ),
+    port: Optional[int] = typer.Option(None, "--port", help="Typha port (default 5473)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", help="Write here atomically, only on change (default stdout)."
+    ),
+    check: bool = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1."),
+    templates: Optional[Path] = typer.Option(
+        None, "--templates", help="Directory of STYLE.ferm.j2 templates."
+    ),
+    nameserver: Optional[List[str]] = NAMESERVERS,
+    timeout: Optional[float] = DNS_TIMEOUT,
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", help="DNS queries in flight (default 200)."
+    ),
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm

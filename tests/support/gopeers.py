@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require
-from typhapki.layout import SetPaths
-from typhapki.settings import DEFAULT_FELIX_CN, DEFAULT_TYPHA_CN, RoleName
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import DEFAULT_FELIX_CN, DEFAULT_TYPHA_CN, RoleName
 
 PEERS_DIR = ROOT / "tests" / "peers"
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typhapki.layout import SetPaths
-from typhapki.settings import RoleName
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import RoleName
 
 HELLO = b"typha-hello\n"
 

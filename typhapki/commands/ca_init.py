@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typhapki.settings import KeyType, validate_cn, validate_days
+from typhapki.pki.settings import KeyType, validate_cn, validate_days
 
 
 def ca_init(ca_dir: Path, key_type: str, days: int, cn: str | None, force: bool) -> int:
     from datetime import UTC, datetime
 
-    from typhapki.certinfo import describe
-    from typhapki.issuance import init_ca
+    from typhapki.pki.certinfo import describe
+    from typhapki.pki.issuance import init_ca
 
     if cn is not None:
         validate_cn(cn, "CA CN")

@@ -19,9 +19,9 @@ def check(
     """Exit 0 when every managed file is present and valid, 1 with a line per problem."""
     from datetime import UTC, datetime
 
-    from typhapki.cluster_options import with_cluster_options
-    from typhapki.layout import SetPaths
-    from typhapki.verify import check_set
+    from typhapki.pki.layout import SetPaths
+    from typhapki.pki.verify import check_set
+    from typhapki.puppet.cluster_options import with_cluster_options
 
     opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
     settings = build_settings(opts)
@@ -29,13 +29,13 @@ def check(
     signing = None
     bundle = None
     if ca_dir is not None:
-        from typhapki.issuance import load_wanted_bundle  # only with --ca-dir: start-up cost
+        from typhapki.pki.issuance import load_wanted_bundle  # only with --ca-dir: start-up cost
 
         signing, bundle = load_wanted_bundle(ca_dir, trust)
     report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
     if report.bundle is not None and len(report.bundle) > 1 and not quiet:
         # Several CAs in the bundle: say which rotation stage the node is in.
-        from typhapki.rotation import describe_rotation
+        from typhapki.pki.rotation import describe_rotation
 
         rotation = describe_rotation(report)
         stage = rotation["stage_name"] or "unknown (see docs/rotation.md)"

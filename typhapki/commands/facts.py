@@ -44,8 +44,8 @@ def _days(value: str | None) -> int | None:
 def facts(raw: RawFactOptions) -> int:
     """Print the `typhapki` external fact as JSON; exit 0 whatever it finds."""
     from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
-    from typhapki.facts import FactRequest, gather
-    from typhapki.settings import PkiSettings, RoleName
+    from typhapki.pki.settings import PkiSettings, RoleName
+    from typhapki.puppet.facts import FactRequest, gather
 
     errors: list[str] = []
     if raw.extra_args:
@@ -59,7 +59,7 @@ def facts(raw: RawFactOptions) -> int:
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
     hiera_options = PkiOptions()
     try:
-        from typhapki.cluster_options import load_typha_settings, pki_options_of
+        from typhapki.puppet.cluster_options import load_typha_settings, pki_options_of
 
         typha = load_typha_settings(
             Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None

@@ -31,10 +31,10 @@ def ferm(opts: FermOptions) -> int:
     DNS gate failed (one line per failing host, nothing written) or --check found the
     file out of date. Exit 2: bad hiera, template or option.
     """
-    from typhapki import ferm as rules
-    from typhapki.dnsgate import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, resolve_all
-    from typhapki.hiera import load_cluster
-    from typhapki.lint import nameservers_from
+    from typhapki.firewall import ferm as rules
+    from typhapki.firewall.dnsgate import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, resolve_all
+    from typhapki.puppet.hiera import load_cluster
+    from typhapki.puppet.lint import nameservers_from
 
     if opts.check and opts.output is None:
         raise UsageError("--check needs --output FILE: the file to compare with")
@@ -104,7 +104,7 @@ def ferm(opts: FermOptions) -> int:
 
 def _write_or_check(output: Path, content: bytes, check: bool) -> int:
     from typhapki.errors import StoreError
-    from typhapki.store import write_file_atomic
+    from typhapki.pki.store import write_file_atomic
 
     if check:
         try:

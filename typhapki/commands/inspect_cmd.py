@@ -7,8 +7,8 @@ from pathlib import Path
 def inspect(paths: list[Path], as_json: bool) -> int:
     from datetime import UTC, datetime
 
-    from typhapki.certinfo import describe, render_text
-    from typhapki.pem import load_certs
+    from typhapki.pki.certinfo import describe, render_text
+    from typhapki.pki.pem import load_certs
 
     now = datetime.now(UTC)
     # Load everything first: a bad path fails the command before anything prints.

@@ -16,8 +16,8 @@ def issue(
     hiera: Path | None = None,
     cluster: str | None = None,
 ) -> int:
-    from typhapki.cluster_options import with_cluster_options
-    from typhapki.issuance import ensure_set, load_issuer, load_trusted
+    from typhapki.pki.issuance import ensure_set, load_issuer, load_trusted
+    from typhapki.puppet.cluster_options import with_cluster_options
 
     opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
     settings = build_settings(opts)

@@ -28,7 +28,7 @@ def lint_hiera(
     files: list[Path], offline: bool, nameserver: list[str], as_json: bool, timeout: float | None
 ) -> int:
     """Exit 0 when every host entry is valid (and resolves), 1 listing each failing one."""
-    from typhapki.lint import lint, nameservers_from
+    from typhapki.puppet.lint import lint, nameservers_from
 
     servers = None if offline else nameservers_from(nameserver)
     progress = _TerminalProgress() if sys.stderr.isatty() and not offline else None

@@ -11,7 +11,7 @@ def manifests(
     """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid)."""
     from datetime import UTC, datetime
 
-    from typhapki.manifests import (
+    from typhapki.kubernetes.manifests import (
         IdentityKind,
         ManifestFormat,
         dump_yaml,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from typhapki.errors import UsageError
-from typhapki.settings import (
+from typhapki.pki.settings import (
     DEFAULT_FELIX_CN,
     DEFAULT_LEAF_DAYS,
     DEFAULT_TYPHA_CN,

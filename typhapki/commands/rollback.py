@@ -7,9 +7,9 @@ from typhapki.commands.pki_options import parse_roles
 
 def rollback(out: Path, role: str, bundle: bool) -> int:
     """Make the previous generation of each chosen directory live again."""
-    from typhapki.layout import SetPaths
-    from typhapki.store import locked
-    from typhapki.store import rollback as rollback_dir
+    from typhapki.pki.layout import SetPaths
+    from typhapki.pki.store import locked
+    from typhapki.pki.store import rollback as rollback_dir
 
     paths = SetPaths(out)
     dirs = [paths.role_dir(r) for r in parse_roles(role)]

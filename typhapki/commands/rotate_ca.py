@@ -19,7 +19,7 @@ def rotate_ca(
     as_json: bool,
 ) -> int:
     """Bring OUT to a CA rotation stage; with --check only say whether it is there."""
-    from typhapki.rotation import Stage, check_stage, rotate
+    from typhapki.pki.rotation import Stage, check_stage, rotate
 
     target = Stage.parse(stage)
     settings = build_settings(opts)

@@ -1,0 +1,176 @@
+"""`typhapki facts` as Facter runs it: a fresh process, JSON on stdout, always exit 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import CliResult, require, run_cli, typhapki_cmd
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import RoleName
+
+
+def _fact(result: CliResult) -> dict[str, Any]:
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    whole = json.loads(result.stdout)
+    assert list(whole) == ["typhapki"]
+    fact = whole["typhapki"]
+    assert isinstance(fact, dict)
+    return fact
+
+
+def test_valid_set(issued: Path, ca_dir: Path) -> None:
+    fact = _fact(run_cli("facts", "--out", issued, "--ca-dir", ca_dir))
+    assert fact["ok"] is True
+    assert fact["set"]["roles"]["typha"]["common_name"] == "calico-typha"
+    assert fact["set"]["roles"]["felix"]["eku"] == ["clientAuth"]
+
+
+def test_flags_judge_the_set_like_check(issued: Path) -> None:
+    fact = _fact(run_cli("facts", "--out", issued, "--felix-cn", "someone-else"))
+    assert fact["ok"] is False
+    [problem] = fact["set"]["problems"]
+    assert problem["scope"] == "felix"
+    assert "someone-else" in problem["message"]
+    # The same problem `check` reports, word for word.
+    check = run_cli("check", "--out", issued, "--felix-cn", "someone-else")
+    assert check.returncode == 1
+    assert problem["message"] in check.stdout
+
+
+def test_bad_option_values_end_up_in_the_fact(issued: Path) -> None:
+    fact = _fact(
+        run_cli(
+            "facts", "--out", issued, "--days", "many", "--key-type", "dsa", "--frobnicate", "x"
+        )
+    )
+    assert fact["ok"] is False
+    assert "--frobnicate" in fact["error"]
+    assert "--days" in fact["error"]
+    # The set is still described, judged with the defaults.
+    assert fact["set"]["roles"]["typha"]["present"] is True
+
+
+def test_role_and_hiera_mistakes_end_up_in_the_fact(issued: Path) -> None:
+    fact = _fact(run_cli("facts", "--out", issued, "--role", "kube", "--hiera", "/x.yaml"))
+    assert "--role" in fact["error"]
+    assert "--hiera needs --cluster" in fact["error"]
+
+
+def test_missing_everything_still_valid_json(tmp_path: Path) -> None:
+    fact = _fact(run_cli("facts"))
+    assert "--out is required" in fact["error"]
+    fact = _fact(run_cli("facts", "--out", tmp_path / "none", "--ca-dir", tmp_path / "none"))
+    assert fact["ok"] is False
+    assert "CA certificate is missing" in fact["error"]
+
+
+def _facts_dir(tmp_path: Path, *args: str | Path) -> Path:
+    """A facts.d directory holding the wrapper script the Puppet manifest installs."""
+    facts_d = tmp_path / "facts.d"
+    facts_d.mkdir()
+    argv = " ".join(shlex.quote(str(a)) for a in [*typhapki_cmd(), "facts", *args])
+    script = facts_d / "typhapki"
+    script.write_text(f"#!/bin/sh\nexec {argv}\n")
+    script.chmod(0o755)
+    return facts_d
+
+
+def _facter(facts_d: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        ["facter", "--external-dir", str(facts_d), "--json", "typhapki"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fact = json.loads(proc.stdout)["typhapki"]
+    assert isinstance(fact, dict), proc.stdout
+    return fact
+
+
+def test_facter_reads_the_structured_fact(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
+    require("facter")
+    fact = _facter(_facts_dir(tmp_path, "--out", issued, "--ca-dir", ca_dir))
+    assert fact["ok"] is True
+    typha = fact["set"]["roles"]["typha"]
+    assert typha["common_name"] == "calico-typha"
+    assert typha["renewal_due"] is False
+    assert typha["cert_path"] == str(SetPaths(issued).cert(RoleName.TYPHA))
+    assert len(fact["set"]["bundle"]["cas"]) == 1
+
+
+def test_facter_still_succeeds_on_a_broken_set(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
+    require("facter")
+    key = SetPaths(issued).key(RoleName.FELIX)
+    key.resolve().unlink()  # the key symlink now dangles
+    fact = _facter(_facts_dir(tmp_path, "--out", issued, "--ca-dir", ca_dir))
+    assert fact["ok"] is False
+    felix = fact["set"]["roles"]["felix"]
+    assert felix["valid"] is False
+    assert felix["problems"][0]["path"] == str(key)
+    assert "missing" in felix["problems"][0]["message"]
+    assert fact["set"]["roles"]["typha"]["valid"] is True
+
+
+HIERA = """\
+kubernetes::clusters:
+  main:
+    staging:
+      cluster_nodes: [node1.example.test]
+      typha:
+        felix_cn: felix-staging
+        ferm_output: {rule}
+"""
+
+
+def test_hiera_settings_and_ferm_output(issued: Path, tmp_path: Path) -> None:
+    rule = tmp_path / "10_typha"
+    rule.write_text("# rule\n")
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(HIERA.format(rule=rule))
+    args = ("facts", "--out", issued, "--hiera", hiera, "--cluster", "staging")
+    fact = _fact(run_cli(*args))
+    # felix_cn from hiera: the set issued with the defaults no longer matches.
+    [problem] = fact["set"]["problems"]
+    assert "felix-staging" in problem["message"]
+    assert fact["ferm"]["path"] == str(rule)  # from the cluster's typha.ferm_output
+    assert fact["ferm"]["exists"] is True
+    # A flag wins over hiera.
+    fact = _fact(run_cli(*args, "--felix-cn", "calico-node"))
+    assert fact["ok"] is True, fact
+
+
+def test_broken_hiera_is_an_error_in_the_fact(issued: Path, tmp_path: Path) -> None:
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text("kubernetes::clusters: [unclosed\n")
+    fact = _fact(run_cli("facts", "--out", issued, "--hiera", hiera, "--cluster", "x"))
+    assert str(hiera) in fact["error"]
+    assert fact["set"]["roles"]["typha"]["present"] is True
+
+
+def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
+    """Startup cost: without --hiera, none of the heavy libraries is imported."""
+    code = (
+        "import sys\n"
+        "from typhapki.cli import main\n"
+        f"sys.argv = ['typhapki', 'facts', '--out', {str(issued)!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    heavy = sorted({m.split('.')[0] for m in sys.modules} & {'yaml', 'dns', 'jinja2'})\n"
+        "    print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "HEAVY []" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["typhapki"]["ok"] is True

@@ -1,0 +1,208 @@
+"""End to end in network namespaces: ferm applies the rendered rule, TCP proves it.
+
+Three namespaces: a Typha-like server listening on 5473, an allowed client (a cluster
+node, whose name resolves through dnsmasq to its namespace addresses) and a blocked
+client. Addresses live only inside the namespaces: 10.250.x.0/24 and fd00:5473:x::/64.
+The server's INPUT policy drops port 5473 after the rendered rule, like a host whose
+ferm.conf includes conf.d and closes everything not explicitly allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require, require_root, run_cli
+from tests.firewall.test_ferm import FERM_DEFS
+from tests.support.dns import Dnsmasq, dnsmasq_server
+
+__all__ = ["dnsmasq_server"]
+
+PORT = 5473
+
+LISTENER = """
+import socket, sys
+srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("::", int(sys.argv[1])))
+srv.listen(16)
+while True:
+    conn, _ = srv.accept()
+    conn.sendall(b"typha-hello\\n")
+    conn.close()
+"""
+
+CONNECT = """
+import socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])) as c:
+        sys.exit(0 if c.recv(64) == b"typha-hello\\n" else 3)
+except OSError:
+    sys.exit(1)
+"""
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@dataclass
+class Lab:
+    server: str
+    allowed: str
+    blocked: str
+    addresses: dict[str, tuple[str, str]]  # namespace -> (IPv4, IPv6)
+    server_addresses: dict[str, tuple[str, str]]  # client namespace -> server's (v4, v6)
+
+    def connects(self, client: str, family: int, timeout: float = 1.5) -> bool:
+        """Whether `client` gets Typha's hello from the server over IPv4 or IPv6."""
+        target = self.server_addresses[client][0 if family == 4 else 1]
+        proc = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                client,
+                sys.executable,
+                "-c",
+                CONNECT,
+                target,
+                str(PORT),
+                str(timeout),
+            ],
+            capture_output=True,
+            timeout=30,
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        return proc.returncode == 0
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    require_root()
+    require("ip", "ferm", "iptables", "ip6tables")
+    tag = f"{os.getpid() % 100000}{time.monotonic_ns() % 1000}"
+    server, allowed, blocked = f"tps{tag}", f"tpa{tag}", f"tpb{tag}"
+    namespaces = [server, allowed, blocked]
+    listener: subprocess.Popen[bytes] | None = None
+    try:
+        for ns in namespaces:
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        addresses: dict[str, tuple[str, str]] = {}
+        server_addresses: dict[str, tuple[str, str]] = {}
+        for index, client in ((1, allowed), (2, blocked)):
+            s_if, c_if = f"tps{tag}{index}"[-15:], f"tpc{tag}{index}"[-15:]
+            sh("ip", "link", "add", s_if, "netns", server, "type", "veth", "peer", "name", c_if,
+               "netns", client)  # fmt: skip
+            for ns, ifname, host in ((server, s_if, 1), (client, c_if, 2)):
+                v4, v6 = f"10.250.{index}.{host}", f"fd00:5473:{index}::{host}"
+                sh("ip", "-n", ns, "addr", "add", f"{v4}/24", "dev", ifname)
+                sh("ip", "-n", ns, "addr", "add", f"{v6}/64", "dev", ifname, "nodad")
+                sh("ip", "-n", ns, "link", "set", ifname, "up")
+                if ns == server:
+                    server_addresses[client] = (v4, v6)
+                else:
+                    addresses[client] = (v4, v6)
+        listener = subprocess.Popen(
+            ["ip", "netns", "exec", server, sys.executable, "-c", LISTENER, str(PORT)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        lab = Lab(server, allowed, blocked, addresses, server_addresses)
+        for _ in range(100):  # until the listener answers (before any firewall)
+            if lab.connects(allowed, 4, timeout=0.5):
+                break
+            time.sleep(0.05)
+        yield lab
+    finally:
+        if listener is not None:
+            listener.kill()
+            listener.wait()
+        for ns in namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def apply_ferm(lab: Lab, rule: str, tmp_path: Path) -> str:
+    """ferm applies `rule` inside the server namespace, 5473 dropped after it."""
+    conf = tmp_path / "ferm.conf"
+    conf.write_text(
+        FERM_DEFS
+        + "domain (ip ip6) table filter chain INPUT policy ACCEPT;\n"
+        + rule
+        + f"domain (ip ip6) table filter chain INPUT proto tcp dport {PORT} DROP;\n"
+    )
+    sh("ip", "netns", "exec", lab.server, "ferm", str(conf))
+    # ferm picks the legacy or the nft backend itself: read both, both families.
+    saved = []
+    for tool in ("iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save",
+                 "ip6tables-nft-save"):  # fmt: skip
+        if shutil.which(tool):
+            proc = subprocess.run(
+                ["ip", "netns", "exec", lab.server, tool],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            saved.append(proc.stdout)
+    return "".join(saved)
+
+
+@pytest.mark.parametrize(
+    ("mode", "style"),
+    [("strict", "plain"), ("strict", "function"), ("relaxed", "plain"), ("relaxed", "function")],
+)
+def test_rule_allows_cluster_nodes_and_blocks_others(
+    mode: str,
+    style: str,
+    lab: Lab,
+    dnsmasq_server: Callable[..., Dnsmasq],
+    tmp_path: Path,
+) -> None:
+    dns = dnsmasq_server({"node1.netns.test": list(lab.addresses[lab.allowed])})
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(
+        "kubernetes::clusters:\n"
+        "  lab:\n"
+        "    netns:\n"
+        "      ipv6dualstack: true\n"
+        "      cluster_nodes: [node1.netns.test]\n"
+    )
+    # Before the firewall, both clients reach Typha: any later refusal is the rule's doing.
+    for client in (lab.allowed, lab.blocked):
+        assert lab.connects(client, 4) and lab.connects(client, 6)
+
+    out = tmp_path / "10_calico-typha"
+    result = run_cli(
+        "ferm", "--hiera", hiera, "--cluster", "netns", "--nameserver", dns.arg,
+        "--mode", mode, "--style", style, "--output", out,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rule = out.read_text()
+    expected = (
+        ("10.250.1.2", "fd00:5473:1::2")
+        if mode == "strict"
+        else ("10.250.1.0/24", "fd00:5473:1::/64")
+    )
+    for source in expected:
+        assert source in rule
+
+    saved = apply_ferm(lab, rule, tmp_path)
+    assert saved.count(f"--dport {PORT} -j DROP") == 2  # IPv4 and IPv6
+    for source in expected:
+        prefix = "" if "/" in source else ("/32" if "." in source else "/128")
+        assert f"-A INPUT -s {source}{prefix} -p tcp -m tcp --dport {PORT} -j ACCEPT" in saved
+
+    assert lab.connects(lab.allowed, 4)
+    assert lab.connects(lab.allowed, 6)
+    assert not lab.connects(lab.blocked, 4)
+    assert not lab.connects(lab.blocked, 6)

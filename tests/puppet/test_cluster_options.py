@@ -1,0 +1,137 @@
+"""Hiera-driven certificate settings: `--hiera PATH --cluster NAME`, flags winning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error, run_cli
+from typhapki.commands.pki_options import PkiOptions, build_settings
+from typhapki.errors import UsageError
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.pem import load_certs
+from typhapki.pki.settings import KeyType, RoleName
+from typhapki.pki.verify import subject_cn
+from typhapki.puppet.cluster_options import (
+    load_typha_settings,
+    pki_options_of,
+    require_pair,
+    with_cluster_options,
+)
+
+HIERA = """\
+kubernetes::clusters_defaults:
+  typha:
+    days: 90
+    renew_before: 20d
+kubernetes::clusters:
+  main:
+    staging-eqiad:
+      dc: eqiad
+      cluster_nodes: [kubestage1001.eqiad.wmnet]
+      typha:
+        typha_cn: typha-staging
+        felix_cn: felix-staging
+        felix_uri_san: spiffe://staging-eqiad/felix
+        key_type: ecdsa-p384
+        key_mode: 0640
+    plain:
+      cluster_nodes: [kube1001.eqiad.wmnet]
+"""
+
+
+@pytest.fixture
+def hiera(tmp_path: Path) -> Path:
+    path = tmp_path / "hiera" / "common.yaml"
+    path.parent.mkdir()
+    path.write_text(HIERA)
+    return path
+
+
+def test_pair_both_or_neither(hiera: Path) -> None:
+    assert require_pair(None, None) is False
+    assert require_pair(hiera, "plain") is True
+    with pytest.raises(UsageError, match="--hiera needs --cluster"):
+        require_pair(hiera, None)
+    with pytest.raises(UsageError, match="--cluster needs --hiera"):
+        require_pair(None, "plain")
+
+
+def test_cluster_settings_become_options(hiera: Path) -> None:
+    typha = load_typha_settings(hiera, "staging-eqiad")
+    assert typha is not None
+    opts = pki_options_of(typha)
+    assert opts == PkiOptions(
+        typha_cn="typha-staging",
+        felix_cn="felix-staging",
+        felix_uri_san="spiffe://staging-eqiad/felix",
+        key_type="ecdsa-p384",
+        days=90,
+        renew_before="20d",
+        key_mode="0640",
+    )
+    settings = build_settings(opts)
+    assert settings.key_type is KeyType.ECDSA_P384
+    assert settings.key_files.mode == 0o640
+    assert settings.felix.uri_san == "spiffe://staging-eqiad/felix"
+
+
+def test_defaults_reach_a_cluster_without_typha(hiera: Path) -> None:
+    opts = with_cluster_options(PkiOptions(), hiera, "plain")
+    assert opts.days == 90 and opts.renew_before == "20d"
+    assert opts.typha_cn is None  # the built-in default applies later
+
+
+def test_flags_win_over_hiera(hiera: Path) -> None:
+    opts = with_cluster_options(PkiOptions(typha_cn="from-flag", days=30), hiera, "staging-eqiad")
+    assert opts.typha_cn == "from-flag"
+    assert opts.days == 30
+    assert opts.felix_cn == "felix-staging"
+
+
+def test_without_hiera_flags_pass_through() -> None:
+    flags = PkiOptions(felix_cn="x")
+    assert with_cluster_options(flags, None, None) is flags
+
+
+def test_issue_and_check_take_settings_from_hiera(
+    hiera: Path, ca_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    args = ("--hiera", hiera, "--cluster", "staging-eqiad")
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", out, *args)
+    assert result.returncode == 0, result.stderr
+    paths = SetPaths(out)
+    typha = load_certs(paths.cert(RoleName.TYPHA), "typha")[0]
+    assert subject_cn(typha) == "typha-staging"
+    assert (paths.key(RoleName.FELIX).stat().st_mode & 0o777) == 0o640
+    assert run_cli("check", "--out", out, "--ca-dir", ca_dir, *args).returncode == 0
+    # Without the hiera settings the same set is wrong (CNs, key type): check says so.
+    plain = run_cli("check", "--out", out, "--ca-dir", ca_dir)
+    assert plain.returncode == 1
+    assert "typha-staging" in plain.stdout
+    # A flag wins over hiera.
+    flagged = run_cli("check", "--out", out, *args, "--typha-cn", "other")
+    assert flagged.returncode == 1
+    assert "'other'" in flagged.stdout
+
+
+@pytest.mark.parametrize("command", ["issue", "check"])
+def test_one_without_the_other_is_exit_2(command: str, hiera: Path, ca_dir: Path) -> None:
+    extra = ("--ca-dir", ca_dir) if command == "issue" else ()
+    result = run_cli(command, "--out", ca_dir.parent / "out", *extra, "--hiera", hiera)
+    assert_one_line_error(result, 2, "--hiera needs --cluster")
+    result = run_cli(command, "--out", ca_dir.parent / "out", *extra, "--cluster", "plain")
+    assert_one_line_error(result, 2, "--cluster needs --hiera")
+    assert not (ca_dir.parent / "out").exists()
+
+
+def test_unknown_cluster_and_bad_values_are_one_line(hiera: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli("check", "--out", out, "--hiera", hiera, "--cluster", "nope")
+    assert_one_line_error(result, 2, str(hiera), "nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(HIERA.replace("key_type: ecdsa-p384", "key_type: dsa-1024"))
+    result = run_cli("check", "--out", out, "--hiera", bad, "--cluster", "staging-eqiad")
+    assert_one_line_error(result, 2, str(bad), "staging-eqiad", "dsa-1024")

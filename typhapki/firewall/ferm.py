@@ -1,0 +1,222 @@
+"""Rendering the Typha ferm rule from a cluster and the DNS gate's answers.
+
+Modes decide which sources the rule allows:
+
+- ``strict``: every resolved address of every cluster node (IPv4 and IPv6);
+- ``relaxed``: the cluster's hiera ``networks``, or a ferm variable such as
+  ``$DOMAIN_NETWORKS``, or else the subnets of the resolved addresses at
+  ``prefix_v4`` / ``prefix_v6`` (default /24 and /64), collapsed.
+
+Styles decide the syntax: ``plain`` (a ``domain (ip ip6) table filter chain INPUT``
+block) or ``function`` (``&R_SERVICE(tcp, PORT, (...))`` of Puppet ferm modules).
+``domain (ip ip6)`` makes ferm keep, for each family, only the sources of that family:
+a family without sources gets no rule at all (nothing is opened to it).
+
+Templates are jinja2 (StrictUndefined, no autoescape), ``STYLE.ferm.j2`` in
+ferm_templates/ or a directory given by the user. Every value handed to a template is
+validated again here, whatever the caller did: a template only ever sees IPs, CIDRs,
+a ferm variable name, a port number and cluster/group names of a fixed alphabet.
+The output is deterministic: no timestamps, sources in numeric order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from typhapki.errors import ConfigError
+from typhapki.firewall.hostnames import (
+    validate_cidr,
+    validate_ferm_variable,
+    validate_ip,
+    validate_port,
+)
+
+MODES = ("strict", "relaxed")
+STYLES = ("plain", "function")
+DEFAULT_PORT = 5473
+DEFAULT_MODE = "strict"
+DEFAULT_STYLE = "plain"
+DEFAULT_PREFIX_V4 = 24
+DEFAULT_PREFIX_V6 = 64
+
+
+def _default_templates() -> Path:
+    """The repository's ferm_templates/, or the copy a wheel installs under share/."""
+    in_tree = Path(__file__).resolve().parents[2] / "ferm_templates"
+    if in_tree.is_dir():
+        return in_tree
+    return Path(sys.prefix) / "share" / "typhapki" / "ferm_templates"
+
+
+TEMPLATES_DIR = _default_templates()
+
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
+_NetworkT = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the rule allows: a list of addresses/networks, or one ferm variable."""
+
+    addresses: tuple[str, ...] = ()
+    variable: str | None = None
+    note: str = ""  # how they were chosen, for the header comment
+
+
+def _network_key(text: str) -> tuple[int, int, int]:
+    network = ipaddress.ip_network(text)
+    return (network.version, int(network.network_address), network.prefixlen)
+
+
+def strict_sources(addresses: Iterable[str], host_count: int) -> Sources:
+    """Every resolved address, validated, deduplicated, IPv4 then IPv6."""
+    unique = {validate_ip(a, "resolved address") for a in addresses}
+    return Sources(
+        tuple(sorted(unique, key=_network_key)),
+        note=f"the resolved addresses of {host_count} cluster_nodes",
+    )
+
+
+def derived_subnets(addresses: Iterable[str], prefix_v4: int, prefix_v6: int) -> tuple[str, ...]:
+    """The /prefix subnets holding `addresses`, deduplicated and collapsed."""
+    if not 1 <= prefix_v4 <= 32:
+        raise ConfigError(f"prefix_v4: expected 1-32, got {prefix_v4}")
+    if not 1 <= prefix_v6 <= 128:
+        raise ConfigError(f"prefix_v6: expected 1-128, got {prefix_v6}")
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    for address in addresses:
+        ip = ipaddress.ip_address(validate_ip(address, "resolved address"))
+        if isinstance(ip, ipaddress.IPv4Address):
+            v4.append(ipaddress.IPv4Network(f"{ip}/{prefix_v4}", strict=False))
+        else:
+            v6.append(ipaddress.IPv6Network(f"{ip}/{prefix_v6}", strict=False))
+    collapsed: list[_NetworkT] = [
+        *ipaddress.collapse_addresses(v4),
+        *ipaddress.collapse_addresses(v6),
+    ]
+    return tuple(n.with_prefixlen for n in collapsed)
+
+
+def relaxed_sources(
+    addresses: Iterable[str],
+    *,
+    networks: Iterable[str] = (),
+    variable: str | None = None,
+    prefix_v4: int = DEFAULT_PREFIX_V4,
+    prefix_v6: int = DEFAULT_PREFIX_V6,
+) -> Sources:
+    """Sources for relaxed mode: hiera networks, else a ferm variable, else derived subnets."""
+    networks = tuple(networks)
+    if networks and variable:
+        raise ConfigError("relaxed mode: give networks or a ferm variable, not both")
+    if networks:
+        unique = {validate_cidr(n, "networks") for n in networks}
+        return Sources(tuple(sorted(unique, key=_network_key)), note="the cluster's networks")
+    if variable:
+        return Sources(
+            variable=validate_ferm_variable(variable, "network_variable"),
+            note=f"the ferm variable {variable}",
+        )
+    return Sources(
+        derived_subnets(addresses, prefix_v4, prefix_v6),
+        note=f"the /{prefix_v4} and /{prefix_v6} subnets of the resolved cluster_nodes",
+    )
+
+
+def uncovered(addresses: dict[str, tuple[str, ...]], networks: Iterable[str]) -> list[str]:
+    """Lines naming each resolved address that no network contains (relaxed + networks)."""
+    nets = [ipaddress.ip_network(validate_cidr(n, "networks")) for n in networks]
+    lines = []
+    for host in sorted(addresses):
+        for address in addresses[host]:
+            ip = ipaddress.ip_address(address)
+            if not any(ip.version == n.version and ip in n for n in nets):
+                lines.append(f"{host}: address {address} is outside the cluster's networks")
+    return lines
+
+
+def template_dir(templates: Path | None) -> Path:
+    return TEMPLATES_DIR if templates is None else templates
+
+
+def check_templates(templates: Path | None, style: str) -> None:
+    """Fail early (before any DNS) when the template of `style` is missing."""
+    directory = template_dir(templates)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: templates directory not found")
+    if not (directory / f"{style}.ferm.j2").is_file():
+        raise ConfigError(f"{directory}: no template {style}.ferm.j2")
+
+
+def render(
+    *,
+    cluster: str,
+    group: str,
+    mode: str,
+    style: str,
+    port: int,
+    sources: Sources,
+    templates: Path | None = None,
+) -> str:
+    """The rule text. Raises ConfigError on any value that is not safe for ferm."""
+    import jinja2
+
+    if mode not in MODES:
+        raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if style not in STYLES:
+        raise ConfigError(f"style: expected one of {', '.join(STYLES)}, got {style!r}")
+    for what, name in (("cluster", cluster), ("group", group)):
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"{what}: {name!r} is not a valid {what} name")
+    port = validate_port(port, "port")
+    # Defence in depth: whatever built `sources`, only IPs/CIDRs or a $NAME go through.
+    checked = tuple(validate_cidr(s, "source") for s in sources.addresses)
+    variable = validate_ferm_variable(sources.variable, "variable") if sources.variable else None
+    if bool(checked) == bool(variable):
+        raise ConfigError("a rule needs either source addresses or a ferm variable")
+    # Header comment: the note is ours, but keep it to one safe line all the same.
+    note = " ".join(sources.note.split()) or "unspecified"
+
+    directory = template_dir(templates)
+    check_templates(templates, style)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(directory)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    context = {
+        "cluster": cluster,
+        "group": group,
+        "mode": mode,
+        "style": style,
+        "port": port,
+        # /32 and /128 written as plain addresses: what a reader expects in strict mode
+        "sources": [_plain(s) for s in checked],
+        "variable": variable,
+        "sources_note": note,
+    }
+    try:
+        text = env.get_template(f"{style}.ferm.j2").render(context)
+    except jinja2.TemplateError as exc:
+        where = getattr(exc, "filename", None) or f"{directory}/{style}.ferm.j2"
+        line = getattr(exc, "lineno", None)
+        at = f":{line}" if line else ""
+        message = " ".join(str(exc.message or exc).split())
+        raise ConfigError(f"{where}{at}: template error: {message}") from None
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _plain(cidr: str) -> str:
+    network = ipaddress.ip_network(cidr)
+    if network.prefixlen == network.max_prefixlen:
+        return str(network.network_address)
+    return network.with_prefixlen

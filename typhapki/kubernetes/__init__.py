@@ -1,0 +1,1 @@
+"""Kubernetes' side: ConfigMaps, Secrets and the env and hostPath wiring."""

@@ -1,0 +1,434 @@
+"""Kubernetes objects built from a set on disk: Secrets, ConfigMaps and hostPath wiring.
+
+Two shapes, named after where they come from (REFERENCE.md section 1):
+
+- ``hardway``: Calico's "the hard way" guide. ConfigMap ``calico-typha-ca`` (``typhaca.crt``),
+  Secrets ``calico-typha-certs`` (``typha.crt``/``typha.key``) and ``calico-node-certs``
+  (``calico-node.crt``/``calico-node.key``) in ``kube-system``.
+- ``operator``: tigera-operator's "bring your own certificates". ConfigMap ``typha-ca``
+  (``caBundle``), Secrets ``typha-certs`` and ``node-certs`` (``tls.crt``, ``tls.key`` and
+  ``common-name`` or ``uri-san``) in ``tigera-operator``.
+
+The wiring is the hostPath alternative: strategic-merge patches for the calico-typha
+Deployment and the calico-node DaemonSet that mount the managed directories (never
+single files: a file bind mount pins the old inode across a ``..data`` switch) and set
+the env. Identities always come from the certificates themselves, so the env cannot
+disagree with what is on disk.
+
+The set is verified before anything is built; key material only ever appears inside
+Secret ``data``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from typhapki.errors import ConfigError, NeedsActionError, StoreError, UsageError
+from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
+from typhapki.pki.pem import parse_certs, read_file
+from typhapki.pki.profiles import key_type_of
+from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
+from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
+
+
+class ManifestFormat(StrEnum):
+    HARDWAY = "hardway"
+    OPERATOR = "operator"
+
+    @classmethod
+    def parse(cls, value: str) -> ManifestFormat:
+        try:
+            return cls(value)
+        except ValueError:
+            raise UsageError(f"--format: expected hardway or operator, got {value!r}") from None
+
+
+class IdentityKind(StrEnum):
+    """Which identity the other side checks: the subject CN or a URI SAN."""
+
+    CN = "cn"
+    URI_SAN = "uri-san"
+
+    @classmethod
+    def parse(cls, value: str) -> IdentityKind:
+        try:
+            return cls(value)
+        except ValueError:
+            raise UsageError(f"--identity: expected cn or uri-san, got {value!r}") from None
+
+
+DEFAULT_NAMESPACE = {
+    ManifestFormat.HARDWAY: "kube-system",
+    ManifestFormat.OPERATOR: "tigera-operator",
+}
+
+# Object names and keys, per format (REFERENCE.md section 1).
+HARDWAY_CONFIGMAP = "calico-typha-ca"
+HARDWAY_SECRETS = {RoleName.TYPHA: "calico-typha-certs", RoleName.FELIX: "calico-node-certs"}
+OPERATOR_CONFIGMAP = "typha-ca"
+OPERATOR_CA_KEY = "caBundle"
+OPERATOR_SECRETS = {RoleName.TYPHA: "typha-certs", RoleName.FELIX: "node-certs"}
+OPERATOR_IDENTITY_KEY = {IdentityKind.CN: "common-name", IdentityKind.URI_SAN: "uri-san"}
+
+# The workloads the wiring patches, and their container names (Calico's manifests).
+TYPHA_WORKLOAD = ("apps/v1", "Deployment", "calico-typha")
+NODE_WORKLOAD = ("apps/v1", "DaemonSet", "calico-node")
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def validate_namespace(namespace: str) -> str:
+    """A namespace is an RFC 1123 label: the API server would reject anything else."""
+    if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
+        raise UsageError(
+            f"--namespace: {namespace!r} is not a valid namespace "
+            "(lower-case letters, digits and '-', at most 63)"
+        )
+    return namespace
+
+
+@dataclass(frozen=True)
+class SetFiles:
+    """The bytes of a verified set, and the identity each leaf carries."""
+
+    paths: SetPaths
+    bundle: bytes
+    certs: dict[RoleName, bytes]
+    keys: dict[RoleName, bytes]
+    identity_kind: IdentityKind
+    identities: dict[RoleName, str]  # the CN or URI SAN of each leaf, per identity_kind
+
+
+def _leaf_identity_kinds(leaf: x509.Certificate) -> set[IdentityKind]:
+    kinds = set()
+    if subject_cn(leaf):
+        kinds.add(IdentityKind.CN)
+    if uri_sans(leaf):
+        kinds.add(IdentityKind.URI_SAN)
+    return kinds
+
+
+def choose_identity_kind(
+    leaves: dict[RoleName, x509.Certificate],
+    paths: SetPaths,
+    wanted: IdentityKind | None,
+) -> IdentityKind:
+    """The identity type both sides use: as asked, or the one both leaves carry."""
+    kinds = {role: _leaf_identity_kinds(leaf) for role, leaf in leaves.items()}
+    if wanted is not None:
+        for role, have in kinds.items():
+            if wanted not in have:
+                what = "subject CN" if wanted is IdentityKind.CN else "URI SAN"
+                raise ConfigError(
+                    f"{paths.cert(role)}: has no {what}, so --identity {wanted.value} cannot "
+                    "work; reissue with the identity you want (typhapki issue)"
+                )
+        return wanted
+    common = set.intersection(*kinds.values())
+    if len(common) == 1:
+        return common.pop()
+    if common:
+        raise UsageError(
+            "both leaves carry a subject CN and a URI SAN: choose which one the other side "
+            "checks with --identity cn or --identity uri-san"
+        )
+    raise ConfigError(
+        f"{paths.out}: the Typha and Felix leaves do not carry the same identity type "
+        "(CN or URI SAN); reissue both with the same type (tigera-operator requires it)"
+    )
+
+
+def identity_value(leaf: x509.Certificate, kind: IdentityKind) -> str:
+    if kind is IdentityKind.CN:
+        cn = subject_cn(leaf)
+        assert cn  # choose_identity_kind made sure
+        return cn
+    return uri_sans(leaf)[0]
+
+
+def _relevant(problem: Problem) -> bool:
+    # Key file ownership and mode are a matter for the node, not for the manifests.
+    return problem.fix is not Fix.PERMISSIONS
+
+
+def _read_all(paths: SetPaths) -> dict[str, bytes]:
+    files = {"bundle": read_file(paths.bundle, "CA bundle")}
+    for role in RoleName:
+        files[f"{role.value}.crt"] = read_file(paths.cert(role), f"{role.value} certificate")
+        files[f"{role.value}.key"] = read_file(paths.key(role), f"{role.value} private key")
+    return files
+
+
+def _verify(paths: SetPaths, leaves: dict[RoleName, x509.Certificate], now: datetime) -> None:
+    """Refuse a set `check` would reject; a leaf merely due for renewal still passes."""
+    problems: list[Problem] = []
+    for index, (role, leaf) in enumerate(leaves.items()):
+        key_type = key_type_of(leaf.public_key()) or KeyType.ECDSA_P256
+        settings = PkiSettings(
+            # The identity is whatever the leaf carries (checked by choose_identity_kind).
+            typha=Identity(None, None),
+            felix=Identity(None, None),
+            key_type=key_type,
+            # Only expiry counts here: renewal is `issue`'s business, not a reason to
+            # withhold a still-valid certificate from the cluster.
+            renew_before=timedelta(0),
+        )
+        report = check_set(paths, settings, [role], now)
+        if index:
+            report.bundle_problems.clear()  # already counted with the first role
+        problems.extend(p for p in report.problems if _relevant(p))
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise NeedsActionError(
+            f"{problems[0].line()}{more}; refusing to build manifests from an invalid set "
+            f"(typhapki check --out {paths.out})"
+        )
+
+
+def load_set(out: Path, wanted: IdentityKind | None, now: datetime) -> SetFiles:
+    """Read and verify the full Typha + Felix set under `out`.
+
+    ConfigError (exit 2) when OUT is not there, NeedsActionError (exit 1) when the set
+    is there but `check` would fail it (a leaf not signed by a CA in the bundle, a key
+    that does not match, an expired certificate, a missing file).
+    """
+    paths = SetPaths(out)
+    if not out.is_dir():
+        raise ConfigError(f"{out}: output directory does not exist (run typhapki issue first)")
+    try:
+        before = _read_all(paths)
+        leaves = {
+            role: parse_certs(before[f"{role.value}.crt"], str(paths.cert(role)))[0]
+            for role in RoleName
+        }
+    except ConfigError as exc:
+        raise NeedsActionError(
+            f"{exc}; refusing to build manifests from an incomplete set "
+            f"(typhapki issue --out {out} --role both)"
+        ) from None
+    _verify(paths, leaves, now)
+    kind = choose_identity_kind(leaves, paths, wanted)
+    after = _read_all(paths)
+    if before != after:
+        # `issue` switched a generation while we read: what we verified is not what we'd print.
+        raise StoreError(f"{out}: the set changed while it was being read; run again")
+    leaves = {
+        role: parse_certs(after[f"{role.value}.crt"], str(paths.cert(role)))[0] for role in RoleName
+    }
+    return SetFiles(
+        paths=paths,
+        bundle=after["bundle"],
+        certs={role: after[f"{role.value}.crt"] for role in RoleName},
+        keys={role: after[f"{role.value}.key"] for role in RoleName},
+        identity_kind=kind,
+        identities={role: identity_value(leaf, kind) for role, leaf in leaves.items()},
+    )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _text(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not plain ASCII PEM; cannot go into a ConfigMap") from None
+
+
+def _configmap(name: str, namespace: str, key: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {key: value},
+    }
+
+
+def _secret(name: str, namespace: str, data: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {key: _b64(value) for key, value in data.items()},
+    }
+
+
+def hardway_objects(files: SetFiles, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The ConfigMap and Secrets of Calico's "the hard way" guide."""
+    ns = namespace or DEFAULT_NAMESPACE[ManifestFormat.HARDWAY]
+    out = [_configmap(HARDWAY_CONFIGMAP, ns, BUNDLE_FILE, _text(files.bundle, files.paths.bundle))]
+    for role in (RoleName.TYPHA, RoleName.FELIX):
+        layout = ROLES[role]
+        out.append(
+            _secret(
+                HARDWAY_SECRETS[role],
+                ns,
+                {layout.cert_file: files.certs[role], layout.key_file: files.keys[role]},
+            )
+        )
+    return out
+
+
+def operator_objects(files: SetFiles, namespace: str | None = None) -> list[dict[str, Any]]:
+    """tigera-operator's bring-your-own-certificates ConfigMap and Secrets.
+
+    Each Secret names the identity of its own leaf: the operator sets it as the
+    identity the other side checks (typha-certs' name -> FELIX_TYPHA*, node-certs'
+    name -> TYPHA_CLIENT*).
+    """
+    ns = namespace or DEFAULT_NAMESPACE[ManifestFormat.OPERATOR]
+    out = [
+        _configmap(OPERATOR_CONFIGMAP, ns, OPERATOR_CA_KEY, _text(files.bundle, files.paths.bundle))
+    ]
+    for role in (RoleName.TYPHA, RoleName.FELIX):
+        out.append(
+            _secret(
+                OPERATOR_SECRETS[role],
+                ns,
+                {
+                    "tls.crt": files.certs[role],
+                    "tls.key": files.keys[role],
+                    OPERATOR_IDENTITY_KEY[files.identity_kind]: files.identities[role].encode(),
+                },
+            )
+        )
+    return out
+
+
+def mount_path(directory: str) -> str:
+    """Where a managed directory is mounted in the pods: the guide's paths."""
+    return f"/{directory}"
+
+
+def wiring_env(files: SetFiles) -> dict[RoleName, list[dict[str, str]]]:
+    """Container env for calico-typha (TYPHA_*) and calico-node (FELIX_*)."""
+    ca_file = f"{mount_path(BUNDLE_DIR)}/{BUNDLE_FILE}"
+    typha, felix = ROLES[RoleName.TYPHA], ROLES[RoleName.FELIX]
+    uri = files.identity_kind is IdentityKind.URI_SAN
+    typha_env = [
+        ("TYPHA_CAFILE", ca_file),
+        ("TYPHA_SERVERCERTFILE", f"{mount_path(typha.directory)}/{typha.cert_file}"),
+        ("TYPHA_SERVERKEYFILE", f"{mount_path(typha.directory)}/{typha.key_file}"),
+        # Typha checks the identity of Felix's leaf...
+        (
+            "TYPHA_CLIENTURISAN" if uri else "TYPHA_CLIENTCN",
+            files.identities[RoleName.FELIX],
+        ),
+    ]
+    felix_env = [
+        ("FELIX_TYPHACAFILE", ca_file),
+        ("FELIX_TYPHACERTFILE", f"{mount_path(felix.directory)}/{felix.cert_file}"),
+        ("FELIX_TYPHAKEYFILE", f"{mount_path(felix.directory)}/{felix.key_file}"),
+        # ...and Felix the identity of Typha's.
+        ("FELIX_TYPHAURISAN" if uri else "FELIX_TYPHACN", files.identities[RoleName.TYPHA]),
+    ]
+    return {
+        RoleName.TYPHA: [{"name": n, "value": v} for n, v in typha_env],
+        RoleName.FELIX: [{"name": n, "value": v} for n, v in felix_env],
+    }
+
+
+def _volume_name(directory: str) -> str:
+    return directory  # calico-typha-ca etc.: valid DNS labels, and what the guide uses
+
+
+def _pod_patch(
+    container: str, env: list[dict[str, str]], host_out: Path, directories: Sequence[str]
+) -> dict[str, Any]:
+    return {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": container,
+                            "env": env,
+                            "volumeMounts": [
+                                {
+                                    "name": _volume_name(d),
+                                    "mountPath": mount_path(d),
+                                    "readOnly": True,
+                                }
+                                for d in directories
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": _volume_name(d),
+                            # The directory, never a file: files are symlinks into ..data,
+                            # and a switch must be visible without remounting.
+                            "hostPath": {"path": str(host_out / d), "type": "Directory"},
+                        }
+                        for d in directories
+                    ],
+                }
+            }
+        }
+    }
+
+
+@dataclass(frozen=True)
+class WiringPatch:
+    """A strategic-merge patch for one workload, and the command that applies it."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    patch: dict[str, Any]
+
+    def command(self) -> str:
+        return (
+            f"kubectl -n {self.namespace} patch {self.kind.lower()} {self.name} "
+            "--type strategic --patch-file FILE"
+        )
+
+
+def wiring_patches(
+    files: SetFiles, host_out: Path, namespace: str | None = None
+) -> list[WiringPatch]:
+    """hostPath volumes, read-only mounts and env for calico-typha and calico-node."""
+    ns = namespace or DEFAULT_NAMESPACE[ManifestFormat.HARDWAY]
+    env = wiring_env(files)
+    typha_dirs = [BUNDLE_DIR, ROLES[RoleName.TYPHA].directory]
+    felix_dirs = [BUNDLE_DIR, ROLES[RoleName.FELIX].directory]
+    out = []
+    for (api, kind, name), role, dirs in (
+        (TYPHA_WORKLOAD, RoleName.TYPHA, typha_dirs),
+        (NODE_WORKLOAD, RoleName.FELIX, felix_dirs),
+    ):
+        out.append(WiringPatch(api, kind, name, ns, _pod_patch(name, env[role], host_out, dirs)))
+    return out
+
+
+def dump_yaml(documents: Sequence[tuple[str | None, dict[str, Any]]]) -> str:
+    """Multi-document YAML, deterministic; PEM text as literal blocks for humans."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    _Dumper.add_representer(str, _str)
+    parts = []
+    for comment, doc in documents:
+        header = "".join(f"# {line}\n" for line in comment.splitlines()) if comment else ""
+        body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+        parts.append(f"---\n{header}{body}")
+    return "".join(parts)

@@ -1,0 +1,1 @@
+"""Certificates: profiles, the on-disk store, verification, issuance and CA rotation."""

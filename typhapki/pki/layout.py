@@ -1,0 +1,80 @@
+"""Where things live: the on-disk layout that maps one to one onto the pod mounts.
+
+Names follow Calico's "the hard way" guide, so each directory can be mounted by
+hostPath at the path the guide uses (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from typhapki.pki.settings import RoleName
+
+CA_CERT_FILE = "typhaca.crt"
+CA_KEY_FILE = "typhaca.key"
+
+BUNDLE_DIR = "calico-typha-ca"
+BUNDLE_FILE = "typhaca.crt"
+LOCK_FILE = ".typhapki.lock"
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    role: RoleName
+    directory: str  # also the pod mount path: /<directory>
+    cert_file: str
+    key_file: str
+
+
+ROLES: dict[RoleName, RoleLayout] = {
+    RoleName.TYPHA: RoleLayout(RoleName.TYPHA, "calico-typha-certs", "typha.crt", "typha.key"),
+    RoleName.FELIX: RoleLayout(
+        RoleName.FELIX, "calico-node-certs", "calico-node.crt", "calico-node.key"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SetPaths:
+    """The paths of a managed set under an output directory."""
+
+    out: Path
+
+    @property
+    def bundle_dir(self) -> Path:
+        return self.out / BUNDLE_DIR
+
+    @property
+    def bundle(self) -> Path:
+        return self.out / BUNDLE_DIR / BUNDLE_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.out / LOCK_FILE
+
+    def role_dir(self, role: RoleName) -> Path:
+        return self.out / ROLES[role].directory
+
+    def cert(self, role: RoleName) -> Path:
+        return self.role_dir(role) / ROLES[role].cert_file
+
+    def key(self, role: RoleName) -> Path:
+        return self.role_dir(role) / ROLES[role].key_file
+
+
+@dataclass(frozen=True)
+class CaPaths:
+    ca_dir: Path
+
+    @property
+    def cert(self) -> Path:
+        return self.ca_dir / CA_CERT_FILE
+
+    @property
+    def key(self) -> Path:
+        return self.ca_dir / CA_KEY_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.ca_dir / LOCK_FILE

@@ -1,0 +1,347 @@
+"""What `check` reports: every reason a managed set needs `issue`.
+
+Pure logic over loaded certificates, plus a loader that turns the files on disk
+into those objects and their problems. The same report feeds `check`, `issue`
+(what to redo) and `facts` (what to tell Puppet).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from typhapki.errors import ConfigError
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.pem import load_certs, load_key
+from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
+from typhapki.pki.settings import Identity, PkiSettings, RoleName
+from typhapki.pki.store import DATA_LINK
+
+EKU_NAMES = {
+    ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
+    ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth",
+    ExtendedKeyUsageOID.CODE_SIGNING: "codeSigning",
+    ExtendedKeyUsageOID.EMAIL_PROTECTION: "emailProtection",
+    ExtendedKeyUsageOID.TIME_STAMPING: "timeStamping",
+    ExtendedKeyUsageOID.OCSP_SIGNING: "OCSPSigning",
+    ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE: "anyExtendedKeyUsage",
+}
+
+
+class Fix(StrEnum):
+    """What `issue` has to do about a problem."""
+
+    BUNDLE = "bundle"  # rewrite the CA bundle
+    REISSUE = "reissue"  # new key and certificate
+    PERMISSIONS = "permissions"  # same bytes, republished with the right owner and mode
+    ROTATE_CA = "rotate-ca"  # nothing `issue` can do: the CA itself must be replaced
+
+
+@dataclass(frozen=True)
+class Problem:
+    scope: str  # "bundle", "typha", "felix"
+    path: Path
+    message: str
+    fix: Fix
+
+    def line(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass
+class RoleState:
+    role: RoleName
+    cert_path: Path
+    key_path: Path
+    chain: list[x509.Certificate] | None = None
+    key: PrivateKey | None = None
+    issuer: x509.Certificate | None = None  # the bundle CA that signed the leaf
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def leaf(self) -> x509.Certificate | None:
+        return self.chain[0] if self.chain else None
+
+
+@dataclass
+class SetReport:
+    paths: SetPaths
+    bundle: list[x509.Certificate] | None
+    bundle_problems: list[Problem]
+    roles: dict[RoleName, RoleState]
+
+    @property
+    def problems(self) -> list[Problem]:
+        out = list(self.bundle_problems)
+        for state in self.roles.values():
+            out.extend(state.problems)
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    """SHA-256 fingerprint of the DER certificate, lower-case hex."""
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def subject_cn(cert: x509.Certificate) -> str | None:
+    attrs = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not attrs:
+        return None
+    value = attrs[0].value
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def uri_sans(cert: x509.Certificate) -> list[str]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return list(ext.value.get_values_for_type(x509.UniformResourceIdentifier))
+
+
+def ekus(cert: x509.Certificate) -> list[x509.ObjectIdentifier] | None:
+    """The EKU list, or None when the certificate has no EKU extension."""
+    try:
+        return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return None
+
+
+def eku_names(cert: x509.Certificate) -> list[str]:
+    return [EKU_NAMES.get(oid, oid.dotted_string) for oid in ekus(cert) or []]
+
+
+def is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    if cert.issuer != ca.subject:
+        return False
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, Exception):  # InvalidSignature and friends
+        return False
+    return True
+
+
+def find_issuer(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> x509.Certificate | None:
+    for ca in cas:
+        if signed_by(cert, ca):
+            return ca
+    return None
+
+
+def _days(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 86400:.1f} days"
+
+
+def renewal_due_at(cert: x509.Certificate, settings: PkiSettings) -> datetime:
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    return cert.not_valid_after_utc - settings.renew_window(lifetime)
+
+
+def validity_problem(cert: x509.Certificate, settings: PkiSettings, now: datetime) -> str | None:
+    if now < cert.not_valid_before_utc:
+        return f"not valid until {cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
+    if now >= cert.not_valid_after_utc:
+        return f"expired at {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+    due = renewal_due_at(cert, settings)
+    if now >= due:
+        left = cert.not_valid_after_utc - now
+        return f"due for renewal since {due:%Y-%m-%dT%H:%M:%SZ} ({_days(left)} left)"
+    return None
+
+
+def identity_problems(cert: x509.Certificate, role: RoleName, identity: Identity) -> list[str]:
+    out = []
+    cn = subject_cn(cert)
+    if identity.cn is not None and cn != identity.cn:
+        out.append(f"CN is {cn!r}, {role.value} identity must be {identity.cn!r}")
+    if identity.uri_san is not None and identity.uri_san not in uri_sans(cert):
+        out.append(f"URI SAN {identity.uri_san!r} missing (has {uri_sans(cert) or 'none'})")
+    return out
+
+
+def eku_problem(cert: x509.Certificate, role: RoleName) -> str | None:
+    wanted = ROLE_EKU[role]
+    have = ekus(cert)
+    if have != [wanted]:
+        names = ", ".join(eku_names(cert)) or "none"
+        need = EKU_NAMES[wanted]
+        return f"EKU is {names}; a {role.value} certificate must carry exactly {need}"
+    return None
+
+
+def check_bundle(
+    paths: SetPaths, wanted: Sequence[x509.Certificate] | None, now: datetime
+) -> tuple[list[x509.Certificate] | None, list[Problem]]:
+    """Load the CA bundle; with `wanted`, it must hold exactly those CAs."""
+    path = paths.bundle
+
+    def problem(msg: str) -> Problem:
+        return Problem("bundle", path, msg, Fix.BUNDLE)
+
+    try:
+        bundle = load_certs(path, "CA bundle")
+    except ConfigError as exc:
+        return None, [problem(str(exc).removeprefix(f"{path}: "))]
+    problems = []
+    for ca in bundle:
+        name = ca.subject.rfc4514_string()
+        if not is_ca(ca):
+            problems.append(problem(f"{name} in the bundle is not a CA certificate"))
+        elif now >= ca.not_valid_after_utc:
+            problems.append(
+                Problem(
+                    "bundle",
+                    path,
+                    f"CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}",
+                    Fix.ROTATE_CA,
+                )
+            )
+    if wanted is not None:
+        have = {fingerprint(c) for c in bundle}
+        want = {fingerprint(c) for c in wanted}
+        for ca in wanted:
+            if fingerprint(ca) not in have:
+                problems.append(
+                    problem(f"CA {ca.subject.rfc4514_string()} is missing from the bundle")
+                )
+        for ca in bundle:
+            if fingerprint(ca) not in want:
+                problems.append(
+                    problem(f"CA {ca.subject.rfc4514_string()} is in the bundle but not configured")
+                )
+    return bundle, problems
+
+
+def _mode_problem(path: Path, settings: PkiSettings) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    want = settings.key_files
+    mode = st.st_mode & 0o777
+    parts = []
+    if mode != want.mode:
+        parts.append(f"mode {mode:04o}, want {want.mode:04o}")
+    if want.uid is not None and st.st_uid != want.uid:
+        parts.append(f"owner uid {st.st_uid}, want {want.uid}")
+    if want.gid is not None and st.st_gid != want.gid:
+        parts.append(f"group gid {st.st_gid}, want {want.gid}")
+    return "; ".join(parts) or None
+
+
+def snapshot_paths(*paths: Path) -> tuple[Path, ...]:
+    """Paths that read one generation, so a concurrent switch cannot pair two issuances.
+
+    Files published by typhapki are links into ``..data``; resolving ``..data`` once
+    and reading inside that (immutable) generation gives a consistent pair. A file the
+    pods would not see (its visible link missing) is still reported as missing.
+    """
+    directory = paths[0].parent
+    try:
+        generation = os.readlink(directory / DATA_LINK)
+    except OSError:
+        return paths
+    out = []
+    for path in paths:
+        if (
+            path.parent == directory
+            and os.path.islink(path)
+            and os.readlink(path) == (f"{DATA_LINK}/{path.name}")
+        ):
+            out.append(directory / generation / path.name)
+        else:
+            out.append(path)
+    return tuple(out)
+
+
+def check_role(
+    paths: SetPaths,
+    role: RoleName,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate] | None,
+    signing_ca: x509.Certificate | None,
+    now: datetime,
+) -> RoleState:
+    state = RoleState(role, paths.cert(role), paths.key(role))
+
+    def add(path: Path, msg: str, fix: Fix = Fix.REISSUE) -> None:
+        state.problems.append(Problem(role.value, path, msg, fix))
+
+    cert_src, key_src = snapshot_paths(state.cert_path, state.key_path)
+    try:
+        state.chain = load_certs(cert_src, f"{role.value} certificate")
+    except ConfigError as exc:
+        add(state.cert_path, str(exc).removeprefix(f"{cert_src}: "))
+    try:
+        state.key = load_key(key_src, f"{role.value} private key")
+    except ConfigError as exc:
+        add(state.key_path, str(exc).removeprefix(f"{key_src}: "))
+    leaf = state.leaf
+    if leaf is None:
+        return state
+
+    if state.key is not None and public_key_der(state.key) != public_key_der(leaf.public_key()):
+        add(state.key_path, f"private key does not match {state.cert_path.name}")
+    have_type = key_type_of(leaf.public_key())
+    if have_type is not settings.key_type:
+        add(
+            state.cert_path,
+            f"key type is {have_type.value if have_type else 'unsupported'}, "
+            f"want {settings.key_type.value}",
+        )
+    if is_ca(leaf):
+        add(state.cert_path, "is a CA certificate, not a leaf")
+    if (msg := eku_problem(leaf, role)) is not None:
+        add(state.cert_path, msg)
+    for msg in identity_problems(leaf, role, settings.identity(role)):
+        add(state.cert_path, msg)
+    if bundle is not None:
+        state.issuer = find_issuer(leaf, bundle)
+        if state.issuer is None:
+            add(state.cert_path, "not signed by any CA in the bundle")
+        elif signing_ca is not None and fingerprint(state.issuer) != fingerprint(signing_ca):
+            add(
+                state.cert_path,
+                f"signed by {state.issuer.subject.rfc4514_string()}, "
+                f"not by the current CA {signing_ca.subject.rfc4514_string()}",
+            )
+    if (msg := validity_problem(leaf, settings, now)) is not None:
+        add(state.cert_path, msg)
+    if not state.problems and (msg := _mode_problem(state.key_path, settings)) is not None:
+        add(state.key_path, msg, Fix.PERMISSIONS)
+    return state
+
+
+def check_set(
+    paths: SetPaths,
+    settings: PkiSettings,
+    roles: Sequence[RoleName],
+    now: datetime,
+    wanted_bundle: Sequence[x509.Certificate] | None = None,
+    signing_ca: x509.Certificate | None = None,
+) -> SetReport:
+    bundle, bundle_problems = check_bundle(paths, wanted_bundle, now)
+    # Leaves are judged against the bundle as it should be, so a bundle that only
+    # needs rewriting does not force new leaves.
+    trust = list(wanted_bundle) if wanted_bundle is not None else bundle
+    states = {role: check_role(paths, role, settings, trust, signing_ca, now) for role in roles}
+    return SetReport(paths, bundle, bundle_problems, states)

@@ -1,0 +1,69 @@
+"""Certificate settings from a hiera cluster's ``typha:`` mapping, under the flags.
+
+`issue`, `check` and `facts` accept ``--hiera PATH --cluster NAME``; the cluster's
+settings fill in whatever the command line did not say (flags win), so a node's
+Puppet code can pass two options instead of repeating every identity and lifetime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typhapki.commands.pki_options import PkiOptions, build_settings
+from typhapki.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from typhapki.puppet.hiera import TyphaSettings
+
+
+def require_pair(hiera: Path | None, cluster: str | None) -> bool:
+    """True when hiera settings are asked for; both options or neither (else exit 2)."""
+    if (hiera is None) != (cluster is None):
+        given, missing = ("--hiera", "--cluster") if cluster is None else ("--cluster", "--hiera")
+        raise UsageError(f"{given} needs {missing}: give both or neither")
+    return hiera is not None
+
+
+def pki_options_of(typha: TyphaSettings) -> PkiOptions:
+    """A cluster's ``typha:`` mapping as certificate options (None where not set)."""
+    return PkiOptions(
+        typha_cn=typha.typha_cn,
+        felix_cn=typha.felix_cn,
+        typha_uri_san=typha.typha_uri_san,
+        felix_uri_san=typha.felix_uri_san,
+        key_type=typha.key_type,
+        days=typha.days,
+        renew_before=typha.renew_before,
+        key_owner=typha.key_owner,
+        key_group=typha.key_group,
+        key_mode=typha.key_mode,
+    )
+
+
+def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSettings | None:
+    """The cluster's ``typha:`` settings, or None when no hiera was given."""
+    if not require_pair(hiera, cluster):
+        return None
+    assert hiera is not None and cluster is not None
+    from typhapki.puppet.hiera import load_cluster  # yaml only when hiera is used
+
+    return load_cluster(hiera, cluster).typha
+
+
+def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | None) -> PkiOptions:
+    """The command-line options over the cluster's hiera settings (flags win)."""
+    typha = load_typha_settings(hiera, cluster)
+    if typha is None:
+        return flags
+    merged = flags.merged_over(pki_options_of(typha))
+    try:
+        build_settings(merged)
+    except UsageError as exc:
+        try:
+            build_settings(flags)
+        except UsageError:
+            raise exc from None  # the flags are wrong on their own: their message
+        # The hiera values are to blame: say where they are.
+        raise ConfigError(f"{hiera}: cluster {cluster!r}, typha: {exc}") from None
+    return merged

@@ -1,0 +1,210 @@
+"""The `typhapki` Facter external fact: what a node's managed set looks like right now.
+
+Runs on every Puppet agent run on every node, so it is read-only, quick (no DNS, no
+template engine, no YAML unless hiera settings are asked for) and never fails: whatever
+goes wrong is described inside the fact (``"error": "..."``) and the JSON stays valid.
+Only public material is reported: subjects, fingerprints, dates, paths. Never a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from typhapki import __version__
+from typhapki.pki.certinfo import describe
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.verify import (
+    Problem,
+    RoleState,
+    SetReport,
+    check_set,
+    fingerprint,
+    renewal_due_at,
+)
+
+FACT_NAME = "typhapki"
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class FactRequest:
+    """What the facts script was asked to describe; built from the command line."""
+
+    out: Path | None
+    roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX)
+    ca_dir: Path | None = None
+    trust: Sequence[Path] = ()
+    ferm_output: Path | None = None
+    # Errors found while reading options: reported, and the set still described.
+    errors: list[str] = field(default_factory=list)
+
+
+def _problem(problem: Problem) -> dict[str, str]:
+    return {
+        "scope": problem.scope,
+        "path": str(problem.path),
+        "message": problem.message,
+        "fix": problem.fix.value,
+    }
+
+
+def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[str, Any]:
+    fact: dict[str, Any] = {
+        "cert_path": str(state.cert_path),
+        "key_path": str(state.key_path),
+        "present": state.leaf is not None,
+        "valid": not state.problems,
+        "problems": [_problem(p) for p in state.problems],
+    }
+    leaf = state.leaf
+    if leaf is not None:
+        info = describe(leaf, now)
+        due = renewal_due_at(leaf, settings)
+        fact.update(
+            {
+                "subject": info["subject"],
+                "common_name": info["common_name"],
+                "uri_sans": info["uri_sans"],
+                "eku": info["eku"],
+                "key_type": info["key_type"],
+                "issuer": info["issuer"],
+                "serial": info["serial"],
+                "sha256_fingerprint": info["sha256_fingerprint"],
+                "not_before": info["not_before"],
+                "not_after": info["not_after"],
+                "days_left": info["days_left"],
+                "renewal_due": now >= due,
+                "renewal_due_at": _iso(due),
+                "issuer_sha256_fingerprint": (
+                    fingerprint(state.issuer) if state.issuer is not None else None
+                ),
+            }
+        )
+    return fact
+
+
+def _bundle_fact(report: SetReport, now: datetime) -> dict[str, Any]:
+    cas = []
+    for ca in report.bundle or []:
+        info = describe(ca, now)
+        cas.append(
+            {
+                "subject": info["subject"],
+                "sha256_fingerprint": info["sha256_fingerprint"],
+                "not_after": info["not_after"],
+                "days_left": info["days_left"],
+            }
+        )
+    return {
+        "path": str(report.paths.bundle),
+        "present": report.bundle is not None,
+        "cas": cas,
+        "problems": [_problem(p) for p in report.bundle_problems],
+    }
+
+
+def file_state(path: Path) -> dict[str, Any]:
+    """A managed file's state without interpreting it: path, exists, sha256, mtime."""
+    fact: dict[str, Any] = {"path": str(path), "exists": False}
+    try:
+        data = path.read_bytes()
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return fact
+    except OSError as exc:
+        fact["error"] = f"{path}: {exc.strerror or exc}"
+        return fact
+    fact.update(
+        {
+            "exists": True,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "mtime": _iso(datetime.fromtimestamp(mtime, UTC)),
+        }
+    )
+    return fact
+
+
+def _rotation_fact(report: SetReport) -> dict[str, Any]:
+    """Which CA rotation stage the bundle and leaves show (docs/rotation.md)."""
+    if report.bundle is None or len(report.bundle) < 2:
+        stage = 0 if report.bundle else None
+        return {"rotating": False, "stage": stage, "stage_name": "none" if stage == 0 else None}
+    from typhapki.pki.rotation import describe_rotation  # only when a rotation is under way
+
+    info = describe_rotation(report)
+    return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
+
+
+def _set_fact(
+    request: FactRequest, settings: PkiSettings, now: datetime, errors: list[str]
+) -> dict[str, Any]:
+    """Check the set exactly as `check` would and describe each part."""
+    from typhapki.errors import TyphapkiError
+
+    assert request.out is not None
+    bundle = signing = None
+    if request.ca_dir is not None:
+        try:
+            from typhapki.pki.issuance import load_wanted_bundle
+
+            signing, bundle = load_wanted_bundle(request.ca_dir, request.trust)
+        except TyphapkiError as exc:
+            # Still describe the set, judged without the CA.
+            errors.append(str(exc))
+    report = check_set(SetPaths(request.out), settings, request.roles, now, bundle, signing)
+    return {
+        "out": str(request.out),
+        "ca_dir": str(request.ca_dir) if request.ca_dir is not None else None,
+        "ca_sha256_fingerprint": fingerprint(signing) if signing is not None else None,
+        "valid": report.ok,
+        "problems": [_problem(p) for p in report.problems],
+        "bundle": _bundle_fact(report, now),
+        "rotation": _rotation_fact(report),
+        "roles": {
+            role.value: _role_fact(state, settings, now) for role, state in report.roles.items()
+        },
+    }
+
+
+def gather(
+    request: FactRequest,
+    settings_factory: Callable[[], PkiSettings],
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The whole fact, ``{"typhapki": {...}}``. Never raises.
+
+    `settings_factory` builds the wanted settings (flags, maybe hiera); it is called
+    inside the guard so a bad option value becomes an ``error`` in the fact.
+    """
+    now = now or datetime.now(UTC)
+    errors = list(request.errors)
+    fact: dict[str, Any] = {"generated_at": _iso(now), "ok": False}
+    fact["version"] = __version__
+    try:
+        try:
+            settings = settings_factory()
+        except Exception as exc:
+            # Judge with the defaults rather than describe nothing at all.
+            errors.append(str(exc) or type(exc).__name__)
+            settings = PkiSettings()
+        if request.out is None:
+            errors.append("--out is required: the output directory of the managed set")
+        else:
+            fact["set"] = _set_fact(request, settings, now, errors)
+        if request.ferm_output is not None:
+            fact["ferm"] = file_state(request.ferm_output)
+    except Exception as exc:  # the fact must never crash the Facter run
+        errors.append(f"{type(exc).__name__}: {exc}")
+    fact["ok"] = not errors and bool(fact.get("set", {}).get("valid"))
+    fact["error"] = "; ".join(errors) if errors else None
+    return {FACT_NAME: fact}

@@ -1,0 +1,665 @@
+"""Hiera loading: the `kubernetes::clusters` data Puppet uses, read safely.
+
+Input is one YAML file or a directory of ``*.yaml`` / ``*.yml`` files (not recursive).
+How several files combine: files are read in sorted name order and their top-level
+keys are united; a top-level key may be defined by one file only (the same key in two
+files is an error naming both), so no ordering rule ever decides silently which value
+wins. Inside one mapping a key may appear once.
+
+Shape (REFERENCE.md section 4)::
+
+    kubernetes::clusters_defaults: {...}          # merged under every cluster
+    kubernetes::clusters:
+      GROUP:
+        CLUSTER:
+          cluster_nodes: [host, ...]               # required, at least one
+          control_plane_nodes: [host, ...]         # optional
+          ipv6dualstack: true|false                # optional, default false
+          typha: {...}                             # optional, see TyphaSettings
+
+Defaults merge deeply: a mapping in the cluster is merged key by key into the same
+mapping of the defaults, any other value (list, scalar, null) replaces the default.
+
+Safety: the YAML is composed into nodes and built here by hand, so no tag (``!!python``,
+any ``!tag``, even ``!!str``) is ever honoured: a tag is an error. Anchors and aliases
+are allowed within small limits (aliases per file, nodes after expansion), which stops
+alias bombs and recursive aliases. Every value keeps its file, line and key path, so
+every message names where to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typhapki.errors import ConfigError
+from typhapki.firewall.hostnames import (
+    shown,
+    validate_cidr,
+    validate_ferm_variable,
+    validate_host,
+    validate_port,
+)
+
+CLUSTERS_KEY = "kubernetes::clusters"
+DEFAULTS_KEY = "kubernetes::clusters_defaults"
+
+MAX_ALIASES = 100  # per file
+MAX_NODES = 100_000  # per file, after alias expansion
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+# Group and cluster names end up in messages and in the header comment of a rule.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
+_MODES = ("strict", "relaxed")
+_STYLES = ("plain", "function")
+
+
+@dataclass
+class YNode:
+    """One YAML value with where it came from."""
+
+    value: Any  # dict[str, YNode] | list[YNode] | str | int | float | bool | None
+    file: Path
+    path: str
+    line: int
+    raw: str | None = None  # the scalar as written (key_mode: 0640 stays "0640")
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}: {self.path}"
+
+
+@dataclass(frozen=True)
+class TyphaSettings:
+    """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set."""
+
+    # PKI: checked for type only here; the PKI layer validates the values.
+    typha_cn: str | None = None
+    felix_cn: str | None = None
+    typha_uri_san: str | None = None
+    felix_uri_san: str | None = None
+    key_type: str | None = None
+    days: int | None = None
+    renew_before: str | None = None
+    key_owner: str | None = None
+    key_group: str | None = None
+    key_mode: str | None = None
+    # ferm rule
+    port: int | None = None
+    mode: str | None = None
+    style: str | None = None
+    networks: tuple[str, ...] = ()
+    network_variable: str | None = None
+    prefix_v4: int | None = None
+    prefix_v6: int | None = None
+    ferm_output: str | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One cluster of `kubernetes::clusters`, defaults merged, every host validated."""
+
+    group: str
+    name: str
+    source: Path
+    cluster_nodes: tuple[str, ...]
+    control_plane_nodes: tuple[str, ...]
+    ipv6dualstack: bool
+    typha: TyphaSettings = field(default_factory=TyphaSettings)
+
+
+@dataclass(frozen=True)
+class HieraDoc:
+    """The united top-level keys of the hiera files."""
+
+    root: Path
+    files: tuple[Path, ...]
+    keys: dict[str, YNode]
+
+    def get(self, key: str) -> YNode | None:
+        return self.keys.get(key)
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One `cluster_nodes` / `control_plane_nodes` entry, as written (for the lint)."""
+
+    file: Path
+    key_path: str
+    line: int | None
+    value: object
+
+    @property
+    def where(self) -> str:
+        line = f":{self.line}" if self.line is not None else ""
+        return f"{self.file}{line}: {self.key_path}"
+
+
+@dataclass(frozen=True)
+class HostProblem:
+    entry: HostEntry
+    message: str
+
+    def line(self) -> str:
+        return self.message
+
+
+# --- YAML -> YNode ---------------------------------------------------------------------
+
+
+def _yaml_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not files:
+            raise ConfigError(f"{path}: no *.yaml or *.yml files in this directory")
+        return files
+    if path.is_file():
+        return [path]
+    raise ConfigError(f"{path}: no such hiera file or directory")
+
+
+class _Builder:
+    """Builds YNodes from a composed YAML node graph, refusing tags and bombs."""
+
+    def __init__(self, file: Path) -> None:
+        import yaml
+
+        self.file = file
+        self.nodes = 0
+        self.aliases = 0
+        self._constructor = yaml.constructor.SafeConstructor()
+
+    def fail(self, line: int, path: str, message: str) -> ConfigError:
+        where = f"{self.file}:{line}: {path}" if path else f"{self.file}:{line}"
+        return ConfigError(f"{where}: {message}")
+
+    def build(self, node: Any, path: str, stack: tuple[int, ...] = ()) -> YNode:
+        import yaml
+
+        line = node.start_mark.line + 1
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(line, path, f"more than {MAX_NODES} values (alias bomb?)")
+        if id(node) in stack:
+            raise self.fail(line, path, "recursive alias")
+        stack = (*stack, id(node))
+        if isinstance(node, yaml.MappingNode):
+            items: dict[str, YNode] = {}
+            for key_node, value_node in self._pairs(node, path):
+                key = self._key(key_node, path)
+                child = f"{path}.{key}" if path else key
+                if key in items:
+                    raise self.fail(
+                        key_node.start_mark.line + 1,
+                        child,
+                        f"duplicate key (first at line {items[key].line})",
+                    )
+                items[key] = self.build(value_node, child, stack)
+            return YNode(items, self.file, path, line)
+        if isinstance(node, yaml.SequenceNode):
+            return YNode(
+                [self.build(item, f"{path}[{i}]", stack) for i, item in enumerate(node.value)],
+                self.file,
+                path,
+                line,
+            )
+        try:
+            value = self._constructor.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self.fail(line, path, f"bad value: {_one_line(exc)}") from None
+        if isinstance(value, bytes | bytearray) or not isinstance(
+            value, str | int | float | bool | type(None)
+        ):
+            # timestamps, binary, sets: never hiera data we use; keep them as written
+            value = str(node.value)
+        return YNode(value, self.file, path, line, raw=str(node.value))
+
+    def _pairs(self, node: Any, path: str) -> Iterator[tuple[Any, Any]]:
+        """Key/value node pairs, with YAML merge keys (``<<: *defaults``) expanded."""
+        import yaml
+
+        merged: list[tuple[Any, Any]] = []
+        own: list[tuple[Any, Any]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = (
+                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                )
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        raise self.fail(
+                            source.start_mark.line + 1, path, "'<<' merges mappings only"
+                        )
+                    for pair in source.value:
+                        if not any(self._same_key(pair[0], k) for k, _ in merged):
+                            merged.append(pair)
+            else:
+                own.append((key_node, value_node))
+        # Explicit keys win over merged ones, as in YAML merge semantics.
+        yield from own
+        for key_node, value_node in merged:
+            if not any(self._same_key(key_node, k) for k, _ in own):
+                yield key_node, value_node
+
+    @staticmethod
+    def _same_key(a: Any, b: Any) -> bool:
+        return bool(a.value == b.value)
+
+    def _key(self, key_node: Any, path: str) -> str:
+        import yaml
+
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise self.fail(key_node.start_mark.line + 1, path, "mapping keys must be strings")
+        return str(key_node.value)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _loader() -> Any:
+    """libyaml's safe loader when PyYAML has it: same events, several times faster
+    (facts with --hiera run on every Puppet agent run)."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _refuse_tags_and_count_aliases(text: str, file: Path) -> None:
+    """Scan the event stream: any explicit tag is refused, aliases are counted."""
+    import yaml
+
+    aliases = 0
+    documents = 0
+    for event in yaml.parse(text, Loader=_loader()):
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise ConfigError(f"{file}:{line}: more than one YAML document in the file")
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            raise ConfigError(f"{file}:{line}: YAML tag {tag!r} is not allowed in hiera data")
+        if isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise ConfigError(
+                    f"{file}:{line}: more than {MAX_ALIASES} YAML aliases (alias bomb?)"
+                )
+
+
+def load_yaml_file(file: Path) -> YNode | None:
+    """One hiera file as a YNode tree (None for an empty file)."""
+    import yaml
+
+    try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{file}: larger than {MAX_FILE_BYTES} bytes")
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    try:
+        _refuse_tags_and_count_aliases(text, file)
+        node = yaml.compose(text, Loader=_loader())
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "malformed"
+        raise ConfigError(f"{file}{line}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: malformed YAML: {_one_line(exc)}") from None
+    if node is None:
+        return None
+    return _Builder(file).build(node, "")
+
+
+def load_hiera(path: Path) -> HieraDoc:
+    """Read a hiera file or directory; top-level keys united, duplicates refused."""
+    files = _yaml_files(path)
+    keys: dict[str, YNode] = {}
+    for file in files:
+        root = load_yaml_file(file)
+        if root is None:
+            continue
+        if not isinstance(root.value, dict):
+            raise ConfigError(f"{file}:{root.line}: the top level must be a mapping of keys")
+        for key, node in root.value.items():
+            if key in keys:
+                raise ConfigError(
+                    f"{file}:{node.line}: {key}: already defined in "
+                    f"{keys[key].file}:{keys[key].line} (a top-level key may be in one file only)"
+                )
+            keys[key] = node
+    return HieraDoc(path, tuple(files), keys)
+
+
+# --- clusters ------------------------------------------------------------------------
+
+
+def _expect_mapping(node: YNode, what: str = "a mapping") -> dict[str, YNode]:
+    if not isinstance(node.value, dict):
+        raise ConfigError(f"{node.where}: expected {what}, got {_type_name(node.value)}")
+    return node.value
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    return f"{type(value).__name__} {shown(value)}"
+
+
+def _merge(default: YNode | None, override: YNode | None) -> YNode | None:
+    """Deep merge: mappings key by key, anything else replaces the default."""
+    if override is None:
+        return default
+    if default is None:
+        return override
+    if isinstance(default.value, dict) and isinstance(override.value, dict):
+        merged = dict(default.value)
+        for key, value in override.value.items():
+            merged[key] = _merge(default.value.get(key), value) or value  # never None here
+        return YNode(merged, override.file, override.path, override.line)
+    return override
+
+
+def clusters_map(doc: HieraDoc) -> dict[str, tuple[str, YNode]]:
+    """cluster name -> (group, cluster YNode before defaults). Names must be unique."""
+    top = doc.get(CLUSTERS_KEY)
+    if top is None:
+        raise ConfigError(f"{doc.root}: no {CLUSTERS_KEY} key in {_files_text(doc)}")
+    found: dict[str, tuple[str, YNode]] = {}
+    for group, group_node in _expect_mapping(top, "a mapping of cluster groups").items():
+        _check_name(group, group_node, "cluster group")
+        for name, cluster_node in _expect_mapping(group_node, "a mapping of clusters").items():
+            _check_name(name, cluster_node, "cluster")
+            if name in found:
+                raise ConfigError(
+                    f"{cluster_node.where}: cluster name also used in group {found[name][0]!r}"
+                )
+            found[name] = (group, cluster_node)
+    return found
+
+
+def _files_text(doc: HieraDoc) -> str:
+    return ", ".join(str(f) for f in doc.files)
+
+
+def _check_name(name: str, node: YNode, what: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{node.where}: {shown(name)} is not a valid {what} name "
+            "(letters, digits, '-', '_', '.')"
+        )
+
+
+def merged_cluster_node(doc: HieraDoc, cluster_node: YNode) -> YNode:
+    defaults = doc.get(DEFAULTS_KEY)
+    if defaults is not None:
+        _expect_mapping(defaults)
+    _expect_mapping(cluster_node, "a mapping of cluster settings")
+    merged = _merge(defaults, cluster_node)
+    assert merged is not None
+    return merged
+
+
+def load_cluster(path: Path, name: str) -> Cluster:
+    """One cluster, defaults merged, hosts and `typha:` settings validated."""
+    doc = load_hiera(path)
+    return cluster_from_doc(doc, name)
+
+
+def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
+    clusters = clusters_map(doc)
+    if name not in clusters:
+        known = ", ".join(sorted(clusters)) or "none"
+        top = doc.get(CLUSTERS_KEY)
+        file = top.file if top is not None else doc.root
+        raise ConfigError(f"{file}: {CLUSTERS_KEY}: no cluster {shown(name)} (known: {known})")
+    group, cluster_node = clusters[name]
+    settings = _expect_mapping(merged_cluster_node(doc, cluster_node))
+    where = cluster_node.where
+
+    nodes_node = settings.get("cluster_nodes")
+    if nodes_node is None:
+        raise ConfigError(f"{where}: cluster_nodes is missing")
+    cluster_nodes = _host_list(nodes_node, required=True)
+    cp_node = settings.get("control_plane_nodes")
+    control_plane = _host_list(cp_node, required=False) if cp_node is not None else ()
+
+    dual = settings.get("ipv6dualstack")
+    if dual is None or dual.value is None:
+        ipv6dualstack = False
+    elif isinstance(dual.value, bool):
+        ipv6dualstack = dual.value
+    else:
+        raise ConfigError(f"{dual.where}: expected true or false, got {_type_name(dual.value)}")
+
+    typha_node = settings.get("typha")
+    typha = _typha_settings(typha_node) if typha_node is not None else TyphaSettings()
+    return Cluster(
+        group=group,
+        name=name,
+        source=cluster_node.file,
+        cluster_nodes=cluster_nodes,
+        control_plane_nodes=control_plane,
+        ipv6dualstack=ipv6dualstack,
+        typha=typha,
+    )
+
+
+def _host_list(node: YNode, required: bool) -> tuple[str, ...]:
+    if node.value is None and not required:
+        return ()
+    if not isinstance(node.value, list):
+        raise ConfigError(f"{node.where}: expected a list of hosts, got {_type_name(node.value)}")
+    if required and not node.value:
+        raise ConfigError(f"{node.where}: is empty (at least one host is required)")
+    hosts: list[str] = []
+    seen: dict[str, YNode] = {}
+    for item in node.value:
+        host = validate_host(item.value, item.where)
+        if host in seen:
+            raise ConfigError(
+                f"{item.where}: duplicate node {host!r} (also {seen[host].path}, "
+                f"line {seen[host].line})"
+            )
+        seen[host] = item
+        hosts.append(host)
+    return tuple(hosts)
+
+
+# --- typha: settings -----------------------------------------------------------------
+
+_PKI_STR_FIELDS = (
+    "typha_cn",
+    "felix_cn",
+    "typha_uri_san",
+    "felix_uri_san",
+    "key_type",
+    "key_owner",
+    "key_group",
+)
+
+
+def _typha_settings(node: YNode) -> TyphaSettings:
+    if node.value is None:
+        return TyphaSettings()
+    items = _expect_mapping(node)
+    known = {f for f in TyphaSettings.__dataclass_fields__}
+    values: dict[str, Any] = {}
+    for key, item in items.items():
+        if key not in known:
+            raise ConfigError(
+                f"{item.where}: unknown key in typha: (known: {', '.join(sorted(known))})"
+            )
+        if item.value is None:
+            continue  # an explicit null unsets a default
+        values[key] = _typha_value(key, item)
+    return TyphaSettings(**values)
+
+
+def _typha_value(key: str, item: YNode) -> Any:
+    value = item.value
+    if key in _PKI_STR_FIELDS:
+        if (
+            key in ("key_owner", "key_group")
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+        ):
+            return str(value)  # a numeric uid/gid
+        return _expect_str(item)
+    if key == "days":
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        raise ConfigError(f"{item.where}: expected a positive number of days, got {shown(value)}")
+    if key == "renew_before":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return _expect_str(item)
+    if key == "key_mode":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return item.raw  # as written: 0640 stays "0640", not 416
+        return _expect_str(item)
+    if key == "port":
+        return validate_port(value, item.where)
+    if key == "mode":
+        return _expect_choice(item, _MODES)
+    if key == "style":
+        return _expect_choice(item, _STYLES)
+    if key == "networks":
+        if not isinstance(value, list) or not value:
+            raise ConfigError(
+                f"{item.where}: expected a non-empty list of CIDR networks, got {_type_name(value)}"
+            )
+        return tuple(validate_cidr(n.value, n.where) for n in value)
+    if key == "network_variable":
+        return validate_ferm_variable(value, item.where)
+    if key in ("prefix_v4", "prefix_v6"):
+        top = 32 if key == "prefix_v4" else 128
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top:
+            return value
+        raise ConfigError(f"{item.where}: expected a prefix length 1-{top}, got {shown(value)}")
+    if key == "ferm_output":
+        text = _expect_str(item)
+        if not text or "\n" in text or "\0" in text:
+            raise ConfigError(f"{item.where}: expected a file path, got {shown(value)}")
+        return text
+    raise AssertionError(key)  # pragma: no cover - every field is handled above
+
+
+def _expect_str(item: YNode) -> str:
+    if isinstance(item.value, str):
+        return item.value
+    raise ConfigError(f"{item.where}: expected a string, got {_type_name(item.value)}")
+
+
+def _expect_choice(item: YNode, choices: tuple[str, ...]) -> str:
+    if isinstance(item.value, str) and item.value in choices:
+        return item.value
+    raise ConfigError(
+        f"{item.where}: expected one of {', '.join(choices)}, got {shown(item.value)}"
+    )
+
+
+# --- the lint's view: every host entry, problems collected ------------------------------
+
+_HOST_KEYS = ("cluster_nodes", "control_plane_nodes")
+
+
+def iter_host_entries(path: Path) -> list[HostEntry]:
+    """Every cluster_nodes / control_plane_nodes entry of every cluster, as written.
+
+    Key paths are the place in the file, e.g.
+    ``kubernetes::clusters.main.staging-eqiad.cluster_nodes[3]``; lists given in
+    `kubernetes::clusters_defaults` appear once under that key. Raises ConfigError
+    only when the files cannot be read as hiera at all.
+    """
+    doc = load_hiera(path)
+    entries: list[HostEntry] = []
+    roots: list[YNode] = []
+    defaults = doc.get(DEFAULTS_KEY)
+    if defaults is not None and isinstance(defaults.value, dict):
+        roots.append(defaults)
+    top = doc.get(CLUSTERS_KEY)
+    if top is not None and isinstance(top.value, dict):
+        for group_node in top.value.values():
+            if isinstance(group_node.value, dict):
+                roots.extend(c for c in group_node.value.values() if isinstance(c.value, dict))
+    has_default_nodes = bool(roots) and roots[0] is defaults and "cluster_nodes" in roots[0].value
+    for root in roots:
+        for key in _HOST_KEYS:
+            node = root.value.get(key)
+            if node is None:
+                if key == "cluster_nodes" and root is not defaults and not has_default_nodes:
+                    # A cluster without cluster_nodes: reported by check_host_entries.
+                    entries.append(HostEntry(root.file, f"{root.path}.{key}", root.line, _MISSING))
+                continue
+            if isinstance(node.value, list) and node.value:
+                entries.extend(HostEntry(i.file, i.path, i.line, i.value) for i in node.value)
+            else:
+                entries.append(HostEntry(node.file, node.path, node.line, node.value))
+    return entries
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+def check_host_entries(entries: list[HostEntry]) -> list[HostProblem]:
+    """Validate each entry; one problem per bad or duplicate entry, never raising.
+
+    Duplicates are per list (the same host twice in one cluster's cluster_nodes).
+    """
+    problems: list[HostProblem] = []
+    seen: dict[tuple[Path, str, str], HostEntry] = {}
+    for entry in entries:
+        if not entry.key_path.endswith("]"):
+            if entry.value is _MISSING:
+                message = f"{entry.where}: is missing (at least one host is required)"
+            elif entry.value == [] and entry.key_path.endswith("cluster_nodes"):
+                message = f"{entry.where}: is empty (at least one host is required)"
+            elif entry.value == [] or entry.value is None:
+                continue  # an empty control_plane_nodes list is allowed
+            else:
+                message = f"{entry.where}: expected a list of hosts, got {_type_name(entry.value)}"
+            problems.append(HostProblem(entry, message))
+            continue
+        try:
+            host = validate_host(entry.value, entry.where)
+        except ConfigError as exc:
+            problems.append(HostProblem(entry, str(exc)))
+            continue
+        owner = entry.key_path.rsplit("[", 1)[0]
+        key = (entry.file, owner, host)
+        if key in seen:
+            first = seen[key]
+            at = f", line {first.line}" if first.line is not None else ""
+            problems.append(
+                HostProblem(
+                    entry, f"{entry.where}: duplicate node {host!r} (also {first.key_path}{at})"
+                )
+            )
+        else:
+            seen[key] = entry
+    return problems
+
+
+def cluster_names(path: Path) -> list[str]:
+    """Every cluster name in the hiera data, sorted."""
+    return sorted(clusters_map(load_hiera(path)))

@@ -1,0 +1,248 @@
+"""The hiera lint: every cluster_nodes / control_plane_nodes entry valid and resolving.
+
+Run by a pre-commit hook in the hiera repository, so a name that does not resolve is
+caught at review time instead of being dropped silently from a ferm rule on the next
+Puppet run. Validity is hiera.check_host_entries; DNS is the very gate `ferm` uses
+(typhapki.firewall.dnsgate), with AAAA required for the nodes of dual-stack clusters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from typhapki.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from typhapki.firewall.dnsgate import HostFailure
+    from typhapki.puppet.hiera import HieraDoc
+
+NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
+CLUSTER_KEYS_PREFIX = "kubernetes::clusters"  # also matches kubernetes::clusters_defaults
+# Hosts resolved per round: between rounds a terminal gets its progress line.
+BATCH = 250
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failing host entry, located in its file."""
+
+    file: Path
+    key_path: str
+    line: int | None
+    kind: str  # "invalid" or "dns"
+    message: str  # the whole line, location first
+    host: str | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file),
+            "key_path": self.key_path,
+            "line": self.line,
+            "kind": self.kind,
+            "host": self.host,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass
+class LintReport:
+    files: list[Path]
+    entries: int = 0  # host entries seen
+    resolved: int = 0  # distinct names sent to DNS
+    offline: bool = False
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "offline": self.offline,
+            "files": [str(f) for f in self.files],
+            "entries": self.entries,
+            "resolved": self.resolved,
+            "problems": [f.as_json() for f in self.findings],
+        }
+
+
+def nameservers_from(
+    options: Sequence[str], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, int]] | None:
+    """--nameserver values, else $TYPHAPKI_NAMESERVERS (comma or space separated), else None
+    (the system resolver). The variable lets a pre-commit hook point at a resolver."""
+    from typhapki.firewall.dnsgate import parse_nameserver
+
+    if options:
+        return [parse_nameserver(v) for v in options]
+    env = os.environ if environ is None else environ
+    values = env.get(NAMESERVERS_ENV, "").replace(",", " ").split()
+    try:
+        return [parse_nameserver(v) for v in values] or None
+    except UsageError as exc:
+        detail = str(exc).removeprefix("--nameserver: ")
+        raise UsageError(f"${NAMESERVERS_ENV}: {detail}") from None
+
+
+def _mentions_clusters(path: Path) -> bool:
+    """Whether a file can hold cluster data at all: other YAML in the repository
+    (CI configs, .pre-commit-config.yaml) is none of the lint's business."""
+    if not path.is_file():
+        return True  # a directory or a missing file: the hiera loader says what is wrong
+    try:
+        return CLUSTER_KEYS_PREFIX.encode() in path.read_bytes()
+    except OSError:
+        return True
+
+
+def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
+    """Per hiera doc: key path prefix of each cluster -> dual-stack?, and whether any is.
+
+    Defaults often live in another file (common.yaml) than the clusters: a file without
+    its own kubernetes::clusters_defaults uses the one other given file that has them.
+    """
+    from typhapki.puppet.hiera import DEFAULTS_KEY, HieraDoc, clusters_map, merged_cluster_node
+
+    defaults_nodes = [d.get(DEFAULTS_KEY) for d in docs]
+    defaults = [n for n in defaults_nodes if n is not None]
+
+    out = []
+    for doc in docs:
+        if doc.get(DEFAULTS_KEY) is None and len(defaults) == 1:
+            doc = HieraDoc(doc.root, doc.files, {**doc.keys, DEFAULTS_KEY: defaults[0]})
+        dual: dict[str, bool] = {}
+        try:
+            clusters = clusters_map(doc)
+        except ConfigError:  # no kubernetes::clusters here, or an odd shape: no DNS rule
+            clusters = {}
+        for _, node in clusters.values():
+            try:
+                merged = merged_cluster_node(doc, node)
+            except ConfigError:
+                continue
+            value = merged.value.get("ipv6dualstack") if isinstance(merged.value, dict) else None
+            dual[f"{node.path}."] = value is not None and value.value is True
+        out.append((dual, any(dual.values())))
+    return out
+
+
+@dataclass
+class _Located:
+    """A valid host entry: where it is, its normalised host, whether AAAA is required."""
+
+    file: Path
+    key_path: str
+    line: int | None
+    where: str
+    host: str
+    ipv6: bool
+
+
+def lint(
+    paths: Sequence[Path],
+    *,
+    offline: bool = False,
+    nameservers: list[tuple[str, int]] | None = None,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+) -> LintReport:
+    """Check every host entry of every file. Raises ConfigError for an unreadable file."""
+    from typhapki.firewall.hostnames import parse_ip, validate_host
+    from typhapki.puppet.hiera import (
+        DEFAULTS_KEY,
+        check_host_entries,
+        iter_host_entries,
+        load_hiera,
+    )
+
+    paths = list(dict.fromkeys(paths))  # a file named in hook args and changed: once
+    report = LintReport(paths, offline=offline)
+    # Read every file first: a malformed one stops the lint before any DNS traffic.
+    wanted = [p for p in paths if _mentions_clusters(p)]
+    loaded = [(path, iter_host_entries(path)) for path in wanted]
+    stacks = _dual_stack([load_hiera(p) for p in wanted]) if not offline else []
+    located: list[_Located] = []
+    for index, (_, entries) in enumerate(loaded):
+        report.entries += sum(1 for e in entries if e.key_path.endswith("]"))
+        problems = check_host_entries(entries)
+        bad = {id(p.entry) for p in problems}
+        for problem in problems:
+            e = problem.entry
+            report.findings.append(Finding(e.file, e.key_path, e.line, "invalid", problem.line()))
+        if offline:
+            continue
+        dual, any_dual = stacks[index]
+        for entry in entries:
+            if id(entry) in bad or not entry.key_path.endswith("]"):
+                continue
+            host = validate_host(entry.value, entry.where)  # valid: checked just above
+            if entry.key_path.startswith(f"{DEFAULTS_KEY}."):
+                ipv6 = any_dual  # default nodes belong to every cluster
+            else:
+                ipv6 = any(v for p, v in dual.items() if entry.key_path.startswith(p))
+            located.append(
+                _Located(entry.file, entry.key_path, entry.line, entry.where, host, ipv6)
+            )
+    if offline:
+        return report
+
+    names_v6 = sorted({x.host for x in located if x.ipv6 and parse_ip(x.host) is None})
+    names = sorted({x.host for x in located if parse_ip(x.host) is None} - set(names_v6))
+    report.resolved = len(names) + len(names_v6)
+    failures = _resolve(names, names_v6, nameservers, progress, timeout)
+    for x in located:
+        failure = failures.get(x.host)
+        if failure is not None:
+            report.findings.append(
+                Finding(
+                    x.file,
+                    x.key_path,
+                    x.line,
+                    "dns",
+                    f"{x.where}: {failure.line()}",
+                    host=x.host,
+                    reason=failure.reason.value,
+                )
+            )
+    report.findings.sort(key=lambda f: (str(f.file), f.line or 0, f.key_path))
+    return report
+
+
+def _resolve(
+    names: list[str],
+    names_v6: list[str],
+    nameservers: list[tuple[str, int]] | None,
+    progress: Progress | None,
+    timeout: float | None,
+) -> dict[str, HostFailure]:
+    """Failures by host, resolving in rounds so a terminal can show progress."""
+    from typhapki.firewall.dnsgate import DEFAULT_TIMEOUT, resolve_all
+
+    total = len(names) + len(names_v6)
+    done = 0
+    failures: dict[str, HostFailure] = {}
+    if progress is not None and total:
+        progress(0, total)
+    for batch_names, ipv6 in ((names, False), (names_v6, True)):
+        for start in range(0, len(batch_names), BATCH):
+            batch = batch_names[start : start + BATCH]
+            result = resolve_all(
+                batch,
+                nameservers=nameservers,
+                require_ipv6=ipv6,
+                timeout=timeout or DEFAULT_TIMEOUT,
+            )
+            failures.update(result.failures)
+            done += len(batch)
+            if progress is not None:
+                progress(done, total)
+    return failures
