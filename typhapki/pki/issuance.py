@@ -31,6 +31,7 @@ from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.store import FileSpec, publish
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import Fix, check_set, fingerprint, is_ca
+from typhapki.pki.x509compat import valid_until
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -88,9 +89,9 @@ def load_issuer(ca_dir: Path) -> Issuer:
         raise ConfigError(f"{paths.cert}: not a CA certificate (basicConstraints CA:FALSE)")
     if public_key_der(key) != public_key_der(cert.public_key()):
         raise ConfigError(f"{paths.key}: does not match the CA certificate {paths.cert}")
-    if datetime.now(UTC) >= cert.not_valid_after_utc:
+    if datetime.now(UTC) >= valid_until(cert):
         raise RefusedError(
-            f"{paths.cert}: CA expired at {cert.not_valid_after_utc:%Y-%m-%d}; rotate it "
+            f"{paths.cert}: CA expired at {valid_until(cert):%Y-%m-%d}; rotate it "
             "(docs/rotation.md)"
         )
     return Issuer(cert, key)
@@ -163,7 +164,7 @@ class Change:
 def _leaf_not_after(issuer: Issuer, settings: PkiSettings, now: datetime) -> datetime:
     """Clamp the leaf to its CA, and refuse when even that would be due at once."""
     wanted = now + timedelta(days=settings.days)
-    ca_end = issuer.cert.not_valid_after_utc
+    ca_end = valid_until(issuer.cert)
     not_after = min(wanted, ca_end)
     lifetime = not_after - now
     window = settings.renew_window(timedelta(days=settings.days))

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from typhapki.errors import ConfigError
 from typhapki.pki.profiles import PrivateKey
+from typhapki.pki.x509compat import load_pem_certificates
 
 PEM_CERT_BEGIN = b"-----BEGIN CERTIFICATE-----"
 
@@ -34,7 +35,7 @@ def parse_certs(data: bytes, source: str) -> list[x509.Certificate]:
     if PEM_CERT_BEGIN not in data:
         raise ConfigError(f"{source}: no PEM certificate found")
     try:
-        certs = x509.load_pem_x509_certificates(data)
+        certs = load_pem_certificates(data)
     except ValueError:
         raise ConfigError(f"{source}: corrupt PEM certificate") from None
     return certs

@@ -24,6 +24,7 @@ from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK
+from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
 
 EKU_NAMES = {
     ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
@@ -134,7 +135,7 @@ def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     if cert.issuer != ca.subject:
         return False
     try:
-        cert.verify_directly_issued_by(ca)
+        verify_directly_issued_by(cert, ca)
     except (ValueError, TypeError, Exception):  # InvalidSignature and friends
         return False
     return True
@@ -152,18 +153,18 @@ def _days(delta: timedelta) -> str:
 
 
 def renewal_due_at(cert: x509.Certificate, settings: PkiSettings) -> datetime:
-    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
-    return cert.not_valid_after_utc - settings.renew_window(lifetime)
+    lifetime = valid_until(cert) - valid_from(cert)
+    return valid_until(cert) - settings.renew_window(lifetime)
 
 
 def validity_problem(cert: x509.Certificate, settings: PkiSettings, now: datetime) -> str | None:
-    if now < cert.not_valid_before_utc:
-        return f"not valid until {cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
-    if now >= cert.not_valid_after_utc:
-        return f"expired at {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+    if now < valid_from(cert):
+        return f"not valid until {valid_from(cert):%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
+    if now >= valid_until(cert):
+        return f"expired at {valid_until(cert):%Y-%m-%dT%H:%M:%SZ}"
     due = renewal_due_at(cert, settings)
     if now >= due:
-        left = cert.not_valid_after_utc - now
+        left = valid_until(cert) - now
         return f"due for renewal since {due:%Y-%m-%dT%H:%M:%SZ} ({_days(left)} left)"
     return None
 
@@ -206,12 +207,12 @@ def check_bundle(
         name = ca.subject.rfc4514_string()
         if not is_ca(ca):
             problems.append(problem(f"{name} in the bundle is not a CA certificate"))
-        elif now >= ca.not_valid_after_utc:
+        elif now >= valid_until(ca):
             problems.append(
                 Problem(
                     "bundle",
                     path,
-                    f"CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}",
+                    f"CA {name} expired at {valid_until(ca):%Y-%m-%d}",
                     Fix.ROTATE_CA,
                 )
             )
