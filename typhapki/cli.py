@@ -12,8 +12,10 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from types import SimpleNamespace
+from typing import Any, List, Optional, Union, get_args, get_origin
 
 import typer
 
@@ -398,8 +400,108 @@ def ferm_cmd(
     run(lambda: ferm(opts))
 
 
+# --- the fast path of the commands Puppet runs on every agent run ---------------------
+# `check` (an exec's unless) and `facts` (a Facter fact) run on every node every 30
+# minutes. typer >= 0.29 converts each option through pydantic at parse time, which costs
+# ~100 ms per run (docs/performance.md, bench/bench_libsets.py). For a plain command line
+# of these commands, main() hands the callback the same keyword arguments typer would,
+# read from the callback's own typer.Option declarations; anything else (--help, an
+# unknown, repeated or malformed option, a value that does not convert, a missing
+# required option) goes to typer, which parses it and reports it as usual.
+FAST_COMMANDS = ("check", "facts")
+_FAST_TYPES: tuple[type, ...] = (str, Path, int, float)
+
+
+@dataclass(frozen=True)
+class _FastOption:
+    name: str  # the callback's parameter
+    kind: type  # str, Path, int, float or bool (a flag)
+    multiple: bool
+
+
+def _fast_options(callback: Callable[..., Any]) -> tuple[dict[str, _FastOption], dict[str, Any]]:
+    """Option string -> option, and the callback's defaults, from its typer declarations.
+    Raises LookupError for a declaration the fast path does not handle."""
+    options: dict[str, _FastOption] = {}
+    defaults: dict[str, Any] = {}
+    for param in inspect.signature(callback, eval_str=True).parameters.values():
+        info = param.default
+        if param.annotation is typer.Context:
+            defaults[param.name] = SimpleNamespace(args=[])  # facts reads ctx.args
+            continue
+        if not isinstance(info, typer.models.OptionInfo):
+            raise LookupError(param.name)
+        kind, multiple = param.annotation, False
+        if get_origin(kind) is Union:  # Optional[X]
+            (kind,) = [a for a in get_args(kind) if a is not type(None)]
+        if get_origin(kind) in (list, List):
+            (kind,) = get_args(kind)
+            multiple = True
+        decls = list(info.param_decls or ())
+        if kind not in (*_FAST_TYPES, bool) or any("/" in d for d in decls) or not decls:
+            raise LookupError(param.name)
+        if kind is bool and (multiple or info.default is not False):
+            raise LookupError(param.name)
+        for decl in decls:
+            options[decl] = _FastOption(param.name, kind, multiple)
+        defaults[param.name] = info.default
+    return options, defaults
+
+
+def fast_parse(argv: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+    """The callback and its keyword arguments for a plain `check`/`facts` command line,
+    or None when typer must parse it."""
+    if not argv or argv[0] not in FAST_COMMANDS:
+        return None
+    callback = next(c.callback for c in app.registered_commands if c.name == argv[0])
+    if callback is None:
+        return None
+    try:
+        options, kwargs = _fast_options(callback)
+    except LookupError:
+        return None
+    given: set[str] = set()
+    args = iter(argv[1:])
+    for token in args:
+        decl, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        option = options.get(decl)
+        if option is None:
+            return None  # --help, a positional or unknown word, -abc
+        if option.name in given and not option.multiple:
+            return None
+        given.add(option.name)
+        if option.kind is bool:
+            if eq:
+                return None
+            kwargs[option.name] = True
+            continue
+        if not eq:
+            value = next(args, "")
+        if not value or value.startswith("-"):
+            return None  # missing, empty or option-like: typer decides
+        try:
+            converted = option.kind(value)
+        except ValueError:
+            return None
+        if option.multiple:
+            kwargs[option.name] = [*(kwargs[option.name] or []), converted]
+        else:
+            kwargs[option.name] = converted
+    if any(v is ... for v in kwargs.values()):
+        return None  # a required option is missing
+    return callback, kwargs
+
+
 def main() -> int:
     """Console-script entry point."""
+    fast = None if os.environ.get("TYPHAPKI_NO_FAST_PATH") else fast_parse(sys.argv[1:])
+    if fast is not None:
+        callback, kwargs = fast
+        try:
+            callback(**kwargs)
+        except typer.Exit as exc:
+            return int(exc.exit_code)
+        return 0
     try:
         app(standalone_mode=True)
     except SystemExit as exc:
