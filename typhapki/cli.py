@@ -11,7 +11,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -419,7 +419,9 @@ class _FastOption:
     multiple: bool
 
 
-def _fast_options(callback: Callable[..., Any]) -> tuple[dict[str, _FastOption], dict[str, Any]]:
+def _fast_options(
+    callback: Callable[..., Any], obj: Any = None
+) -> tuple[dict[str, _FastOption], dict[str, Any]]:
     """Option string -> option, and the callback's defaults, from its typer declarations.
     Raises LookupError for a declaration the fast path does not handle."""
     options: dict[str, _FastOption] = {}
@@ -427,7 +429,7 @@ def _fast_options(callback: Callable[..., Any]) -> tuple[dict[str, _FastOption],
     for param in inspect.signature(callback, eval_str=True).parameters.values():
         info = param.default
         if param.annotation is typer.Context:
-            defaults[param.name] = SimpleNamespace(args=[])  # facts reads ctx.args
+            defaults[param.name] = SimpleNamespace(args=[], obj=obj)  # what facts reads
             continue
         if not isinstance(info, typer.models.OptionInfo):
             raise LookupError(param.name)
@@ -448,17 +450,43 @@ def _fast_options(callback: Callable[..., Any]) -> tuple[dict[str, _FastOption],
     return options, defaults
 
 
-def fast_parse(argv: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+def _fast_value(option: _FastOption, value: Any) -> Any:
+    """A value as typer would hand it to the callback; ValueError if unsure."""
+    if option.kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(value)
+    text = str(value)
+    if not text or text.startswith("-"):
+        raise ValueError(text)  # missing, empty or option-like: typer decides
+    return option.kind(text)
+
+
+def fast_parse(
+    argv: list[str], default_map: Mapping[str, Any] | None = None, obj: Any = None
+) -> tuple[Callable[..., Any], dict[str, Any]] | None:
     """The callback and its keyword arguments for a plain `check`/`facts` command line,
-    or None when typer must parse it."""
+    or None when typer must parse it. `default_map` and `obj` as click's (the node
+    configuration file's defaults: flags win)."""
     if not argv or argv[0] not in FAST_COMMANDS:
         return None
     callback = next(c.callback for c in app.registered_commands if c.name == argv[0])
     if callback is None:
         return None
     try:
-        options, kwargs = _fast_options(callback)
-    except LookupError:
+        options, kwargs = _fast_options(callback, obj)
+        by_name = {o.name: o for o in options.values()}
+        for name, value in dict((default_map or {}).get(argv[0], {})).items():
+            configured = by_name[name]  # KeyError: not an option of ours
+            if configured.multiple:
+                if not isinstance(value, list | tuple):
+                    return None
+                kwargs[name] = [_fast_value(configured, v) for v in value]
+            else:
+                kwargs[name] = _fast_value(configured, value)
+    except (LookupError, ValueError, TypeError):
         return None
     given: set[str] = set()
     args = iter(argv[1:])
@@ -469,24 +497,24 @@ def fast_parse(argv: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | N
             return None  # --help, a positional or unknown word, -abc
         if option.name in given and not option.multiple:
             return None
-        given.add(option.name)
         if option.kind is bool:
             if eq:
                 return None
             kwargs[option.name] = True
+            given.add(option.name)
             continue
         if not eq:
             value = next(args, "")
-        if not value or value.startswith("-"):
-            return None  # missing, empty or option-like: typer decides
         try:
-            converted = option.kind(value)
+            converted = _fast_value(option, value)
         except ValueError:
             return None
-        if option.multiple:
-            kwargs[option.name] = [*(kwargs[option.name] or []), converted]
+        if option.multiple:  # flags replace the configured list, as with click
+            earlier = kwargs[option.name] if option.name in given else []
+            kwargs[option.name] = [*(earlier or []), converted]
         else:
             kwargs[option.name] = converted
+        given.add(option.name)
     if any(v is ... for v in kwargs.values()):
         return None  # a required option is missing
     return callback, kwargs
