@@ -521,7 +521,11 @@ def fast_parse(
 
 
 def main() -> int:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
+    tests compare both paths with the same default_map (tests/test_cli_fast_path.py).
+    """
     fast = None if os.environ.get("TYPHAPKI_NO_FAST_PATH") else fast_parse(sys.argv[1:])
     if fast is not None:
         callback, kwargs = fast
