@@ -37,7 +37,7 @@ def children(tlv_bytes: bytes) -> list[bytes]:
     out = []
     pos = start
     while pos < end:
-        _, cstart, cend = _header(tlv_bytes, pos)
+        _, _start, cend = _header(tlv_bytes, pos)
         out.append(tlv_bytes[pos:cend])
         pos = cend
     return out

@@ -391,17 +391,23 @@ def collect_garbage(directory: Path, names: Collection[str] = ()) -> None:
 
     Call it under the set's lock. Only typhapki's own things go: names it gives
     (``..tmp_*``, ``..YYYY_MM_DD_...``), directories owned by this user on the same
-    file system, holding plain files only; anything else is left alone. Links to
+    file system, holding plain files only; anything else is left alone. A previous
+    generation whose key others can read is dropped with its ``..previous``. Links to
     ``..data/NAME`` for a NAME no longer published (not in `names`) go too, when
     `names` is given.
     """
     if os.path.islink(directory) or not os.path.isdir(directory):
         return
-    keep = {current_generation(directory), previous_generation(directory)}
-    if os.path.lexists(directory / PREVIOUS_LINK) and previous_generation(directory) is None:
+    previous = previous_generation(directory)
+    if previous is not None and _generation_exposes_a_key(directory, previous) is not None:
+        previous = None  # a key others could read is not kept, not even for rollback
+    if os.path.lexists(directory / PREVIOUS_LINK) and previous is None:
         with contextlib.suppress(OSError):
-            os.unlink(directory / PREVIOUS_LINK)  # ..previous pointing out of the directory
-    for entry in os.scandir(directory):
+            os.unlink(directory / PREVIOUS_LINK)  # pointing out of the directory, or exposed
+    keep = {current_generation(directory), previous}
+    with os.scandir(directory) as scan:
+        found = list(scan)
+    for entry in found:
         if entry.name.startswith(_TMP_PREFIX):
             if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
@@ -441,7 +447,8 @@ def _remove_own_dir(path: Path) -> bool:
         st = os.fstat(fd)
         if st.st_dev != parent.st_dev or st.st_uid != os.geteuid():
             return False
-        entries = list(os.scandir(fd))
+        with os.scandir(fd) as scan:
+            entries = list(scan)
         if any(e.is_dir(follow_symlinks=False) for e in entries):
             return False
         for entry in entries:
@@ -460,11 +467,12 @@ def _remove_own_dir(path: Path) -> bool:
 
 def _generation_exposes_a_key(directory: Path, generation: str) -> str | None:
     """A key file in `generation` that others could read or anyone but the owner write."""
-    for entry in os.scandir(directory / generation):
-        if entry.name.endswith(".key") and entry.is_file(follow_symlinks=False):
-            mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
-            if mode & 0o027:
-                return f"{generation}/{entry.name} has mode {mode:04o}"
+    with os.scandir(directory / generation) as entries:
+        for entry in entries:
+            if entry.name.endswith(".key") and entry.is_file(follow_symlinks=False):
+                mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
+                if mode & 0o027:
+                    return f"{generation}/{entry.name} has mode {mode:04o}"
     return None
 
 

@@ -494,17 +494,24 @@ def directory_problems(
 def _store_problems(
     paths: SetPaths, roles: Sequence[RoleName]
 ) -> tuple[list[Problem], dict[RoleName, list[Problem]]]:
-    """Directory problems of OUT, the bundle directory and each role directory."""
-    outer = [f"{paths.out}: {msg}" for msg in directory_problems(paths.out, (), managed=False)]
+    """Directory problems of OUT, the bundle directory and each role directory.
+
+    OUT itself is reported once, with the bundle: `issue` closes its mode under the
+    lock (a directory swapped in by someone else is refused as not ours).
+    """
     bundle = [
+        Problem("bundle", paths.out, msg, Fix.BUNDLE)
+        for msg in directory_problems(paths.out, (), managed=False)
+    ]
+    bundle += [
         Problem("bundle", paths.bundle_dir, msg, Fix.BUNDLE, exposed=True)
-        for msg in outer + directory_problems(paths.bundle_dir, [paths.bundle.name])
+        for msg in directory_problems(paths.bundle_dir, [paths.bundle.name])
     ]
     per_role = {}
     for role in roles:
         directory = paths.role_dir(role)
         per_role[role] = [
             Problem(role.value, directory, msg, Fix.REISSUE, exposed=True)
-            for msg in outer + directory_problems(directory, [paths.cert(role).name])
+            for msg in directory_problems(directory, [paths.cert(role).name])
         ]
     return bundle, per_role
