@@ -83,6 +83,19 @@ class CertParts:
         return tlv(SEQUENCE, tbs + self.signature_algorithm + tlv(BIT_STRING, b"\0" + sig))
 
 
+# sha1WithRSAEncryption, with its NULL parameters.
+SHA1_WITH_RSA = bytes.fromhex("300d06092a864886f70d0101050500")
+
+
+def resigned_sha1(cert_der: bytes, key: rsa.RSAPrivateKey) -> bytes:
+    """The certificate signed again by `key` with SHA-1, which `cryptography` refuses to do."""
+    parts = CertParts.parse(cert_der)
+    parts.tbs_fields[2] = SHA1_WITH_RSA
+    tbs = parts.tbs()
+    sig = key.sign(tbs, padding.PKCS1v15(), hashes.SHA1())
+    return tlv(SEQUENCE, tbs + SHA1_WITH_RSA + tlv(BIT_STRING, b"\0" + sig))
+
+
 def ext_value(ext: bytes) -> tuple[list[bytes], bytes]:
     """An Extension's leading fields (OID, maybe critical) and its extnValue content."""
     parts = children(ext)
