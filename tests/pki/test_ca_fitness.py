@@ -120,13 +120,6 @@ def write_set(
         )
 
 
-UNFIT = {
-    "no keyCertSign": (lambda: _ec(), {"cert_sign": False}, "keyCertSign"),
-    "SHA-1 self-signature": (lambda: _rsa(2048), {"algorithm": hashes.SHA1()}, "SHA1"),
-    "RSA-1024": (lambda: _rsa(1024), {}, "1024 bits"),
-}
-
-
 def _ec() -> PrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
@@ -135,11 +128,24 @@ def _rsa(bits: int) -> PrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=bits)
 
 
+def unfit_ca(case: str) -> tuple[x509.Certificate, PrivateKey, str]:
+    """An unfit CA, its key, and the word the refusal must contain."""
+    if case == "no keyCertSign":
+        key = _ec()
+        return make_ca(key, cert_sign=False), key, "keyCertSign"
+    if case == "SHA-1 self-signature":
+        key = _rsa(2048)
+        return make_ca(key, algorithm=hashes.SHA1()), key, "SHA1"
+    key = _rsa(1024)
+    return make_ca(key), key, "1024 bits"
+
+
+UNFIT = ["no keyCertSign", "SHA-1 self-signature", "RSA-1024"]
+
+
 @pytest.mark.parametrize("case", sorted(UNFIT))
 def test_unfit_ca_is_refused_by_issue_and_its_set_fails_check(tmp_path: Path, case: str) -> None:
-    make_key, options, needle = UNFIT[case]
-    key = make_key()
-    ca = make_ca(key, **options)  # type: ignore[arg-type]
+    ca, key, needle = unfit_ca(case)
     ca_dir = tmp_path / "ca"
     write_ca(ca_dir, ca, key)
     out = tmp_path / "out"
