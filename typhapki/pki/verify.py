@@ -27,6 +27,9 @@ from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
 
+# Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
+UNTRUSTED_DATA = "..data-untrusted"
+
 EKU_NAMES = {
     ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
     ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth",
@@ -354,6 +357,14 @@ def snapshot_paths(*paths: Path) -> tuple[Path, ...]:
     directory = paths[0].parent
     generation = current_generation(directory)  # only a generation inside the directory
     if generation is None:
+        if link_problem(directory) is not None:
+            # ..data leads out of the directory: never read through it (reported apart).
+            return tuple(
+                directory / UNTRUSTED_DATA / p.name
+                if os.path.islink(p) and os.readlink(p) == f"{DATA_LINK}/{p.name}"
+                else p
+                for p in paths
+            )
         return paths
     out = []
     for path in paths:
