@@ -207,6 +207,20 @@ def verify_issued(
                 Fix.REISSUE,
             )
         )
+    # A signer may sign past its own CA's end (cfssl does): the set would stop working
+    # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
+    usable_until = min(leaf.not_valid_after_utc, signing_ca.not_valid_after_utc)
+    if not state.problems and usable_until - now <= settings.renew_window(lifetime):
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"its CA {signing_ca.subject.rfc4514_string()} expires "
+                f"{signing_ca.not_valid_after_utc:%Y-%m-%d}, inside the renewal window: "
+                "rotate the CA first (docs/rotation.md)",
+                Fix.ROTATE_CA,
+            )
+        )
     if state.problems:
         raise RefusedError(
             f"{signer.name}: returned a {role.value} certificate that check refuses: "
