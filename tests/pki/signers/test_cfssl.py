@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import CliResult, assert_one_line_error, run_cli
 from tests.support import cfssl as cfssl_support
 from tests.support import gopeers
 from tests.support.cfssl import (
@@ -53,8 +53,8 @@ def tree(out: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def issue_cfssl(out: Path, url: str, key: Path | None, *extra: str | Path) -> object:
-    auth = ["--cfssl-auth-key", key] if key is not None else []
+def issue_cfssl(out: Path, url: str, key: Path | None, *extra: str | Path) -> CliResult:
+    auth: list[str | Path] = ["--cfssl-auth-key", key] if key is not None else []
     return run_cli(
         "issue", "--out", out, "--signer", "cfssl", "--cfssl-url", url, *auth,
         "--node-name", out.name, *extra,
@@ -100,7 +100,7 @@ def test_two_nodes_issue_through_cfssl_and_handshake_both_ways(
     node_a, node_b = tmp_path / "kube1001", tmp_path / "kube1002"
     for node in (node_a, node_b):
         result = issue_cfssl(node, proxy.url, auth_key)
-        assert result.returncode == 0, result.stderr  # type: ignore[attr-defined]
+        assert result.returncode == 0, result.stderr
 
     ca = load_certs(cfssl.ca_cert, "ca")[0]
     for node in (node_a, node_b):
@@ -130,7 +130,7 @@ def test_two_nodes_issue_through_cfssl_and_handshake_both_ways(
     # Nothing due: a second run changes nothing and signs nothing.
     before, count = tree(node_a), len(proxy.records)
     result = issue_cfssl(node_a, proxy.url, auth_key)
-    assert result.returncode == 0 and "nothing changed" in result.stdout  # type: ignore[attr-defined]
+    assert result.returncode == 0 and "nothing changed" in result.stdout
     assert tree(node_a) == before
     assert [r.path for r in proxy.records[count:]] == ["/api/v1/cfssl/info"]
 
@@ -140,7 +140,7 @@ def live_set(cfssl: CfsslServer, auth_key: Path, tmp_path: Path) -> Path:
     """A valid set issued through cfssl, about to be asked for renewal."""
     out = tmp_path / "kube2001"
     result = issue_cfssl(out, cfssl.url, auth_key)
-    assert result.returncode == 0, result.stderr  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stderr
     return out
 
 
@@ -174,9 +174,9 @@ def test_signer_returning_the_wrong_thing_is_refused(
 ) -> None:
     before = tree(live_set)
     result = issue_cfssl(live_set, cfssl.url, auth_key, *REISSUE, *extra)
-    assert_one_line_error(result, code, cfssl.url, *needles)  # type: ignore[arg-type]
+    assert_one_line_error(result, code, cfssl.url, *needles)
     if code == EXIT_REFUSED:
-        assert "nothing published" in result.stderr  # type: ignore[attr-defined]
+        assert "nothing published" in result.stderr
     assert_untouched(live_set, before)
 
 
@@ -195,7 +195,7 @@ def test_wrong_cn_from_the_signer_is_refused(
     result = issue_cfssl(
         live_set, proxy.url, None, *REISSUE, "--role", "felix", "--cfssl-profile-felix", "any-cn"
     )
-    assert_one_line_error(result, EXIT_REFUSED, proxy.url, "CN is 'calico-typha'")  # type: ignore[arg-type]
+    assert_one_line_error(result, EXIT_REFUSED, proxy.url, "CN is 'calico-typha'")
     assert_untouched(live_set, before)
 
 
@@ -210,7 +210,7 @@ def test_certificate_from_a_foreign_ca_is_refused(
     key = write_auth_key(live_set.parent / "k2")
     result = issue_cfssl(live_set, proxy.url, key, *REISSUE)
     assert_one_line_error(
-        result,  # type: ignore[arg-type]
+        result,
         EXIT_REFUSED,
         proxy.url,
         "not signed by any CA in the bundle",
@@ -225,7 +225,7 @@ def test_wrong_auth_key_is_one_line_and_nothing_changes(
     before = tree(live_set)
     result = issue_cfssl(live_set, cfssl.url, wrong, *REISSUE)
     assert_one_line_error(
-        result,  # type: ignore[arg-type]
+        result,
         EXIT_SIGNER,
         f"{cfssl.url}/api/v1/cfssl/authsign",
         "invalid token",
@@ -258,7 +258,7 @@ def test_signer_faults_leave_the_old_set(
     proxy = proxy_for(ProxyBehaviour(route=lambda _p: cfssl.url, **behaviour))  # type: ignore[arg-type]
     before = tree(live_set)
     result = issue_cfssl(live_set, proxy.url, auth_key, *REISSUE, "--cfssl-timeout", "0.5")
-    assert_one_line_error(result, EXIT_SIGNER, proxy.url, *needles)  # type: ignore[arg-type]
+    assert_one_line_error(result, EXIT_SIGNER, proxy.url, *needles)
     assert_untouched(live_set, before)
 
 
@@ -266,7 +266,7 @@ def test_cfssl_down_is_one_line(live_set: Path, auth_key: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     before = tree(live_set)
     result = issue_cfssl(live_set, url, auth_key, *REISSUE)
-    assert_one_line_error(result, EXIT_SIGNER, f"{url}/api/v1/cfssl/info", "cannot connect")  # type: ignore[arg-type]
+    assert_one_line_error(result, EXIT_SIGNER, f"{url}/api/v1/cfssl/info", "cannot connect")
     assert_untouched(live_set, before)
 
 
@@ -277,7 +277,7 @@ def test_cfssl_killed_mid_run_publishes_nothing(
     server = start_cfssl(tmp_path / "cfssl-doomed")
     try:
         out = tmp_path / "kube3001"
-        assert issue_cfssl(out, server.url, auth_key).returncode == 0  # type: ignore[attr-defined]
+        assert issue_cfssl(out, server.url, auth_key).returncode == 0
         signs: list[str] = []
 
         def kill_on_second_sign(path: str) -> None:
@@ -291,7 +291,7 @@ def test_cfssl_killed_mid_run_publishes_nothing(
         )
         before = tree(out)
         result = issue_cfssl(out, proxy.url, auth_key, *REISSUE)
-        assert_one_line_error(result, EXIT_SIGNER, proxy.url, "HTTP 502")  # type: ignore[arg-type]
+        assert_one_line_error(result, EXIT_SIGNER, proxy.url, "HTTP 502")
         assert len(signs) >= 2  # Typha's signing went through before the kill
         assert_untouched(out, before)
     finally:
