@@ -69,16 +69,60 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _tls_files(directory: Path) -> tuple[Path, Path, Path]:
+    """A TLS CA (not the cluster CA) and a server certificate for 127.0.0.1 it signed."""
+    import ipaddress
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    from typhapki.pki.profiles import build_ca, cert_pem, key_pem
+
+    now = datetime.now(UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = build_ca(ca_key, "cfssl-api-tls-ca", 30, now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=30))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "tls-ca.pem", directory / "tls.pem", directory / "tls-key.pem"
+    paths[0].write_bytes(cert_pem(ca))
+    paths[1].write_bytes(cert_pem(cert))
+    paths[2].write_bytes(key_pem(key))
+    return paths
+
+
 @dataclass
 class CfsslServer:
     directory: Path
     ca_dir: Path
+    tls: bool = False
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def tls_ca(self) -> Path:
+        """The CA to give --cfssl-ca-file (TLS servers only)."""
+        return self.directory / "tls-ca.pem"
 
     @property
     def ca_cert(self) -> Path:
@@ -97,6 +141,10 @@ class CfsslServer:
                 capture_output=True,
             )
             key.chmod(0o600)
+        tls_args: list[str] = []
+        if self.tls:
+            _, tls_cert, tls_key = _tls_files(self.directory)
+            tls_args = ["-tls-cert", str(tls_cert), "-tls-key", str(tls_key)]
         for _ in range(5):  # another process may take the free port first
             self.port = free_port()
             with open(self.directory / "cfssl.log", "ab") as log:
@@ -104,6 +152,7 @@ class CfsslServer:
                     [
                         "cfssl", "serve", "-address", "127.0.0.1", "-port", str(self.port),
                         "-ca", str(self.ca_cert), "-ca-key", str(key), "-config", str(cfg),
+                        *tls_args,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -124,7 +173,12 @@ class CfsslServer:
                 req = urllib.request.Request(
                     f"{self.url}/api/v1/cfssl/info", data=b'{"label":""}', method="POST"
                 )
-                with urllib.request.urlopen(req, timeout=2) as answer:
+                context = None
+                if self.tls:
+                    import ssl
+
+                    context = ssl.create_default_context(cafile=str(self.tls_ca))
+                with urllib.request.urlopen(req, timeout=2, context=context) as answer:
                     if json.loads(answer.read()).get("success"):
                         return True
             except OSError:
@@ -138,11 +192,13 @@ class CfsslServer:
         self.proc = None
 
 
-def start_cfssl(directory: Path, key_type: KeyType = KeyType.ECDSA_P256) -> CfsslServer:
+def start_cfssl(
+    directory: Path, key_type: KeyType = KeyType.ECDSA_P256, tls: bool = False
+) -> CfsslServer:
     """A cfssl with a fresh CA of its own under `directory` (call .stop() when done)."""
     ca_dir = directory / "ca"
     init_ca(ca_dir, key_type, 3650, None, force=False)
-    server = CfsslServer(directory, ca_dir)
+    server = CfsslServer(directory, ca_dir, tls)
     server.start()
     return server
 

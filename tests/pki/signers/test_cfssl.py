@@ -296,3 +296,122 @@ def test_cfssl_killed_mid_run_publishes_nothing(
         assert_untouched(out, before)
     finally:
         server.stop()
+
+
+def test_signer_settings_come_from_hiera_secrets_never(
+    cfssl: CfsslServer, auth_key: Path, tmp_path: Path
+) -> None:
+    hiera = tmp_path / "common.yaml"
+    hiera.write_text(
+        "kubernetes::clusters:\n"
+        "  main:\n"
+        "    eqiad:\n"
+        "      cluster_nodes: [kube1001.eqiad.wmnet]\n"
+        "      typha:\n"
+        "        signer: cfssl\n"
+        f"        cfssl_url: {cfssl.url}\n"
+        "        cfssl_profile_felix: felix\n"
+    )
+    out = tmp_path / "kube1001"
+    base = ("--out", out, "--hiera", hiera, "--cluster", "eqiad", "--role", "felix")
+    result = run_cli("issue", *base, "--cfssl-auth-key", auth_key)
+    assert result.returncode == 0, result.stderr
+    assert run_cli("check", *base).returncode == 0
+    # A flag wins over hiera: the misconfigured profile, whose leaf is refused.
+    flags = ("--cfssl-auth-key", auth_key, "--cfssl-profile-felix", "felix-as-server", *REISSUE)
+    result = run_cli("issue", *base, *flags)
+    assert_one_line_error(result, EXIT_REFUSED, cfssl.url, "EKU is serverAuth")
+
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(hiera.read_text() + "        cfssl_auth_key: 00112233\n")
+    result = run_cli("issue", "--out", out, "--hiera", secret, "--cluster", "eqiad")
+    assert_one_line_error(result, 2, "cfssl_auth_key", "secrets never go into hiera")
+
+
+def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -> None:
+    out = tmp_path / "o"
+    cases = [
+        (["--signer", "vault"], "local or cfssl"),
+        (["--signer", "cfssl"], "--cfssl-url"),
+        (["--signer", "cfssl", "--cfssl-url", "ftp://x"], "http(s)://"),
+        (["--signer", "cfssl", "--cfssl-url", "http://u:p@x"], "no credentials"),
+        (["--ca-dir", ca_dir, "--signer", "cfssl", "--cfssl-url", "http://x"], "exclude"),
+        (["--ca-dir", ca_dir, "--cfssl-url", "http://x"], "--cfssl-url needs --signer cfssl"),
+        ([], "--ca-dir is required"),
+        (
+            [
+                "--signer",
+                "cfssl",
+                "--cfssl-url",
+                "http://x",
+                "--cfssl-ca-file",
+                ca_dir / "typhaca.crt",
+            ],
+            "https://",
+        ),
+    ]
+    for args, needle in cases:
+        assert_one_line_error(run_cli("issue", "--out", out, *args), 2, needle)
+    key = tmp_path / "k"
+    key.write_text("not hex\n")
+    key.chmod(0o600)
+    args = ["--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:1", "--cfssl-auth-key", key]
+    assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "hex")
+    key.write_text("00ff\n")
+    key.chmod(0o644)
+    assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "everyone")
+    assert not out.exists()
+
+
+def test_tls_to_cfssl_trusts_only_the_given_ca(tmp_path: Path, auth_key: Path) -> None:
+    server = start_cfssl(tmp_path / "cfssl-tls", tls=True)
+    try:
+        out = tmp_path / "kube4001"
+        result = issue_cfssl(out, server.url, auth_key, "--role", "felix")
+        assert_one_line_error(result, EXIT_SIGNER, server.url, "TLS certificate not trusted")
+        assert not SetPaths(out).bundle.exists()
+        result = issue_cfssl(
+            out, server.url, auth_key, "--role", "felix", "--cfssl-ca-file", server.tls_ca
+        )
+        assert result.returncode == 0, result.stderr
+        ca = load_certs(server.ca_cert, "ca")[0]
+        assert load_certs(SetPaths(out).bundle, "b") == [ca]
+    finally:
+        server.stop()
+
+
+def test_ca_rotation_through_cfssl_keeps_neighbouring_stages_talking(
+    cfssl: CfsslServer,
+    foreign_cfssl: CfsslServer,
+    go_peers: GoPeers,
+    auth_key: Path,
+    tmp_path: Path,
+) -> None:
+    """docs/rotation.md, cfssl mode: trust the new CA everywhere, then sign with it."""
+    old, new = cfssl, foreign_cfssl  # the second cfssl holds the CA rotated in
+    node_a, node_b = tmp_path / "kube5001", tmp_path / "kube5002"
+
+    def at_stage(node: Path, stage: int) -> None:
+        server = old if stage < 2 else new
+        trust = {1: new.ca_cert, 2: old.ca_cert}.get(stage)
+        extra = ["--trust", trust] if trust else []
+        result = issue_cfssl(node, server.url, auth_key, *extra)
+        assert result.returncode == 0, result.stderr
+        if stage == 1:  # only the bundle changes: no leaf is reissued to trust a CA
+            assert [ln.split(":")[0] for ln in result.stdout.splitlines()] == ["bundle"]
+        bundle = {fingerprint(c) for c in load_certs(SetPaths(node).bundle, "b")}
+        want = {0: [old], 1: [old, new], 2: [old, new], 3: [new]}[stage]
+        assert bundle == {fingerprint(load_certs(s.ca_cert, "ca")[0]) for s in want}
+
+    def talk(a: Path, b: Path) -> None:
+        for server, client in ((a, b), (b, a)):
+            ex = exchange(go_peers, typha_env(server), felix_env(client))
+            assert ex.accepted, ex.describe()
+
+    for node in (node_a, node_b):
+        at_stage(node, 0)
+    for stage in (1, 2, 3):
+        at_stage(node_a, stage)
+        talk(node_a, node_b)  # node_a one stage ahead of node_b
+        at_stage(node_b, stage)
+    talk(node_a, node_b)
