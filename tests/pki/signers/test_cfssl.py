@@ -330,7 +330,7 @@ def test_signer_settings_come_from_hiera_secrets_never(
 
 def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -> None:
     out = tmp_path / "o"
-    cases = [
+    cases: list[tuple[list[str | Path], str]] = [
         (["--signer", "vault"], "local or cfssl"),
         (["--signer", "cfssl"], "--cfssl-url"),
         (["--signer", "cfssl", "--cfssl-url", "ftp://x"], "http(s)://"),
@@ -355,7 +355,8 @@ def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -
     key = tmp_path / "k"
     key.write_text("not hex\n")
     key.chmod(0o600)
-    args = ["--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:1", "--cfssl-auth-key", key]
+    args: list[str | Path] = ["--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:1"]
+    args += ["--cfssl-auth-key", key]
     assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "hex")
     key.write_text("00ff\n")
     key.chmod(0o644)
@@ -394,7 +395,7 @@ def test_ca_rotation_through_cfssl_keeps_neighbouring_stages_talking(
     def at_stage(node: Path, stage: int) -> None:
         server = old if stage < 2 else new
         trust = {1: new.ca_cert, 2: old.ca_cert}.get(stage)
-        extra = ["--trust", trust] if trust else []
+        extra: list[str | Path] = ["--trust", trust] if trust else []
         result = issue_cfssl(node, server.url, auth_key, *extra)
         assert result.returncode == 0, result.stderr
         if stage == 1:  # only the bundle changes: no leaf is reissued to trust a CA
