@@ -355,7 +355,8 @@ def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -
     key = tmp_path / "k"
     key.write_text("not hex\n")
     key.chmod(0o600)
-    args = ["--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:1", "--cfssl-auth-key", key]
+    args: list[str | Path] = ["--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:1"]
+    args.extend(["--cfssl-auth-key", key])
     assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "hex")
     key.write_text("00ff\n")
     key.chmod(0o644)
