@@ -12,7 +12,9 @@ from typhapki.pki.settings import RoleName
 
 def test_valid_set_exits_zero(issued: Path) -> None:
     result = run_cli("check", "--out", issued)
-    assert (result.returncode, result.stdout.strip()) == (0, f"{issued}: typha, felix set valid")
+    first, moments = result.stdout.splitlines()
+    assert (result.returncode, first) == (0, f"{issued}: typha, felix set valid")
+    assert moments.startswith(f"{issued}: node ") and " renews typha at 20" in moments
     quiet = run_cli("check", "--out", issued, "-q")
     assert (quiet.returncode, quiet.stdout) == (0, "")
 
@@ -25,7 +27,8 @@ def test_one_line_per_problem_and_exit_one(issued: Path) -> None:
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"{paths.key(RoleName.TYPHA)}: typha private key is missing",
-        f"{paths.key(RoleName.FELIX)}: mode 0644, want 0600",
+        f"{paths.key(RoleName.FELIX)}: mode 0644 lets others read or write the private "
+        "key: treated as exposed, typhapki issue replaces it with a new key and keeps no copy",
     ]
 
 

@@ -17,21 +17,33 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key
+from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
 from typhapki.pki.profiles import (
     Issuer,
+    PrivateKey,
     build_ca,
-    build_leaf,
     cert_pem,
     generate_key,
     key_pem,
     public_key_der,
 )
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
-from typhapki.pki.store import FileSpec, publish
+from typhapki.pki.signers import Signer
+from typhapki.pki.signers.csr import build_csr
+from typhapki.pki.signers.local import LocalSigner
+from typhapki.pki.store import FileSpec, collect_garbage, publish, publish_all
 from typhapki.pki.store import locked as store_locked
-from typhapki.pki.verify import Fix, check_set, fingerprint, is_ca
-from typhapki.pki.x509compat import valid_until
+from typhapki.pki.verify import (
+    Fix,
+    Problem,
+    RoleState,
+    ca_unfit,
+    check_set,
+    fingerprint,
+    is_ca,
+    judge_role,
+)
+from typhapki.pki.x509compat import valid_from, valid_until
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -64,6 +76,7 @@ def init_ca(
                 "node until they all have the new one (see docs/rotation.md). Use --force to "
                 "replace it anyway"
             )
+        _adopt_plain_ca_files(ca_dir, paths)
         key = generate_key(key_type)
         cert = build_ca(key, common_name or default_ca_cn(now), days, now)
         # Published like a set: the old CA stays under ..previous, never half-replaced.
@@ -77,6 +90,22 @@ def init_ca(
     return cert
 
 
+def _adopt_plain_ca_files(ca_dir: Path, paths: CaPaths) -> None:
+    """Keep a CA of plain files (made by hand, or by another tool) as a generation.
+
+    Publishing the new CA replaces typhaca.crt and typhaca.key with links; a plain old
+    key would be lost. Copied first into a generation of its own (key 0600), it becomes
+    ``..previous`` once the new CA is live, so it can still be rolled back to.
+    """
+    files = {}
+    for path, mode in ((paths.cert, 0o644), (paths.key, 0o600)):
+        if path.is_symlink() or not path.exists():
+            continue
+        files[path.name] = FileSpec(read_file(path, "old CA file"), mode)
+    if files:
+        publish(ca_dir, files)
+
+
 def load_issuer(ca_dir: Path) -> Issuer:
     """The signing CA from a CA directory, checked: a CA, its key, not expired."""
     paths = CaPaths(ca_dir)
@@ -87,8 +116,20 @@ def load_issuer(ca_dir: Path) -> Issuer:
     cert = certs[0]
     if not is_ca(cert):
         raise ConfigError(f"{paths.cert}: not a CA certificate (basicConstraints CA:FALSE)")
+    if (why := ca_unfit(cert)) is not None:
+        raise RefusedError(f"{paths.cert}: CA {why}; refusing to sign with it")
     if public_key_der(key) != public_key_der(cert.public_key()):
         raise ConfigError(f"{paths.key}: does not match the CA certificate {paths.cert}")
+    now = datetime.now(UTC)
+    if now < valid_from(cert):
+        # Leaves it signed now would not be valid yet either, and would be reissued on
+        # every run until the clocks agree: refuse before anything is written.
+        ahead = (valid_from(cert) - now).total_seconds() / 60
+        raise RefusedError(
+            f"{paths.cert}: CA is not valid until "
+            f"{valid_from(cert):%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
+            "this host's clock, or the clock of the host that made the CA, is wrong"
+        )
     if datetime.now(UTC) >= valid_until(cert):
         raise RefusedError(
             f"{paths.cert}: CA expired at {valid_until(cert):%Y-%m-%d}; rotate it "
@@ -106,6 +147,8 @@ def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
                 raise ConfigError(
                     f"{path}: {cert.subject.rfc4514_string()} is not a CA certificate"
                 )
+            if (why := ca_unfit(cert)) is not None:
+                raise ConfigError(f"{path}: CA {cert.subject.rfc4514_string()} {why}")
             out.append(cert)
     return out
 
@@ -161,54 +204,106 @@ class Change:
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
 
 
-def _leaf_not_after(issuer: Issuer, settings: PkiSettings, now: datetime) -> datetime:
-    """Clamp the leaf to its CA, and refuse when even that would be due at once."""
-    wanted = now + timedelta(days=settings.days)
-    ca_end = valid_until(issuer.cert)
-    not_after = min(wanted, ca_end)
-    lifetime = not_after - now
-    window = settings.renew_window(timedelta(days=settings.days))
-    if lifetime <= window:
-        left = (ca_end - now).total_seconds() / 86400
-        raise RefusedError(
-            f"CA {issuer.cert.subject.rfc4514_string()} expires {ca_end:%Y-%m-%d} "
-            f"({left:.1f} days left): a leaf issued now would already be due for renewal. "
-            "Rotate the CA first (docs/rotation.md)"
+# A signer's lifetime may round up (cfssl counts hours); more than this over --days is
+# a profile that does not match the settings.
+LIFETIME_SLACK = timedelta(days=1)
+
+
+def verify_issued(
+    signer: Signer,
+    role: RoleName,
+    chain: Sequence[x509.Certificate],
+    key: PrivateKey,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate],
+    signing_ca: x509.Certificate,
+    now: datetime,
+) -> x509.Certificate:
+    """The leaf a signer returned, judged exactly as `check` would judge it on disk.
+
+    Plus what only makes sense at issue time: a lifetime no longer than the settings
+    allow. Refused (exit 3) with one line naming the signer; nothing is published.
+    """
+    if not chain:
+        raise RefusedError(f"{signer.name}: returned no {role.value} certificate")
+    paths = ROLES[role]
+    state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
+    judge_role(state, settings, bundle, signing_ca, now)
+    leaf = chain[0]
+    lifetime = valid_until(leaf) - valid_from(leaf)
+    if lifetime > timedelta(days=settings.days) + LIFETIME_SLACK:
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"lifetime is {lifetime.days} days, the settings allow {settings.days} (--days)",
+                Fix.REISSUE,
+            )
         )
-    return not_after
+    # A signer may sign past its own CA's end (cfssl does): the set would stop working
+    # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
+    usable_until = min(valid_until(leaf), valid_until(signing_ca))
+    if not state.problems and usable_until - now <= settings.renew_window(lifetime):
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"its CA {signing_ca.subject.rfc4514_string()} expires "
+                f"{valid_until(signing_ca):%Y-%m-%d}, inside the renewal window: "
+                "rotate the CA first (docs/rotation.md)",
+                Fix.ROTATE_CA,
+            )
+        )
+    if state.problems:
+        raise RefusedError(
+            f"{signer.name}: returned a {role.value} certificate that check refuses: "
+            f"{state.problems[0].message}; nothing published"
+        )
+    return leaf
+
+
+@dataclass(frozen=True)
+class _Planned:
+    role: RoleName
+    files: dict[str, FileSpec]
+    change: Change
+    exposed: bool = False
 
 
 def ensure_set(
     out: Path,
-    issuer: Issuer,
+    signer: Signer | Issuer,
     settings: PkiSettings,
     roles: Sequence[RoleName],
     trusted: Sequence[x509.Certificate] = (),
     now: datetime | None = None,
 ) -> list[Change]:
-    """Make the set under `out` valid and fresh; return what changed (nothing when it was)."""
+    """Make the set under `out` valid and fresh; return what changed (nothing when it was).
+
+    Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees
+    a CSR. Every certificate needed is signed and verified before the first file is
+    published, so a signer that fails or returns the wrong thing leaves the set as it was.
+    """
     paths = SetPaths(out)
-    bundle = wanted_bundle(issuer.cert, trusted)
+    # The local CA signs at `now`, which is only known under the lock.
+    issuer = signer if isinstance(signer, Issuer) else None
+    remote = None if isinstance(signer, Issuer) else signer
+    signing = issuer.cert if issuer is not None else signer.signing_ca()  # type: ignore[union-attr]
+    bundle = wanted_bundle(signing, trusted)
     changes: list[Change] = []
     with store_locked(paths.lock):
         # Judged under the lock: a second concurrent run sees the first one's result.
         now = now or datetime.now(UTC)
-        report = check_set(paths, settings, roles, now, bundle, issuer.cert)
-        if report.bundle_problems:
-            # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
-            publish(
-                paths.bundle_dir,
-                {paths.bundle.name: FileSpec(b"".join(cert_pem(c) for c in bundle), 0o644)},
-            )
-            changes.append(
-                Change(
-                    "bundle",
-                    paths.bundle,
-                    "rewrote",
-                    report.bundle_problems[0].message,
-                    BUNDLE_HINT,
-                )
-            )
+        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in roles)):
+            collect_garbage(directory)  # what killed runs left behind (we hold the lock)
+        active: Signer
+        if issuer is not None:
+            active = LocalSigner(issuer, settings, now)
+        else:
+            assert remote is not None
+            active = remote
+        report = check_set(paths, settings, roles, now, bundle, signing)
+        planned: list[_Planned] = []
         for role in roles:
             state = report.roles[role]
             if not state.problems:
@@ -222,24 +317,42 @@ def ensure_set(
                 action, hint = "fixed permissions", "no restart needed"
                 serial = fp = None
             else:
-                not_after = _leaf_not_after(issuer, settings, now)
                 leaf_key = generate_key(settings.key_type)
-                leaf = build_leaf(issuer, leaf_key, role, settings.identity(role), not_after, now)
+                csr = build_csr(leaf_key, settings.identity(role))
+                chain = active.sign(csr, role)
+                leaf = verify_issued(active, role, chain, leaf_key, settings, bundle, signing, now)
                 cert_bytes, key_bytes = cert_pem(leaf), key_pem(leaf_key)
                 existed = file_exists(state.cert_path)
                 action = "reissued" if existed else "issued"
                 hint = RESTART_HINT[role]
                 serial, fp = format(leaf.serial_number, "x"), fingerprint(leaf)
-            publish(
-                paths.role_dir(role),
-                {
-                    layout.cert_file: FileSpec(cert_bytes, 0o644),
-                    layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
-                },
-            )
-            changes.append(
-                Change(
-                    role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
-                )
-            )
+            files = {
+                layout.cert_file: FileSpec(cert_bytes, 0o644),
+                layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
+            }
+            first = next((p for p in state.problems if p.exposed), state.problems[0])
+            # Name the file the problem is about (the key, a directory) when not the cert.
+            reason = first.message if first.path == state.cert_path else first.line()
+            change = Change(role.value, state.cert_path, action, reason, hint, serial, fp)
+            exposed = any(p.exposed for p in state.problems)
+            planned.append(_Planned(role, files, change, exposed))
+        # Everything is published in one transaction: all of it, or nothing at all.
+        items: list[tuple[Path, dict[str, FileSpec]]] = []
+        drop_previous: list[Path] = []
+        if any(p.fix is Fix.BUNDLE for p in report.bundle_problems):
+            # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
+            bundle_bytes = b"".join(cert_pem(c) for c in bundle)
+            items.append((paths.bundle_dir, {paths.bundle.name: FileSpec(bundle_bytes, 0o644)}))
+            if any(p.exposed for p in report.bundle_problems):
+                drop_previous.append(paths.bundle_dir)
+            why = next(p for p in report.bundle_problems if p.fix is Fix.BUNDLE)
+            changes.append(Change("bundle", paths.bundle, "rewrote", why.message, BUNDLE_HINT))
+        for plan in planned:
+            items.append((paths.role_dir(plan.role), plan.files))
+            if plan.exposed:
+                # The old generation holds a key others could read: no copy is kept.
+                drop_previous.append(paths.role_dir(plan.role))
+            changes.append(plan.change)
+        if items:
+            publish_all(items, drop_previous)
     return changes

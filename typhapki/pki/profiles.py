@@ -115,7 +115,7 @@ class Issuer:
 
 def build_leaf(
     issuer: Issuer,
-    leaf_key: PrivateKey,
+    leaf_key: PrivateKey | PublicKey,
     role: RoleName,
     identity: Identity,
     not_after: datetime,
@@ -123,14 +123,19 @@ def build_leaf(
 ) -> x509.Certificate:
     """Typha's server leaf (EKU serverAuth) or Felix's client leaf (EKU clientAuth).
 
-    The caller has already clamped ``not_after`` to the CA's own not-after.
+    The caller has already clamped ``not_after`` to the CA's own not-after. Only the
+    leaf's public key is used: `sign` passes the one from a CSR, the key stays elsewhere.
     """
     now = now or datetime.now(UTC)
-    public = leaf_key.public_key()
+    public = (
+        leaf_key.public_key()
+        if isinstance(leaf_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
+        else leaf_key
+    )
     ca_public = issuer.cert.public_key()
     assert isinstance(ca_public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
     # keyEncipherment only makes sense for RSA key transport.
-    is_rsa = isinstance(leaf_key, rsa.RSAPrivateKey)
+    is_rsa = isinstance(public, rsa.RSAPublicKey)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(identity.cn))
@@ -186,7 +191,12 @@ def public_key_der(key: PrivateKey | PublicKey | object) -> bytes:
     public = (
         key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key
     )
-    assert isinstance(public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
-    return public.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    # Any key type a certificate may carry (Ed25519, DSA...): compared, never trusted.
+    to_bytes = getattr(public, "public_bytes", None)
+    if to_bytes is None:
+        return b""
+    try:
+        der = to_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    except (ValueError, TypeError):
+        return b""
+    return der if isinstance(der, bytes) else b""

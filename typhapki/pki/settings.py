@@ -7,10 +7,11 @@ rules (CN length, URI syntax, key modes) live in one place.
 from __future__ import annotations
 
 import grp
+import hashlib
 import pwd
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
@@ -22,7 +23,12 @@ DEFAULT_LEAF_DAYS = 365
 DEFAULT_CA_DAYS = 3650
 MAX_CN_LENGTH = 64  # RFC 5280 ub-common-name
 
+# Share of the renewal window across which nodes' renewal moments are spread.
+RENEWAL_SPREAD = 0.5
+
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+MAX_DURATION_SECONDS = 36500 * 86400  # 100 years, as for --days
+MAX_ID = 2**32 - 2  # uid_t / gid_t; 2**32 - 1 is "no change" to chown
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -59,9 +65,14 @@ def parse_duration(value: str | int, what: str) -> timedelta:
         match = _DURATION.match(str(value))
         if not match:
             raise UsageError(f"{what}: expected a duration such as 3600, 12h or 30d, got {value!r}")
-        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        digits = match.group(1)
+        if len(digits) > 20:  # before int(): Python refuses to convert very long strings
+            raise UsageError(f"{what}: {value!r} is more than 100 years")
+        seconds = int(digits) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise UsageError(f"{what}: must be positive, got {value!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise UsageError(f"{what}: {value!r} is more than 100 years")
     return timedelta(seconds=seconds)
 
 
@@ -121,25 +132,42 @@ def make_identity(cn: str | None, uri_san: str | None, default_cn: str, what: st
     return Identity(cn=cn, uri_san=uri_san)
 
 
+def _numeric_id(value: str | int, what: str) -> int | None:
+    """A numeric uid/gid, range-checked; None when `value` is a name."""
+    if isinstance(value, bool):
+        raise UsageError(f"{what}: expected a name or a number, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif str(value).isascii() and str(value).isdigit():
+        if len(str(value)) > 10:
+            raise UsageError(f"{what}: {value!r} is out of range (0-{MAX_ID})")
+        number = int(str(value))
+    else:
+        return None
+    if not 0 <= number <= MAX_ID:
+        raise UsageError(f"{what}: {value!r} is out of range (0-{MAX_ID})")
+    return number
+
+
 def resolve_uid(value: str | int | None, what: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, int) or str(value).isdigit():
-        return int(value)
+    if (number := _numeric_id(value, what)) is not None:
+        return number
     try:
         return pwd.getpwnam(str(value)).pw_uid
-    except KeyError:
+    except (KeyError, ValueError):  # ValueError: a NUL in the name
         raise UsageError(f"{what}: no such user {value!r}") from None
 
 
 def resolve_gid(value: str | int | None, what: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, int) or str(value).isdigit():
-        return int(value)
+    if (number := _numeric_id(value, what)) is not None:
+        return number
     try:
         return grp.getgrnam(str(value)).gr_gid
-    except KeyError:
+    except (KeyError, ValueError):
         raise UsageError(f"{what}: no such group {value!r}") from None
 
 
@@ -178,6 +206,8 @@ class PkiSettings:
     # None: renew once two thirds of a certificate's lifetime have passed.
     renew_before: timedelta | None = None
     key_files: KeyFileOwnership = field(default_factory=KeyFileOwnership)
+    # The node whose renewal moment is spread across the window (None: window start).
+    node_name: str | None = None
 
     def identity(self, role: RoleName) -> Identity:
         return self.typha if role is RoleName.TYPHA else self.felix
@@ -187,6 +217,32 @@ class PkiSettings:
         if self.renew_before is not None:
             return self.renew_before
         return lifetime / 3
+
+    def renewal_moment(self, not_before: datetime, not_after: datetime) -> datetime:
+        """When this node renews a certificate valid from not_before to not_after.
+
+        The window opens at not_after minus the renewal window; each node renews at its
+        own point in the first half of it (by a hash of its name), so nodes issued in the
+        same Puppet run restart Typha at different times and every node keeps half the
+        window to retry before expiry.
+        """
+        window = self.renew_window(not_after - not_before)
+        start = not_after - window
+        if self.node_name is None:
+            return start
+        return start + window * (RENEWAL_SPREAD * renewal_spread(self.node_name))
+
+
+def renewal_spread(node_name: str) -> float:
+    """A node's fixed place in [0, 1), from a hash of its name (case-insensitive, as DNS)."""
+    digest = hashlib.sha256(node_name.strip().rstrip(".").lower().encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def validate_node_name(name: str) -> str:
+    if not name.strip() or len(name) > 253 or any(c.isspace() or ord(c) < 0x20 for c in name):
+        raise UsageError(f"--node-name: expected a host name, got {name!r}")
+    return name
 
 
 def validate_days(days: int, what: str = "days") -> int:
