@@ -103,3 +103,21 @@ def test_help_of_every_command_on_debian_typer() -> None:
         result = installed(*command.path, "--help")
         assert result.returncode == 0, (command.path, result.stderr)
         assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_contrib_units_and_rules_are_installed_as_in_the_tree() -> None:
+    """contrib/systemd units under /lib/systemd/system (not enabled by the package),
+    contrib/prometheus files under /usr/share/typhapki/prometheus."""
+    from tests.conftest import SOURCE
+
+    places = {
+        "systemd": Path("/lib/systemd/system"),
+        "prometheus": Path("/usr/share/typhapki/prometheus"),
+    }
+    for name, target in places.items():
+        source = SOURCE / "contrib" / name
+        shipped = sorted(source.glob("*")) if source.is_dir() else []
+        if name == "systemd":
+            shipped = [p for p in shipped if p.suffix in (".service", ".timer")]
+        for path in shipped:
+            assert (target / path.name).read_bytes() == path.read_bytes(), path
