@@ -30,6 +30,7 @@ class RawFactOptions:
     key_group: str | None = None
     key_mode: str | None = None
     extra_args: Sequence[str] = ()
+    config_error: str | None = None  # the node configuration file could not be used
 
 
 def _days(value: str | None) -> int | None:
@@ -48,6 +49,8 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.puppet.facts import FactRequest, gather
 
     errors: list[str] = []
+    if raw.config_error:
+        errors.append(raw.config_error)
     if raw.extra_args:
         errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
     roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
