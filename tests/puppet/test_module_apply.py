@@ -299,7 +299,6 @@ def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) ->
         **{
             "typhapki::certs::cfssl_url": cfssl,
             "typhapki::certs::cfssl_auth_key": CFSSL_KEY,
-            "typhapki::certs::cfssl_ca_cert": CaPaths(ca_dir).cert.read_text(),
             "typhapki::ferm::nameservers": [dns],
         },
     )

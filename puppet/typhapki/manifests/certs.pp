@@ -49,7 +49,8 @@
 # @param cfssl_auth_key
 #   cfssl: the hex HMAC key of authsign (`--cfssl-auth-key`), Sensitive.
 # @param cfssl_ca_cert
-#   cfssl: the CA certificate (PEM) the signed certificates must chain to (`--cfssl-ca-file`).
+#   cfssl: the CA certificate(s) (PEM) to trust for TLS to an https cfssl_url
+#   (`--cfssl-ca-file`); undef: the system's trust store.
 # @param cfssl_profile_typha
 #   cfssl: the profile for Typha's certificate.
 # @param cfssl_profile_felix
