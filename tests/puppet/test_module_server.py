@@ -118,26 +118,27 @@ def puppetserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PuppetSer
     port = _free_port()
     conf_d, environment = _configure(root, port)
     started = time.monotonic()
-    process = subprocess.Popen(
-        [
-            "java",
-            "-Xms128m",
-            "-Xmx768m",
-            "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger",
-            "-Djruby.lib=/usr/share/jruby/lib",
-            "-XX:+CrashOnOutOfMemoryError",
-            "-jar",
-            str(SERVER_JAR),
-            "--config",
-            str(conf_d),
-            "--bootstrap-config",
-            str(root / "services.d"),
-        ],
-        cwd="/usr/share/puppetserver",
-        stdout=subprocess.DEVNULL,
-        stderr=(root / "stderr.log").open("wb"),
-        stdin=subprocess.DEVNULL,
-    )
+    with (root / "stderr.log").open("wb") as stderr:
+        process = subprocess.Popen(
+            [
+                "java",
+                "-Xms128m",
+                "-Xmx768m",
+                "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger",
+                "-Djruby.lib=/usr/share/jruby/lib",
+                "-XX:+CrashOnOutOfMemoryError",
+                "-jar",
+                str(SERVER_JAR),
+                "--config",
+                str(conf_d),
+                "--bootstrap-config",
+                str(root / "services.d"),
+            ],
+            cwd="/usr/share/puppetserver",
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the status probe only: the agent verifies

@@ -8,6 +8,7 @@ restart and reload commands into lines appended to logs.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -101,6 +102,8 @@ class PuppetNode:
             "typhapki::ferm::output": str(self.ferm_rule),
             "typhapki::ferm::manage_output_dir": True,
             "typhapki::ferm::reload_command": f"echo reload >> {log / 'ferm-reloads.log'}",
+            # The ferm state file (INTERFACES §4) under the root, never /var/lib/typhapki.
+            **({"typhapki::state_dir": str(self.state_dir)} if STATE_DIR_OPTION else {}),
             **self.data,
         }
 
@@ -160,6 +163,7 @@ class PuppetNode:
         return proc
 
 
+@functools.cache
 def cli_has(*words: str) -> bool:
     """Whether this checkout's CLI has a command (and option): `cli_has("install", "--from")`."""
     command, *options = words
@@ -171,3 +175,6 @@ def cli_has(*words: str) -> bool:
         env={**os.environ, "TYPHAPKI_CONFIG": ""},
     )
     return proc.returncode == 0 and all(opt in proc.stdout for opt in options)
+
+
+STATE_DIR_OPTION = cli_has("ferm", "--state-dir")
