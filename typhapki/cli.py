@@ -35,6 +35,13 @@ ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
 
 
+@dataclass(frozen=True)
+class CliState:
+    """What main() learnt before parsing: the node configuration file's error, if any."""
+
+    config_error: Optional[str] = None
+
+
 def run(body: Callable[[], int]) -> None:
     """The error boundary: one line and an exit code for every expected failure."""
     try:
@@ -428,6 +435,7 @@ def facts_cmd(
         key_mode=key_mode,
         node_name=node_name,
         extra_args=list(ctx.args),
+        config_error=ctx.obj.config_error if isinstance(ctx.obj, CliState) else None,
     )
     run(lambda: facts(raw))
 
@@ -538,6 +546,25 @@ def ferm_cmd(
         concurrency,
     )
     run(lambda: ferm(opts))
+
+
+def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
+    """click's default_map from the node configuration file, and its error if any.
+
+    `facts` never fails (its error goes into the fact) and `--help` always helps;
+    every other command stops with one line when the file is unusable.
+    """
+    from typhapki import nodeconfig
+
+    try:
+        path, explicit = nodeconfig.config_path()
+        config = nodeconfig.load(path, explicit)
+        return nodeconfig.default_map(config, typer.main.get_command(app)), None
+    except TyphapkiError as exc:
+        if argv[:1] == ["facts"] or "--help" in argv:
+            return {}, str(exc)
+        print(f"typhapki: error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
 
 
 # --- the fast path of the commands Puppet runs on every agent run ---------------------
@@ -668,16 +695,19 @@ def main() -> int:
     Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
     tests compare both paths with the same default_map (tests/test_cli_fast_path.py).
     """
-    fast = None if os.environ.get("TYPHAPKI_NO_FAST_PATH") else fast_parse(sys.argv[1:])
-    if fast is not None:
-        callback, kwargs = fast
-        try:
-            callback(**kwargs)
-        except typer.Exit as exc:
-            return int(exc.exit_code)
-        return 0
     try:
-        app(standalone_mode=True)
+        defaults, config_error = _node_defaults(sys.argv[1:])
+        state = CliState(config_error)
+        if not os.environ.get("TYPHAPKI_NO_FAST_PATH"):
+            fast = fast_parse(sys.argv[1:], defaults, state)
+            if fast is not None:
+                callback, kwargs = fast
+                try:
+                    callback(**kwargs)
+                except typer.Exit as exc:
+                    return int(exc.exit_code)
+                return 0
+        app(standalone_mode=True, default_map=defaults, obj=state)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
