@@ -559,6 +559,8 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     try:
         path, explicit = nodeconfig.config_path()
         config = nodeconfig.load(path, explicit)
+        if config.path is None:  # no file: skip building click's tree (~60 ms)
+            return {}, None
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
     except TyphapkiError as exc:
         if argv[:1] == ["facts"] or "--help" in argv:
