@@ -287,6 +287,8 @@ def facts_cmd(
     key_owner: Optional[str] = typer.Option(None, "--key-owner"),
     key_group: Optional[str] = typer.Option(None, "--key-group"),
     key_mode: Optional[str] = typer.Option(None, "--key-mode"),
+    probe_address: Optional[str] = PROBE_ADDRESS,
+    no_probe: bool = NO_PROBE,
 ) -> None:
     """Print the `typhapki` Facter external fact (JSON); always exit 0."""
     from typhapki.commands.facts import RawFactOptions, facts
@@ -309,6 +311,8 @@ def facts_cmd(
         key_owner=key_owner,
         key_group=key_group,
         key_mode=key_mode,
+        probe_address=probe_address,
+        no_probe=no_probe,
         extra_args=list(ctx.args),
     )
     run(lambda: facts(raw))
