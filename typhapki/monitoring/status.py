@@ -13,14 +13,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhapki.monitoring.fermstate import FermStateRead, read_ferm_state
-from typhapki.monitoring.probe import DEFAULT_ADDRESS, ProbeResult, probe
 from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport, check_set
+
+if TYPE_CHECKING:
+    from typhapki.monitoring.probe import ProbeResult
 
 # The sources an error can come from: the `source` label of typhapki_collect_error.
 SOURCES = ("settings", "set", "processes", "probe", "ferm")
@@ -130,6 +132,8 @@ def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
 def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
     if not request.probe:
         return
+    from typhapki.monitoring.probe import DEFAULT_ADDRESS, probe  # ssl only when probing
+
     address = request.probe_address
     typha = status.restarts.get(Component.TYPHA)
     if address is None:

@@ -183,7 +183,6 @@ def _set_fact(
 
 def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]) -> dict[str, Any]:
     """Restart pending per component (/proc) and what the local Typha serves (probe)."""
-    from typhapki.monitoring.probe import DEFAULT_ADDRESS, probe
     from typhapki.monitoring.processes import Component, restart_statuses
 
     assert request.out is not None
@@ -194,8 +193,10 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
     }
     address = request.probe_address
     if address is None and restarts[Component.TYPHA].running:
-        address = DEFAULT_ADDRESS
+        address = "127.0.0.1:5473"  # monitoring.probe.DEFAULT_ADDRESS
     if request.probe and address is not None:
+        from typhapki.monitoring.probe import probe  # ssl only on nodes that run Typha
+
         try:
             fact["probe"] = probe(address, request.out, settings.typha).as_dict()
         except Exception as exc:  # a malformed --probe-address
