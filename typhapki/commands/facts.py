@@ -29,6 +29,7 @@ class RawFactOptions:
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
+    node_name: str | None = None
     probe_address: str | None = None
     no_probe: bool = False
     extra_args: Sequence[str] = ()
@@ -85,6 +86,7 @@ def facts(raw: RawFactOptions) -> int:
             raw.key_owner,
             raw.key_group,
             raw.key_mode,
+            raw.node_name,
         )
         return build_settings(flags.merged_over(hiera_options))
 

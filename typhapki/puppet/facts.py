@@ -12,6 +12,7 @@ the time it was generated, so PuppetDB does not store a new fact set on every ru
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,13 @@ def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[s
                 "not_before": info["not_before"],
                 "not_after": info["not_after"],
                 "renewal_due": now >= due,
+                # This node's own moment (spread by node name inside the window).
                 "renewal_due_at": _iso(due),
+                "renewal_window_start": _iso(
+                    dataclasses.replace(settings, node_name=None).renewal_moment(
+                        leaf.not_valid_before_utc, leaf.not_valid_after_utc
+                    )
+                ),
                 "issuer_sha256_fingerprint": (
                     fingerprint(state.issuer) if state.issuer is not None else None
                 ),
@@ -171,6 +178,7 @@ def _set_fact(
         "out": str(request.out),
         "ca_dir": str(request.ca_dir) if request.ca_dir is not None else None,
         "ca_sha256_fingerprint": fingerprint(signing) if signing is not None else None,
+        "node_name": settings.node_name,
         "valid": report.ok,
         "problems": [_problem(p) for p in report.problems],
         "bundle": _bundle_fact(report, now),
