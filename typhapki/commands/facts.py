@@ -33,6 +33,7 @@ class RawFactOptions:
     probe_address: str | None = None
     no_probe: bool = False
     extra_args: Sequence[str] = ()
+    config_error: str | None = None  # the node configuration file could not be used
 
 
 def _days(value: str | None) -> int | None:
@@ -51,6 +52,8 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.puppet.facts import FactRequest, gather
 
     errors: list[str] = []
+    if raw.config_error:
+        errors.append(raw.config_error)
     if raw.extra_args:
         errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
     roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
