@@ -10,7 +10,7 @@ WORK=$(mktemp -d /tmp/typhapki-deb.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 # The files git knows or would add (tracked, and new files not ignored): what a commit
 # of the working tree would hold, without .venv, caches or earlier builds.
-git ls-files -z --cached --others --exclude-standard |
+git ls-files -z --cached --others --exclude-standard | sort -zu |
   while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done |
   tar --null -T - -cf - | tar -xf - -C "$WORK" --one-top-level=src
 cd "$WORK/src"

@@ -115,7 +115,7 @@ EOF
 
   phase "pytest, Debian python3 libraries (installed .deb)"
   copy=$(mktemp -d /tmp/typhapki-debian-leg.XXXXXX)
-  git ls-files -z --cached --others --exclude-standard |
+  git ls-files -z --cached --others --exclude-standard | sort -zu |
     while IFS= read -r -d '' f; do
       if [ -e "$f" ] && [[ $f != typhapki/* ]]; then printf '%s\0' "$f"; fi
     done | tar --null -T - -cf - | tar -xf - -C "$copy"

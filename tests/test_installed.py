@@ -121,3 +121,8 @@ def test_contrib_units_and_rules_are_installed_as_in_the_tree() -> None:
             shipped = [p for p in shipped if p.suffix in (".service", ".timer")]
         for path in shipped:
             assert (target / path.name).read_bytes() == path.read_bytes(), path
+            for line in path.read_text().splitlines():  # the unit's documentation exists
+                if line.startswith("Documentation="):
+                    for uri in line.split("=", 1)[1].split():
+                        if uri.startswith("file://"):
+                            assert Path(uri.removeprefix("file://")).is_file(), (path, uri)

@@ -38,6 +38,8 @@ EXIT_STATUS = (
     ("2", "Usage or input error: a bad option, file or hiera value."),
     ("3", "Refused: e.g. replacing a CA without --force, a skipped rotation stage."),
     ("4", "Filesystem error: a file could not be read or written."),
+    ("5", "The signer failed: e.g. cfssl down, slow or refusing (the live set untouched)."),
+    ("130", "Interrupted."),
 )
 
 
@@ -188,7 +190,8 @@ def man_page() -> str:
         "\\fBferm \\-\\-templates\\fR \\fIDIR\\fR uses others.",
         ".SH SEE ALSO",
         "\\fBferm\\fR(1), \\fBopenssl\\fR(1), \\fBfacter\\fR(8);",
-        "the documentation in /usr/share/doc/typhapki/.",
+        "the documentation in /usr/share/doc/typhapki/ (exit-codes.md: the",
+        "exit codes of every command).",
         "",
     ]
     return "\n".join(out)
