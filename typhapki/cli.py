@@ -653,8 +653,7 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     from typhapki import nodeconfig
 
     try:
-        path, explicit = nodeconfig.config_path()
-        config = nodeconfig.load(path, explicit)
+        config = nodeconfig.load(nodeconfig.config_path())
         if config.path is None:  # no file: skip building click's tree (~60 ms)
             return {}, None
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
