@@ -506,6 +506,8 @@ def directory_problems(
     if not stat.S_ISDIR(st.st_mode):
         return []  # reported as a missing file by whoever reads inside it
     out = []
+    if st.st_uid not in (0, os.geteuid()):
+        out.append(f"owned by uid {st.st_uid}, not by root: its owner could swap the keys")
     if st.st_mode & 0o022:
         out.append(f"directory mode {stat.S_IMODE(st.st_mode):04o} lets others write into it")
     if not managed:
