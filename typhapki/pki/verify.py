@@ -22,7 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.pem import load_certs, load_key
+from typhapki.pki.pem import load_certs, load_key, valid_from
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
@@ -273,13 +273,13 @@ def check_bundle(
             problems.append(problem(f"{name} in the bundle is not a CA certificate"))
         elif (why := ca_unfit(ca)) is not None:
             problems.append(Problem("bundle", path, f"CA {name} {why}", Fix.ROTATE_CA))
-        elif now < ca.not_valid_before_utc:
+        elif now < valid_from(ca):
             problems.append(
                 Problem(
                     "bundle",
                     path,
                     f"CA {name} is not valid until "
-                    f"{ca.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)",
+                    f"{valid_from(ca):%Y-%m-%dT%H:%M:%SZ} (clock skew?)",
                     Fix.ROTATE_CA,
                 )
             )
