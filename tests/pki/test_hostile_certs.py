@@ -3,13 +3,14 @@
 Extensions are duplicated, truncated, dropped, corrupted or bit-flipped (re-signed by
 the right key, so the mutation gets past the signature), or single bits flip anywhere
 in the encoding. Whatever comes out is fed to the core (`check_set`, `ensure_set`,
-`describe`) in process, and to `check`, `inspect`, `issue` and `manifests` as fresh
+`describe`) in process, and to `check`, `inspect`, `issue`, `manifests` and `facts` as fresh
 processes: never a traceback, only documented exit codes, within a time bound, and a
 set that `issue` repairs, or leaves as it was.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -224,6 +225,10 @@ def test_check_inspect_and_manifests_as_processes(
         if args[0] == "check" and target != "ca" and mutation.kind != "flip-anywhere":
             # A re-signed mutation of a leaf or the bundle is always caught or harmless.
             assert result.returncode in (0, 1)
+    facts = run_cli("facts", "--out", str(pki.out), "--ca-dir", str(pki.ca_dir))
+    _assert_contract(facts.returncode, facts.stdout, facts.stderr, {0})
+    fact = json.loads(facts.stdout)["typhapki"]  # always valid JSON, whatever it found
+    assert fact["ok"] in (True, False)
     assert tree(pki.root) == before  # readers never write
 
 
