@@ -22,11 +22,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.pem import load_certs, load_key
+from typhapki.pki.pem import load_certs, load_key, valid_from
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
-from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
+from typhapki.pki.x509compat import valid_until, verify_directly_issued_by
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
 UNTRUSTED_DATA = "..data-untrusted"
@@ -507,6 +507,8 @@ def directory_problems(
     if not stat.S_ISDIR(st.st_mode):
         return []  # reported as a missing file by whoever reads inside it
     out = []
+    if st.st_uid not in (0, os.geteuid()):
+        out.append(f"owned by uid {st.st_uid}, not by root: its owner could swap the keys")
     if st.st_mode & 0o022:
         out.append(f"directory mode {stat.S_IMODE(st.st_mode):04o} lets others write into it")
     if not managed:
