@@ -24,6 +24,12 @@ MODULE = ROOT / "puppet" / "typhapki"
 EXAMPLES = MODULE / "examples"
 SYSTEM_MODULES = Path("/usr/share/puppet/modules")  # stdlib (puppet-module-puppetlabs-stdlib)
 VENV_BIN = Path(sys.executable).parent
+# The typhapki the run tests: the Debian leg's /usr/bin/typhapki, else the venv's.
+TYPHAPKI = (
+    Path("/usr/bin/typhapki")
+    if os.environ.get("TYPHAPKI_EXPECT_LIBS") == "debian"
+    else VENV_BIN / "typhapki"
+)
 EXEC_PATH = [str(VENV_BIN), "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 # Debian's Facter complains about /proc/1/environ in a container: noise, not a failure.
 NOISE = ("/proc/1/environ",)
@@ -88,7 +94,7 @@ class PuppetNode:
         log = self.root
         return {
             "typhapki::manage_package": False,  # the tool is this venv's
-            "typhapki::bin": str(VENV_BIN / "typhapki"),
+            "typhapki::bin": str(TYPHAPKI),
             "typhapki::exec_path": EXEC_PATH,
             "typhapki::config_dir": str(etc),
             "typhapki::config_file": str(self.config_file),
@@ -168,7 +174,7 @@ def cli_has(*words: str) -> bool:
     """Whether this checkout's CLI has a command (and option): `cli_has("install", "--from")`."""
     command, *options = words
     proc = subprocess.run(
-        [str(VENV_BIN / "typhapki"), command, "--help"],
+        [str(TYPHAPKI), command, "--help"],
         capture_output=True,
         text=True,
         timeout=60,
