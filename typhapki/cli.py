@@ -306,11 +306,16 @@ def manifests_cmd(
     wiring: bool = typer.Option(
         False, "--wiring", help="Print hostPath + env patches for calico-typha/-node."
     ),
+    wiring_dir: Optional[Path] = typer.Option(
+        None,
+        "--wiring-dir",
+        help="Write the patches to DIR/typha.yaml and DIR/node.yaml (one per target).",
+    ),
 ) -> None:
     """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
     from typhapki.commands.manifests import manifests
 
-    run(lambda: manifests(out, fmt, namespace, identity, wiring))
+    run(lambda: manifests(out, fmt, namespace, identity, wiring, wiring_dir))
 
 
 @app.command("rotate-ca")
@@ -339,6 +344,17 @@ def rotate_ca_cmd(
             stage, ca_dir, new_ca_dir, out, role, pki, check, allow_rollback, json_out
         )
     )
+
+
+@app.command("restarted")
+def restarted_cmd(
+    out: Path = OUT,
+    component: str = typer.Option(..., "--component", help="typha or felix."),
+) -> None:
+    """Clear OUT/.restart-COMPONENT once that component was restarted."""
+    from typhapki.commands.restarted import restarted
+
+    run(lambda: restarted(out, component))
 
 
 @app.command("lint-hiera")

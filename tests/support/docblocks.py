@@ -25,7 +25,9 @@ SHELL_LANGS = frozenset({"sh", "bash", "shell"})
 TESTED_LANGS = SHELL_LANGS | {"puppet", "yaml", "json"}
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-_MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<what>[a-z-]+)\s*(?::\s*(?P<reason>.*?))?\s*-->\s*$")
+_MARKER = re.compile(
+    r"^\s*<!--\s*docs-test:\s*(?P<what>[a-z-]+)\s*(?::\s*(?P<reason>.*?))?\s*-->\s*$"
+)
 # Links in Markdown: [text](target "title") and <target> forms are enough for these docs.
 _LINK = re.compile(r"!?\[[^\]]*\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
@@ -67,7 +69,11 @@ def blocks(doc: Path) -> list[Block]:
         j = i + 1
         while j < len(lines):
             close = _FENCE.match(lines[j])
-            if close and close["fence"].startswith(fence[0] * len(fence)) and not close["info"].strip():
+            if (
+                close
+                and close["fence"].startswith(fence[0] * len(fence))
+                and not close["info"].strip()
+            ):
                 break
             line = lines[j]
             body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
@@ -151,14 +157,28 @@ def shell_words(text: str) -> list[list[str]]:
     return commands
 
 
+_WRAPPERS = frozenset({"sudo", "exec", "env", "time", "nice", "xargs", "command"})
+
+
 def typhapki_invocations(text: str) -> list[list[str]]:
     """The argument lists (after the program name) of every `typhapki` call in a text."""
     calls: list[list[str]] = []
+    # A synopsis's `[--mode strict|relaxed]`: the alternatives are words, not pipes.
+    text = re.sub(r"\[([^\]\n]*)\]", lambda m: " " + m.group(1).replace("|", " ") + " ", text)
     for words in shell_words(text):
-        for i, word in enumerate(words):
-            if word == "typhapki" or word.endswith("/typhapki"):
-                calls.append(words[i + 1 :])
-                break
+        # The program: the first word after VAR=value assignments and wrappers.
+        i = 0
+        while i < len(words) and (
+            re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[i])
+            or words[i] in _WRAPPERS
+            or (i and words[i].startswith("-") and words[i - 1] in _WRAPPERS)
+        ):
+            i += 1
+        if i < len(words) and (words[i] == "typhapki" or words[i].endswith("/typhapki")):
+            calls.append(words[i + 1 :])
+            continue
+        if "typhapki" in words:  # `xargs -r typhapki ...`, `timeout 5 typhapki ...`
+            calls.append(words[words.index("typhapki") + 1 :])
     return calls
 
 
@@ -176,9 +196,11 @@ def check_typhapki_call(args: list[str]) -> list[str]:
     rest = list(args)
     while getattr(command, "commands", None) is not None:
         if not rest or rest[0].startswith("-"):
-            return [] if not rest or rest[0] in ("--help", "--version") else [
-                f"`{' '.join(path)}` needs a subcommand, got {rest[0]!r}"
-            ]
+            return (
+                []
+                if not rest or rest[0] in ("--help", "--version")
+                else [f"`{' '.join(path)}` needs a subcommand, got {rest[0]!r}"]
+            )
         name = rest.pop(0)
         if _is_placeholder(name):
             return []

@@ -17,6 +17,7 @@ def issue(
     cluster: str | None = None,
 ) -> int:
     from typhapki.pki.issuance import ensure_set, load_issuer, load_trusted
+    from typhapki.pki.restarts import components_to_restart
     from typhapki.puppet.cluster_options import with_cluster_options
 
     opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
@@ -31,6 +32,10 @@ def issue(
                 {
                     "changed": bool(changes),
                     "changes": [c.as_dict() for c in changes],
+                    "restart": [
+                        c.value
+                        for c in components_to_restart(ch.scope for ch in changes if ch.restarts)
+                    ],
                 },
                 indent=2,
             )

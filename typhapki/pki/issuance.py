@@ -27,6 +27,7 @@ from typhapki.pki.profiles import (
     key_pem,
     public_key_der,
 )
+from typhapki.pki.restarts import record_restarts
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.store import FileSpec, publish
 from typhapki.pki.store import locked as store_locked
@@ -155,6 +156,11 @@ class Change:
             "sha256_fingerprint": self.fingerprint,
         }
 
+    @property
+    def restarts(self) -> bool:
+        """Whether a component must restart to load it (new permissions need none)."""
+        return self.action != "fixed permissions"
+
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
@@ -241,4 +247,5 @@ def ensure_set(
                     role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
                 )
             )
+        record_restarts(out, [c.scope for c in changes if c.restarts])
     return changes
