@@ -25,6 +25,7 @@ NODE_OBJ = WORKLOADS[("daemonset", "calico-node")]
 
 def _container(obj: dict[str, Any], name: str) -> dict[str, Any]:
     [c] = [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert isinstance(c, dict)
     return c
 
 

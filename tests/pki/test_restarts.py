@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from typhapki.pki.restarts import READERS, Component, components_to_restart, pen
 from typhapki.pki.store import current_generation
 
 
-def _issue(ca_dir: Path, out: Path, *args: str | Path) -> dict[str, object]:
+def _issue(ca_dir: Path, out: Path, *args: str | Path) -> dict[str, Any]:
     result = run_cli("issue", "--ca-dir", ca_dir, "--out", out, "--json", *args)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -53,7 +54,7 @@ def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
 
     # Felix-only renewal (a new Felix identity): Typha is left alone.
     felix_only = _issue(ca_dir, out, "--felix-cn", "calico-node-2")
-    assert [c["scope"] for c in felix_only["changes"]] == ["felix"]  # type: ignore[union-attr]
+    assert [c["scope"] for c in felix_only["changes"]] == ["felix"]
     assert felix_only["restart"] == ["felix"]
     assert pending_restarts(out) == [Component.FELIX]
     _clear(out)
@@ -71,7 +72,7 @@ def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
         ca_dir, out, "--felix-cn", "calico-node-2", "--key-mode", "0640",
         "--trust", other / "typhaca.crt",
     )  # fmt: skip
-    assert [c["scope"] for c in bundle["changes"]] == ["bundle"]  # type: ignore[union-attr]
+    assert [c["scope"] for c in bundle["changes"]] == ["bundle"]
     assert bundle["restart"] == ["typha", "felix"]
     assert pending_restarts(out) == [Component.TYPHA, Component.FELIX]
 
