@@ -475,13 +475,25 @@ def rotate_ca_cmd(
         False, "--allow-rollback", help="Allow going back one stage."
     ),
     json_out: bool = JSON,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
 ) -> None:
     """Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage."""
     from typhapki.commands.rotate_ca import rotate_ca
 
     run(
         lambda: rotate_ca(
-            stage, ca_dir, new_ca_dir, out, role, pki, check, allow_rollback, json_out
+            stage,
+            ca_dir,
+            new_ca_dir,
+            out,
+            role,
+            pki,
+            check,
+            allow_rollback,
+            json_out,
+            hiera,
+            cluster,
         )
     )
 

@@ -6,11 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
-from typhapki.pki.restarts import READERS, Component, components_to_restart, pending_restarts
+from typhapki.pki.restarts import (
+    READERS,
+    Component,
+    components_to_restart,
+    pending_restarts,
+    restarts_recorded,
+)
 from typhapki.pki.store import current_generation
 
 
@@ -90,3 +97,18 @@ def test_restarted_clears_one_marker(tmp_path: Path, issued: Path) -> None:
     assert_one_line_error(
         run_cli("restarted", "--out", issued, "--component", "calico"), 2, "--component"
     )
+
+
+def test_a_failed_publish_leaves_no_new_marker(tmp_path: Path) -> None:
+    """Markers are made before the switch and taken back when it fails."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".restart-felix").write_text("..older\n")  # a restart already pending
+    with pytest.raises(RuntimeError), restarts_recorded(out, ["bundle"]):
+        assert (out / ".restart-typha").read_text() == "pending\n"
+        raise RuntimeError("publish failed")
+    assert not (out / ".restart-typha").exists()
+    assert (out / ".restart-felix").read_text() == "..older\n"
+    with restarts_recorded(out, ["typha"]) as components:
+        assert components == [Component.TYPHA]
+    assert (out / ".restart-typha").read_text() == "unknown\n"  # no generation on disk

@@ -28,7 +28,7 @@ from typhapki.pki.issuance import BUNDLE_HINT, RESTART_HINT, Change
 from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import PrivateKey, cert_pem, generate_key, key_pem, key_type_of
-from typhapki.pki.restarts import record_restarts
+from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.store import FileSpec, ensure_dir, publish_all, write_file_atomic
 from typhapki.pki.store import locked as store_locked
@@ -173,9 +173,9 @@ def _publish(paths: SetPaths, candidates: Sequence[Candidate]) -> list[Change]:
     # The bundle first, as `issue` does: a new CA is trusted before a leaf uses it.
     ordered = sorted(candidates, key=lambda c: c.scope != "bundle")
     # One transaction: a full disk leaves every managed file as it was.
-    publish_all([(c.directory, c.files) for c in ordered])
     changes = [c.change for c in ordered]
-    record_restarts(paths.out, [c.scope for c in changes if c.restarts])
+    with restarts_recorded(paths.out, [c.scope for c in changes if c.restarts]):
+        publish_all([(c.directory, c.files) for c in ordered])
     return changes
 
 

@@ -27,7 +27,7 @@ from typhapki.pki.profiles import (
     key_pem,
     public_key_der,
 )
-from typhapki.pki.restarts import record_restarts
+from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
@@ -282,8 +282,12 @@ def ensure_set(
     roles: Sequence[RoleName],
     trusted: Sequence[x509.Certificate] = (),
     now: datetime | None = None,
+    keep_leaves: bool = False,
 ) -> list[Change]:
     """Make the set under `out` valid and fresh; return what changed (nothing when it was).
+
+    With `keep_leaves` (CA rotation, stage trust-new) only the bundle is brought up to
+    date and a missing pair is issued: an existing leaf or key is never touched.
 
     Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees
     a CSR. Every certificate needed is signed and verified before the first file is
@@ -311,7 +315,7 @@ def ensure_set(
         planned: list[_Planned] = []
         for role in roles:
             state = report.roles[role]
-            if not state.problems:
+            if not state.problems or (keep_leaves and file_exists(state.cert_path)):
                 continue
             layout = ROLES[role]
             key_spec = settings.key_files
@@ -358,7 +362,7 @@ def ensure_set(
                 # The old generation holds a key others could read: no copy is kept.
                 drop_previous.append(paths.role_dir(plan.role))
             changes.append(plan.change)
-        if items:
-            publish_all(items, drop_previous)
-        record_restarts(out, [c.scope for c in changes if c.restarts])
+        with restarts_recorded(out, [c.scope for c in changes if c.restarts]):
+            if items:
+                publish_all(items, drop_previous)
     return changes

@@ -18,12 +18,13 @@ reads what lives here only.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import Enum
 from pathlib import Path
 
-from typhapki.errors import UsageError
+from typhapki.errors import StoreError, UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, write_file_atomic
@@ -79,13 +80,44 @@ def live_generation(out: Path, component: Component) -> str:
     return max(names) if names else "unknown"
 
 
-def record_restarts(out: Path, scopes: Iterable[str]) -> list[Component]:
-    """Mark the components that read the changed `scopes` as due for a restart."""
+@contextlib.contextmanager
+def restarts_recorded(out: Path, scopes: Iterable[str]) -> Iterator[list[Component]]:
+    """Mark the components that read the changed `scopes`, around the publish it wraps.
+
+    A missing marker is created *before* the files switch, so a full disk fails the run
+    while nothing has changed yet (and a switch never happens without its marker); it
+    is removed again when the publish fails. After the switch each marker is rewritten
+    with the live generation's name (best effort: "pending" stays true if that fails).
+    """
     components = components_to_restart(scopes)
+    created: list[Path] = []
+    try:
+        for component in components:
+            path = marker_path(out, component)
+            if not os.path.lexists(path):
+                try:
+                    write_file_atomic(path, b"pending\n", 0o644)
+                except StoreError as exc:
+                    raise StoreError(
+                        f"{exc}; nothing was changed (the live files are as they were)"
+                    ) from None
+                created.append(path)
+        yield components
+    except BaseException:
+        for path in created:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
     for component in components:
         line = f"{live_generation(out, component)}\n".encode()
-        write_file_atomic(marker_path(out, component), line, 0o644)
-    return components
+        with contextlib.suppress(StoreError):
+            write_file_atomic(marker_path(out, component), line, 0o644)
+
+
+def record_restarts(out: Path, scopes: Iterable[str]) -> list[Component]:
+    """Mark the components that read the changed `scopes` (files already published)."""
+    with restarts_recorded(out, scopes) as components:
+        return components
 
 
 def pending_restarts(out: Path) -> list[Component]:
