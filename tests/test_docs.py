@@ -94,6 +94,7 @@ class Sandbox:
         return SANDBOXED.sub(lambda m: f"{self.root}{m.group(0)}", text)
 
     def env(self) -> dict[str, str]:
+        config = self.root / "etc" / "typhapki" / "typhapki.yaml"
         keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TERM", "CI")}
         return {
             **keep,
@@ -101,7 +102,9 @@ class Sandbox:
             "HOME": str(self.root / "home"),
             "TMPDIR": str(self.root / "tmp"),
             "TYPHAPKI_NAMESERVERS": self.dns.arg,
-            "TYPHAPKI_CONFIG": str(self.root / "etc" / "typhapki" / "typhapki.yaml"),
+            # The node configuration file a block wrote at /etc/typhapki/typhapki.yaml,
+            # never the host's (an empty value: no file).
+            "TYPHAPKI_CONFIG": str(config) if config.exists() else "",
             "TYPHAPKI_STATE_DIR": str(self.root / "var" / "lib" / "typhapki-state"),
             "KUBECONFIG": str(self.root / "home" / ".kube" / "config"),
         }
@@ -131,7 +134,9 @@ class Docs:
                 "work",
             ):
                 (root / sub).mkdir(parents=True, exist_ok=True)
-            shutil.copytree(ROOT, root / "work" / "typhapki", ignore=_COPY_IGNORE, symlinks=True)
+            checkout = root / "work" / "typhapki"
+            shutil.copytree(ROOT, checkout, ignore=_COPY_IGNORE, symlinks=True)
+            _git_checkout(checkout)
             hiera = ROOT / "hiera_sample"
             for target in (root / "etc" / "puppet" / "hieradata", root / "work/typhapki/hieradata"):
                 target.mkdir(parents=True, exist_ok=True)
@@ -139,6 +144,17 @@ class Docs:
                     shutil.copyfile(yml, target / yml.name)
             self.sandboxes[doc] = Sandbox(root, self.dns)
         return self.sandboxes[doc]
+
+
+def _git_checkout(path: Path) -> None:
+    """The copy as a git checkout of typhapki (pre-commit try-repo reads one)."""
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "docs-test", "GIT_AUTHOR_EMAIL": "docs-test@example.test",
+        "GIT_COMMITTER_NAME": "docs-test", "GIT_COMMITTER_EMAIL": "docs-test@example.test",
+    }  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "docs test"]):
+        subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")

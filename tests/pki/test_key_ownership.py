@@ -63,20 +63,19 @@ def test_numeric_owner_reads_the_key_others_do_not(world_traversable: Path, ca_d
     out = world_traversable / "out"
     result = run_cli(
         "issue", "--ca-dir", ca_dir, "--out", out, "--role", "typha",
-        "--key-owner", str(uid), "--key-group", str(uid), "--key-mode", "0640",
+        "--key-owner", str(uid), "--key-group", str(uid),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     key = SetPaths(out).key(RoleName.TYPHA)
     st = os.stat(key)  # through the ..data symlinks, as the pod sees it
-    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, uid, 0o640)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, uid, 0o600)
 
     as_typha = _read_as(uid, uid, key)
     assert as_typha.returncode == 0, as_typha.stderr
     assert as_typha.stdout == key.read_bytes()
     assert b"PRIVATE KEY" in as_typha.stdout
-    # Group read is enough (runAsGroup matches, another uid):
-    assert _read_as(other, uid, key).returncode == 0
-    # Anyone else is refused:
+    # Anyone else is refused, even in the group (the key stays 0600):
+    assert _read_as(other, uid, key).returncode != 0
     refused = _read_as(other, other, key)
     assert refused.returncode != 0
     assert b"Permission denied" in refused.stderr
