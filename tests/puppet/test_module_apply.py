@@ -29,8 +29,11 @@ RECORDS = {
     "kubestage1001.eqiad.wmnet": ["10.64.0.2", "2620:0:861:101::2"],
 }
 
+# Restart markers (INTERFACES §1): until they are in the CLI, no restart exec ever runs,
+# so the restart assertions of the shipped and cfssl tests wait for them.
+MARKERS = cli_has("restarted")
 NO_MARKERS = pytest.mark.xfail(
-    not cli_has("restarted"),
+    not MARKERS,
     reason="restart markers, `typhapki restarted` (INTERFACES §1, runbooks) not in this checkout",
     strict=False,
 )
@@ -176,9 +179,8 @@ def _workstation_set(ca_dir: Path, where: Path, role: str) -> dict[str, str]:
 
 
 @pytest.mark.xfail(
-    not cli_has("install", "--from") or not cli_has("restarted"),
-    reason="`typhapki install --from` (INTERFACES §3, signers) or restart markers "
-    "(§1, runbooks) not in this checkout",
+    not cli_has("install", "--from"),
+    reason="`typhapki install --from` (INTERFACES §3, signers) not in this checkout",
     strict=False,
 )
 def test_shipped_felix_worker(tmp_path: Path, ca_dir: Path) -> None:
@@ -187,7 +189,7 @@ def test_shipped_felix_worker(tmp_path: Path, ca_dir: Path) -> None:
     assert first.returncode == 2, first.stdout
     assert "PRIVATE KEY" not in first.stdout + first.stderr
     assert _check(node) == 0
-    assert node.log("restarts") == ["felix"]
+    assert node.log("restarts") == (["felix"] if MARKERS else [])
     assert not node.ferm_rule.exists()  # a worker without Typha has no Typha rule
     assert not SetPaths(node.out).cert(RoleName.TYPHA).exists()
     assert node.apply().returncode == 0
@@ -198,7 +200,7 @@ def test_shipped_felix_worker(tmp_path: Path, ca_dir: Path) -> None:
     felix.resolve().unlink()
     assert node.apply().returncode == 2
     assert _typha_fp(node, RoleName.FELIX) == shipped_fp
-    assert node.log("restarts") == ["felix", "felix"]
+    assert node.log("restarts") == (["felix", "felix"] if MARKERS else [])
 
     # A new set shipped while the old one is still valid: installed, restarted.
     node.data.update(_workstation_set(ca_dir, tmp_path / "ws2", "felix"))
@@ -206,7 +208,7 @@ def test_shipped_felix_worker(tmp_path: Path, ca_dir: Path) -> None:
     assert _typha_fp(node, RoleName.FELIX) == fingerprint(
         load_certs(SetPaths(tmp_path / "ws2").cert(RoleName.FELIX), "felix")[0]
     )
-    assert node.log("restarts") == ["felix", "felix", "felix"]
+    assert node.log("restarts") == (["felix"] * 3 if MARKERS else [])
     assert node.apply().returncode == 0
 
 
@@ -287,9 +289,8 @@ def cfssl(tmp_path: Path, ca_dir: Path) -> Iterator[str]:
 
 
 @pytest.mark.xfail(
-    not cli_has("issue", "--signer") or not cli_has("restarted"),
-    reason="`typhapki issue --signer cfssl` (INTERFACES §3, signers) or restart markers "
-    "(§1, runbooks) not in this checkout",
+    not cli_has("issue", "--signer"),
+    reason="`typhapki issue --signer cfssl` (INTERFACES §3, signers) not in this checkout",
     strict=False,
 )
 def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) -> None:
@@ -310,13 +311,13 @@ def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) ->
     ca = load_certs(CaPaths(ca_dir).cert, "CA")[0]
     typha = load_certs(SetPaths(node.out).cert(RoleName.TYPHA), "typha")[0]
     assert typha.issuer == ca.subject
-    assert sorted(node.log("restarts")) == ["felix", "typha"]
+    assert sorted(node.log("restarts")) == (["felix", "typha"] if MARKERS else [])
     assert node.apply().returncode == 0
 
     # `typhapki issue` typed on the node, no flags: nothing to do, as Puppet found.
     assert run_cli("issue", env=node.env()).returncode == 0
     SetPaths(node.out).cert(RoleName.TYPHA).resolve().write_text("not a certificate\n")
     assert node.apply().returncode == 2
-    assert node.log("restarts")[-1] == "typha"
+    assert node.log("restarts")[-1:] == (["typha"] if MARKERS else [])
     assert _check(node) == 0
     assert node.apply().returncode == 0
