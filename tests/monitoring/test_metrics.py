@@ -57,10 +57,11 @@ def test_healthy_set(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
     assert got['typhapki_set_problems{cluster=""}'] == 0
     leaf = SetPaths(issued).cert(RoleName.TYPHA)
     from typhapki.pki.pem import load_certs
+    from typhapki.pki.x509compat import valid_until
 
     cert = load_certs(leaf, "typha")[0]
     key = 'typhapki_cert_not_after_timestamp_seconds{cluster="",role="typha"}'
-    assert got[key] == cert.not_valid_after_utc.timestamp()
+    assert got[key] == valid_until(cert).timestamp()
     assert got['typhapki_ca_rotation_stage{cluster=""}'] == 0
     assert got['typhapki_ferm_state{status="missing"}'] == 1
     assert all(v == 0 for k, v in got.items() if k.startswith("typhapki_collect_error"))

@@ -143,6 +143,20 @@ def test_a_node_that_stops_resolving_fails_ferm_and_keeps_the_rule(
     ns = dnsmasq_server(RECORDS).arg
     node = _node(tmp_path, "local", **_ca_data(ca_dir), **{"typhapki::ferm::nameservers": [ns]})
     assert node.apply().returncode == 2
+    restarts = node.log("restarts")
+
+    # A node moves: the rule follows on the next run, and ferm is reloaded.
+    moved_records = dict(
+        RECORDS, **{"kubestage1001.eqiad.wmnet": ["10.64.0.20", "2620:0:861:101::20"]}
+    )
+    ns = dnsmasq_server(moved_records).arg
+    node.data["typhapki::ferm::nameservers"] = [ns]
+    moved = node.apply()
+    assert moved.returncode == 2, moved.stdout
+    assert "10.64.0.20" in node.ferm_rule.read_text()
+    assert "10.64.0.2\n" not in node.ferm_rule.read_text()
+    assert node.log("ferm-reloads") == ["reload", "reload"]
+    assert node.log("restarts") == restarts  # the certificates were not touched
     before = node.ferm_rule.read_bytes()
 
     broken = dnsmasq_server({"kubestagemaster1001.eqiad.wmnet": ["10.64.0.1", "2620:0:861:101::1"]})
@@ -151,7 +165,7 @@ def test_a_node_that_stops_resolving_fails_ferm_and_keeps_the_rule(
     assert "kubestage1001.eqiad.wmnet" in failed.stdout + failed.stderr
     assert "Exec[typhapki-ferm]" in failed.stdout + failed.stderr
     assert node.ferm_rule.read_bytes() == before
-    assert node.log("ferm-reloads") == ["reload"]
+    assert node.log("ferm-reloads") == ["reload", "reload"]
     assert _check(node) == 0  # the certificates were not part of the failure
 
     # Resolving again: the next run converges with nothing to change in the rule.
