@@ -72,6 +72,12 @@ def assert_one_line_error(result: CliResult, code: int, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
+@pytest.fixture(autouse=True)
+def _no_node_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the machine's /etc/typhapki/typhapki.yaml: each names its own."""
+    monkeypatch.setenv("TYPHAPKI_CONFIG", "")
+
+
 @pytest.fixture
 def ca_dir(tmp_path: Path) -> Path:
     """A fresh cluster CA (ECDSA P-256)."""

@@ -12,6 +12,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -31,6 +32,13 @@ app = typer.Typer(
 )
 ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
+
+
+@dataclass(frozen=True)
+class CliState:
+    """What main() learnt before parsing: the node configuration file's error, if any."""
+
+    config_error: Optional[str] = None
 
 
 def run(body: Callable[[], int]) -> None:
@@ -426,6 +434,7 @@ def facts_cmd(
         key_mode=key_mode,
         node_name=node_name,
         extra_args=list(ctx.args),
+        config_error=ctx.obj.config_error if isinstance(ctx.obj, CliState) else None,
     )
     run(lambda: facts(raw))
 
@@ -538,10 +547,30 @@ def ferm_cmd(
     run(lambda: ferm(opts))
 
 
+def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
+    """click's default_map from the node configuration file, and its error if any.
+
+    `facts` never fails (its error goes into the fact) and `--help` always helps;
+    every other command stops with one line when the file is unusable.
+    """
+    from typhapki import nodeconfig
+
+    try:
+        path, explicit = nodeconfig.config_path()
+        config = nodeconfig.load(path, explicit)
+        return nodeconfig.default_map(config, typer.main.get_command(app)), None
+    except TyphapkiError as exc:
+        if argv[:1] == ["facts"] or "--help" in argv:
+            return {}, str(exc)
+        print(f"typhapki: error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
 def main() -> int:
     """Console-script entry point."""
     try:
-        app(standalone_mode=True)
+        defaults, config_error = _node_defaults(sys.argv[1:])
+        app(standalone_mode=True, default_map=defaults, obj=CliState(config_error))
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)

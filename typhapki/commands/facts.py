@@ -31,6 +31,7 @@ class RawFactOptions:
     key_mode: str | None = None
     node_name: str | None = None
     extra_args: Sequence[str] = ()
+    config_error: str | None = None  # the node configuration file could not be used
 
 
 def _days(value: str | None) -> int | None:
@@ -49,6 +50,8 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.puppet.facts import FactRequest, gather
 
     errors: list[str] = []
+    if raw.config_error:
+        errors.append(raw.config_error)
     if raw.extra_args:
         errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
     roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
