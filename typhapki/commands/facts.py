@@ -30,6 +30,8 @@ class RawFactOptions:
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None
+    probe_address: str | None = None
+    no_probe: bool = False
     extra_args: Sequence[str] = ()
     config_error: str | None = None  # the node configuration file could not be used
 
@@ -97,6 +99,8 @@ def facts(raw: RawFactOptions) -> int:
         ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
         trust=[Path(t) for t in raw.trust],
         ferm_output=ferm_output,
+        probe_address=raw.probe_address or None,
+        probe=not raw.no_probe,
         errors=errors,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
