@@ -25,6 +25,7 @@ from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, PREVIOUS_LINK, FileSpec, publish, rollback
 from typhapki.pki.verify import check_set
+from typhapki.pki.x509compat import valid_from
 
 from .test_hostile_certs import tree
 
@@ -309,6 +310,21 @@ def test_writable_by_others_fails_check_and_issue_replaces(
     assert run_cli("check", "--out", issued).returncode == 0
 
 
+def test_a_role_directory_owned_by_someone_else_is_reported_and_refused(
+    issued: Path, ca_dir: Path
+) -> None:
+    require_root()
+    role_dir = SetPaths(issued).role_dir(RoleName.TYPHA)
+    os.chown(role_dir, 12345, 12345)
+    check = run_cli("check", "--out", issued)
+    assert check.returncode == 1
+    assert f"{role_dir}: owned by uid 12345" in check.stdout
+    before = tree(issued)
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", issued)
+    assert_one_line_error(result, 3, str(role_dir), "owned by uid 12345")
+    assert tree(issued) == before
+
+
 def test_garbage_collection_deletes_only_its_own_generations(issued: Path, ca_dir: Path) -> None:
     require_root()
     role_dir = SetPaths(issued).role_dir(RoleName.TYPHA)
@@ -473,13 +489,9 @@ def test_leaves_of_a_skewed_ca_are_never_reissued_in_a_loop(tmp_path: Path) -> N
     now = datetime.now(UTC)
     for seconds in (-600, -1, 0, 1, 120):
         later = now + timedelta(seconds=seconds)
-        ensure_set(
-            out, issuer, PkiSettings(), BOTH, now=max(later, issuer.cert.not_valid_before_utc)
-        )
+        ensure_set(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
         assert (
-            ensure_set(
-                out, issuer, PkiSettings(), BOTH, now=max(later, issuer.cert.not_valid_before_utc)
-            )
+            ensure_set(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
             == []
         )
     assert check_set(SetPaths(out), PkiSettings(), BOTH, datetime.now(UTC)).ok

@@ -17,7 +17,7 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
+from typhapki.pki.pem import file_exists, load_certs, load_key, read_file, valid_from
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -43,6 +43,7 @@ from typhapki.pki.verify import (
     is_ca,
     judge_role,
 )
+from typhapki.pki.x509compat import valid_until
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -119,19 +120,19 @@ def load_issuer(ca_dir: Path) -> Issuer:
         raise RefusedError(f"{paths.cert}: CA {why}; refusing to sign with it")
     if public_key_der(key) != public_key_der(cert.public_key()):
         raise ConfigError(f"{paths.key}: does not match the CA certificate {paths.cert}")
-    now = datetime.now(UTC)
-    if now < cert.not_valid_before_utc:
+    now, starts = datetime.now(UTC), valid_from(cert)
+    if now < starts:
         # Leaves it signed now would not be valid yet either, and would be reissued on
         # every run until the clocks agree: refuse before anything is written.
-        ahead = (cert.not_valid_before_utc - now).total_seconds() / 60
+        ahead = (starts - now).total_seconds() / 60
         raise RefusedError(
             f"{paths.cert}: CA is not valid until "
-            f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
+            f"{starts:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
             "this host's clock, or the clock of the host that made the CA, is wrong"
         )
-    if datetime.now(UTC) >= cert.not_valid_after_utc:
+    if datetime.now(UTC) >= valid_until(cert):
         raise RefusedError(
-            f"{paths.cert}: CA expired at {cert.not_valid_after_utc:%Y-%m-%d}; rotate it "
+            f"{paths.cert}: CA expired at {valid_until(cert):%Y-%m-%d}; rotate it "
             "(docs/rotation.md)"
         )
     return Issuer(cert, key)
@@ -229,7 +230,7 @@ def verify_issued(
     state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
     judge_role(state, settings, bundle, signing_ca, now)
     leaf = chain[0]
-    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    lifetime = valid_until(leaf) - valid_from(leaf)
     if lifetime > timedelta(days=settings.days) + LIFETIME_SLACK:
         state.problems.append(
             Problem(
@@ -241,14 +242,14 @@ def verify_issued(
         )
     # A signer may sign past its own CA's end (cfssl does): the set would stop working
     # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
-    usable_until = min(leaf.not_valid_after_utc, signing_ca.not_valid_after_utc)
+    usable_until = min(valid_until(leaf), valid_until(signing_ca))
     if not state.problems and usable_until - now <= settings.renew_window(lifetime):
         state.problems.append(
             Problem(
                 role.value,
                 state.cert_path,
                 f"its CA {signing_ca.subject.rfc4514_string()} expires "
-                f"{signing_ca.not_valid_after_utc:%Y-%m-%d}, inside the renewal window: "
+                f"{valid_until(signing_ca):%Y-%m-%d}, inside the renewal window: "
                 "rotate the CA first (docs/rotation.md)",
                 Fix.ROTATE_CA,
             )
