@@ -378,6 +378,17 @@ def ferm_cmd(
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="DNS queries in flight (default 200)."
     ),
+    dns_gate: Optional[str] = typer.Option(
+        None,
+        "--dns-gate",
+        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+        "fixed networks only: report the names, write the rule).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm
@@ -394,6 +405,8 @@ def ferm_cmd(
         tuple(nameserver or ()),
         timeout,
         concurrency,
+        dns_gate,
+        state_dir,
     )
     run(lambda: ferm(opts))
 
