@@ -251,6 +251,9 @@ def facts_cmd(
     ferm_output: Optional[str] = typer.Option(
         None, "--ferm-output", help="The managed ferm rule file."
     ),
+    state_dir: Optional[str] = typer.Option(
+        None, "--state-dir", help="Where `ferm` records its runs (default as for ferm)."
+    ),
     hiera: Optional[str] = typer.Option(None, "--hiera", help="Hiera file (with --cluster)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster name in it."),
     typha_cn: Optional[str] = typer.Option(None, "--typha-cn"),
@@ -273,6 +276,7 @@ def facts_cmd(
         ca_dir=ca_dir,
         trust=trust or [],
         ferm_output=ferm_output,
+        state_dir=state_dir,
         hiera=hiera,
         cluster=cluster,
         typha_cn=typha_cn,

@@ -32,6 +32,7 @@ STATE_ENV = "TYPHAPKI_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
 STATE_FILE = "ferm.json"
 VERSION = 1
+MAX_TIMESTAMP = 253402300799  # 9999-12-31: a larger "timestamp" is corruption
 MAX_FAILED_LISTED = 50
 MAX_STATE_BYTES = 64 * 1024
 
@@ -71,9 +72,9 @@ def _int(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
     value = data.get(key)
     if value is None and nullable:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TIMESTAMP:
         return value
-    raise StateError(f"{key}: expected a non-negative integer, got {value!r:.40}")
+    raise StateError(f"{key}: expected an integer 0-{MAX_TIMESTAMP}, got {value!r:.40}")
 
 
 def _str(data: dict[str, Any], key: str, nullable: bool = False) -> Any:

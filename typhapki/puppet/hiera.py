@@ -202,9 +202,10 @@ class _Builder:
             raise self.fail(line, path, f"more than {MAX_NODES} values (alias bomb?)")
         if id(node) in stack:
             raise self.fail(line, path, "recursive alias")
-        if len(stack) >= MAX_DEPTH:  # aliases can nest deeper than the text does
-            raise self.fail(line, "", f"nested more than {MAX_DEPTH} levels deep")
         stack = (*stack, id(node))
+        collection = isinstance(node, yaml.MappingNode | yaml.SequenceNode)
+        if collection and len(stack) > MAX_DEPTH:  # aliases can nest deeper than the text
+            raise self.fail(line, "", f"nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, yaml.MappingNode):
             items: dict[str, YNode] = {}
             for key_node, value_node in self._pairs(node, path):
