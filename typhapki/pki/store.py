@@ -26,6 +26,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -34,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from typhapki.errors import RefusedError, StoreError
+from typhapki.safeio import UnreadableFileError, read_regular
 
 DATA_LINK = "..data"
 PREVIOUS_LINK = "..previous"
@@ -105,9 +107,19 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
     on any error the old file stays as it was and the temporary file is removed.
     """
     try:
-        if path.read_bytes() == content and (path.stat().st_mode & 0o7777) == mode:
+        # Compare only with a regular file (never open a FIFO or a device standing
+        # there: it could block); anything else is replaced by the rename below.
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise StoreError(f"{path}: is a directory")
+        if (
+            stat.S_ISREG(st.st_mode)
+            and st.st_size == len(content)
+            and (st.st_mode & 0o7777) == mode
+            and read_regular(path, "file", len(content)) == content
+        ):
             return False
-    except FileNotFoundError:
+    except (FileNotFoundError, UnreadableFileError):
         pass
     except IsADirectoryError:
         raise StoreError(f"{path}: is a directory") from None
