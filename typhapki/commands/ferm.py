@@ -192,8 +192,9 @@ def _write_or_check(output: Path, content: bytes, check: bool) -> int:
             return EXIT_NEEDS_ACTION
         except OSError as exc:
             raise StoreError(f"{output}: {exc.strerror or exc}") from None
-        if not stat.S_ISREG(st.st_mode):
-            print(f"{output}: not a regular file, ferm rule needs writing")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            # Never opened (a FIFO would block); the write refuses to replace it too.
+            print(f"{output}: not a regular file: remove it, typhapki will not replace it")
             return EXIT_NEEDS_ACTION
         from typhapki.safeio import UnreadableFileError, read_regular
 

@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from typhapki.errors import RefusedError, StoreError
-from typhapki.safeio import UnreadableFileError, read_regular
 
 DATA_LINK = "..data"
 PREVIOUS_LINK = "..previous"
@@ -107,24 +106,25 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
     on any error the old file stays as it was and the temporary file is removed.
     """
     try:
-        # Compare only with a regular file (never open a FIFO or a device standing
-        # there: it could block); anything else is replaced by the rename below.
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise StoreError(f"{path}: is a directory")
-        if (
-            stat.S_ISREG(st.st_mode)
-            and st.st_size == len(content)
-            and (st.st_mode & 0o7777) == mode
-            and read_regular(path, "file", len(content)) == content
-        ):
-            return False
-    except (FileNotFoundError, UnreadableFileError):
-        pass
-    except IsADirectoryError:
-        raise StoreError(f"{path}: is a directory") from None
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
         raise StoreError(f"{path}: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{path}: is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        # A FIFO or device where the file belongs: never opened (a FIFO would block).
+        raise StoreError(f"{path}: not a regular file; refusing to replace it")
+    if st is not None:
+        from typhapki.safeio import UnreadableFileError, read_regular
+
+        try:
+            same = read_regular(path, "file", max(len(content), 1)) == content
+        except UnreadableFileError:
+            same = False  # larger, unreadable or not a regular file behind a link
+        if same and stat.S_IMODE(os.stat(path).st_mode) == mode:
+            return False
     tmp = path.parent / f".{path.name}.{_TMP_PREFIX}{secrets.token_hex(6)}"
     try:
         _write_file(tmp, FileSpec(content, mode))
