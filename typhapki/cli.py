@@ -18,6 +18,7 @@ from typing import Any, List, Optional
 import typer
 
 from typhapki.commands.pki_options import PkiOptions
+from typhapki.commands.signer_options import SignerOptions
 from typhapki.errors import EXIT_IO, EXIT_USAGE, TyphapkiError
 
 app = typer.Typer(
@@ -128,31 +129,88 @@ _PKI_OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[str],
         typer.Option(None, "--key-mode", help="Octal mode of the key files (default 0600)."),
     ),
+    "node_name": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--node-name",
+            help="This node's name: spreads its renewal moment (default: the FQDN).",
+        ),
+    ),
+}
+
+# How certificates get signed (docs/issuance.md), in SignerOptions field order.
+_SIGNER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "signer": (
+        Optional[str],
+        typer.Option(None, "--signer", help="local (default: the CA in --ca-dir) or cfssl."),
+    ),
+    "cfssl_url": (
+        Optional[str],
+        typer.Option(None, "--cfssl-url", help="cfssl's API, e.g. https://pki.example:8888."),
+    ),
+    "cfssl_auth_key": (
+        Optional[Path],
+        typer.Option(
+            None, "--cfssl-auth-key", help="File holding the profiles' HMAC key (hex): authsign."
+        ),
+    ),
+    "cfssl_ca_file": (
+        Optional[Path],
+        typer.Option(None, "--cfssl-ca-file", help="CA certificate(s) to trust for TLS to cfssl."),
+    ),
+    "cfssl_profile_typha": (
+        Optional[str],
+        typer.Option(None, "--cfssl-profile-typha", help="cfssl profile for Typha (typha)."),
+    ),
+    "cfssl_profile_felix": (
+        Optional[str],
+        typer.Option(None, "--cfssl-profile-felix", help="cfssl profile for Felix (felix)."),
+    ),
+    "cfssl_label": (
+        Optional[str],
+        typer.Option(None, "--cfssl-label", help="cfssl signer label (multirootca)."),
+    ),
+    "cfssl_timeout": (
+        Optional[float],
+        typer.Option(None, "--cfssl-timeout", help="Seconds per attempt (default 10; 3 attempts)."),
+    ),
 }
 
 
-def with_pki_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command the certificate options, handed to it as one `pki: PkiOptions`.
+def _with_shared(
+    param: str, cls: Callable[..., Any], options: dict[str, tuple[Any, Any]]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command shared options, handed to it as one `param: cls` object.
 
     typer reads the parameters from the signature, so the wrapper shows the command's
-    own parameters (less `pki`) followed by the shared options, declared once above.
+    own parameters (less `param`) followed by the shared options, declared once above.
     """
-    own = list(inspect.signature(command, eval_str=True).parameters.values())
-    shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
-        for name, (ann, opt) in _PKI_OPTIONS.items()
-    ]
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        pki = PkiOptions(**{name: kwargs.pop(name) for name in _PKI_OPTIONS})
-        command(pki=pki, **kwargs)
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())
+        shared = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+            for name, (ann, opt) in options.items()
+        ]
 
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "pki"]
-    wrapper.__signature__ = inspect.Signature(params + shared)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params + shared}
-    del wrapper.__wrapped__  # typer must see the signature above, not the wrapped one
-    return wrapper
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            value = cls(**{name: kwargs.pop(name) for name in options})
+            command(**{param: value}, **kwargs)
+
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != param]
+        wrapper.__signature__ = inspect.Signature(params + shared)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params + shared}
+        del wrapper.__wrapped__  # typer must see the signature above, not the wrapped one
+        return wrapper
+
+    return decorate
+
+
+# The certificate options, as `pki: PkiOptions`; the signer options, as `signer: SignerOptions`.
+with_pki_options = _with_shared("pki", PkiOptions, _PKI_OPTIONS)
+with_signer_options = _with_shared("signer", SignerOptions, _SIGNER_OPTIONS)
 
 
 @ca_app.command("init")
@@ -170,25 +228,35 @@ def ca_init_cmd(
 
 
 @app.command("issue")
+@with_signer_options
 @with_pki_options
 def issue_cmd(
     *,
-    ca_dir: Path = CA_DIR,
+    ca_dir: Optional[Path] = typer.Option(
+        None, "--ca-dir", help="The CA (typhaca.crt, typhaca.key), with --signer local."
+    ),
     out: Path = OUT,
     role: str = ROLE,
     pki: PkiOptions,
+    signer: SignerOptions,
     trust: Optional[List[Path]] = TRUST,
     json_out: bool = JSON,
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
 ) -> None:
-    """Make sure OUT holds a valid, fresh Typha and/or Felix set signed by the CA."""
+    """Make sure OUT holds a valid, fresh Typha and/or Felix set, keys made here.
+
+    The local CA (--ca-dir) or cfssl (--signer cfssl) signs; what comes back is
+    verified as `check` would before anything is published. Workers without Typha
+    need only --role felix.
+    """
     from typhapki.commands.issue import issue
 
-    run(lambda: issue(ca_dir, out, role, pki, trust or [], json_out, hiera, cluster))
+    run(lambda: issue(ca_dir, out, role, pki, trust or [], json_out, hiera, cluster, signer))
 
 
 @app.command("check")
+@with_signer_options
 @with_pki_options
 def check_cmd(
     *,
@@ -198,15 +266,85 @@ def check_cmd(
         None, "--ca-dir", help="Also require leaves signed by this CA and the bundle to match."
     ),
     pki: PkiOptions,
+    signer: SignerOptions,
     trust: Optional[List[Path]] = TRUST,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing when valid."),
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
 ) -> None:
-    """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed."""
+    """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed.
+
+    Takes issue's signer options so Puppet's `unless` can repeat them; it never contacts
+    a signer: in cfssl mode the set is judged against the bundle on disk.
+    """
     from typhapki.commands.check import check
 
-    run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster))
+    run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster, signer))
+
+
+@app.command("install")
+@with_pki_options
+def install_cmd(
+    *,
+    out: Path = OUT,
+    role: str = ROLE,
+    source: Optional[Path] = typer.Option(
+        None, "--from", help="A shipped set: a directory in the layout `issue --out` writes."
+    ),
+    cert: Optional[Path] = typer.Option(
+        None, "--cert", help="A certificate signed elsewhere for the key `request` staged."
+    ),
+    bundle: Optional[Path] = typer.Option(
+        None, "--bundle", help="With --cert: the CA bundle to install (default: the live one)."
+    ),
+    pki: PkiOptions,
+    json_out: bool = JSON,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
+) -> None:
+    """Verify a set or certificate made elsewhere, then publish it atomically into OUT."""
+    from typhapki.commands.install import install
+
+    run(lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster))
+
+
+@app.command("request")
+@with_pki_options
+def request_cmd(
+    *,
+    out: Path = OUT,
+    role: str = typer.Option(..., "--role", help="typha or felix."),
+    csr_out: Optional[Path] = typer.Option(
+        None, "--csr-out", help="Write the CSR here (default: print it)."
+    ),
+    pki: PkiOptions,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
+) -> None:
+    """Stage the node's key for ROLE inside OUT (0600, not yet live) and print its CSR."""
+    from typhapki.commands.request import request
+
+    run(lambda: request(out, role, csr_out, pki, hiera, cluster))
+
+
+@app.command("sign")
+@with_pki_options
+def sign_cmd(
+    *,
+    ca_dir: Path = CA_DIR,
+    csr: Path = typer.Option(..., "--csr", help="The node's CSR (PEM)."),
+    role: str = typer.Option(..., "--role", help="typha or felix."),
+    cert_out: Optional[Path] = typer.Option(
+        None, "--cert-out", help="Write the certificate here (default: print it)."
+    ),
+    pki: PkiOptions,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
+) -> None:
+    """Sign a node's CSR: identity, EKU and lifetime from the settings, never the CSR."""
+    from typhapki.commands.sign import sign
+
+    run(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster))
 
 
 @app.command("inspect")
@@ -266,6 +404,7 @@ def facts_cmd(
     key_owner: Optional[str] = typer.Option(None, "--key-owner"),
     key_group: Optional[str] = typer.Option(None, "--key-group"),
     key_mode: Optional[str] = typer.Option(None, "--key-mode"),
+    node_name: Optional[str] = typer.Option(None, "--node-name"),
 ) -> None:
     """Print the `typhapki` Facter external fact (JSON); always exit 0."""
     from typhapki.commands.facts import RawFactOptions, facts
@@ -289,6 +428,7 @@ def facts_cmd(
         key_owner=key_owner,
         key_group=key_group,
         key_mode=key_mode,
+        node_name=node_name,
         extra_args=list(ctx.args),
     )
     run(lambda: facts(raw))

@@ -12,6 +12,7 @@ EXIT_NEEDS_ACTION = 1  # check found problems, DNS gate failed, lint failed
 EXIT_USAGE = 2  # bad option, bad configuration or input file
 EXIT_REFUSED = 3  # refused for safety: would overwrite a CA, CA about to expire, stage order
 EXIT_IO = 4  # the filesystem said no: unwritable directory, lock held too long
+EXIT_SIGNER = 5  # the signer (cfssl) is down, slow, broken or refused the request
 
 
 class TyphapkiError(Exception):
@@ -48,3 +49,12 @@ class NeedsActionError(TyphapkiError):
     """The state on disk or in DNS is not what it must be (exit 1)."""
 
     exit_code = EXIT_NEEDS_ACTION
+
+
+class SignerError(TyphapkiError):
+    """The remote signer could not be used: down, slow, broken answer, refused (exit 5).
+
+    Nothing is published when this is raised: the live set stays as it was.
+    """
+
+    exit_code = EXIT_SIGNER

@@ -12,7 +12,9 @@ from typhapki.pki.settings import RoleName
 
 def test_valid_set_exits_zero(issued: Path) -> None:
     result = run_cli("check", "--out", issued)
-    assert (result.returncode, result.stdout.strip()) == (0, f"{issued}: typha, felix set valid")
+    first, moments = result.stdout.splitlines()
+    assert (result.returncode, first) == (0, f"{issued}: typha, felix set valid")
+    assert moments.startswith(f"{issued}: node ") and " renews typha at 20" in moments
     quiet = run_cli("check", "--out", issued, "-q")
     assert (quiet.returncode, quiet.stdout) == (0, "")
 

@@ -30,6 +30,7 @@ class RawFactOptions:
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
+    node_name: str | None = None
     extra_args: Sequence[str] = ()
 
 
@@ -84,6 +85,7 @@ def facts(raw: RawFactOptions) -> int:
             raw.key_owner,
             raw.key_group,
             raw.key_mode,
+            raw.node_name,
         )
         return build_settings(flags.merged_over(hiera_options))
 

@@ -19,7 +19,15 @@ from typhapki.pki.settings import (
     resolve_gid,
     resolve_uid,
     validate_days,
+    validate_node_name,
 )
+
+
+def default_node_name() -> str:
+    """The host's FQDN, as Puppet names the node (Facter's fqdn)."""
+    import socket
+
+    return socket.getfqdn() or socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class PkiOptions:
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
+    node_name: str | None = None  # never from hiera: it is this node's own
 
     def merged_over(self, base: PkiOptions) -> PkiOptions:
         """These options, falling back to `base` (e.g. hiera) where not given."""
@@ -72,6 +81,9 @@ def _build_settings(opts: PkiOptions) -> PkiSettings:
             uid=resolve_uid(opts.key_owner, "key owner"),
             gid=resolve_gid(opts.key_group, "key group"),
             mode=parse_key_mode(opts.key_mode) if opts.key_mode else 0o600,
+        ),
+        node_name=validate_node_name(
+            opts.node_name if opts.node_name is not None else default_node_name()
         ),
     )
 

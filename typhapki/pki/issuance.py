@@ -20,17 +20,28 @@ from typhapki.pki.layout import ROLES, CaPaths, SetPaths
 from typhapki.pki.pem import file_exists, load_certs, load_key
 from typhapki.pki.profiles import (
     Issuer,
+    PrivateKey,
     build_ca,
-    build_leaf,
     cert_pem,
     generate_key,
     key_pem,
     public_key_der,
 )
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.signers import Signer
+from typhapki.pki.signers.csr import build_csr
+from typhapki.pki.signers.local import LocalSigner
 from typhapki.pki.store import FileSpec, publish
 from typhapki.pki.store import locked as store_locked
-from typhapki.pki.verify import Fix, check_set, fingerprint, is_ca
+from typhapki.pki.verify import (
+    Fix,
+    Problem,
+    RoleState,
+    check_set,
+    fingerprint,
+    is_ca,
+    judge_role,
+)
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -160,39 +171,133 @@ class Change:
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
 
 
-def _leaf_not_after(issuer: Issuer, settings: PkiSettings, now: datetime) -> datetime:
-    """Clamp the leaf to its CA, and refuse when even that would be due at once."""
-    wanted = now + timedelta(days=settings.days)
-    ca_end = issuer.cert.not_valid_after_utc
-    not_after = min(wanted, ca_end)
-    lifetime = not_after - now
-    window = settings.renew_window(timedelta(days=settings.days))
-    if lifetime <= window:
-        left = (ca_end - now).total_seconds() / 86400
-        raise RefusedError(
-            f"CA {issuer.cert.subject.rfc4514_string()} expires {ca_end:%Y-%m-%d} "
-            f"({left:.1f} days left): a leaf issued now would already be due for renewal. "
-            "Rotate the CA first (docs/rotation.md)"
+# A signer's lifetime may round up (cfssl counts hours); more than this over --days is
+# a profile that does not match the settings.
+LIFETIME_SLACK = timedelta(days=1)
+
+
+def verify_issued(
+    signer: Signer,
+    role: RoleName,
+    chain: Sequence[x509.Certificate],
+    key: PrivateKey,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate],
+    signing_ca: x509.Certificate,
+    now: datetime,
+) -> x509.Certificate:
+    """The leaf a signer returned, judged exactly as `check` would judge it on disk.
+
+    Plus what only makes sense at issue time: a lifetime no longer than the settings
+    allow. Refused (exit 3) with one line naming the signer; nothing is published.
+    """
+    if not chain:
+        raise RefusedError(f"{signer.name}: returned no {role.value} certificate")
+    paths = ROLES[role]
+    state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
+    judge_role(state, settings, bundle, signing_ca, now)
+    leaf = chain[0]
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    if lifetime > timedelta(days=settings.days) + LIFETIME_SLACK:
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"lifetime is {lifetime.days} days, the settings allow {settings.days} (--days)",
+                Fix.REISSUE,
+            )
         )
-    return not_after
+    # A signer may sign past its own CA's end (cfssl does): the set would stop working
+    # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
+    usable_until = min(leaf.not_valid_after_utc, signing_ca.not_valid_after_utc)
+    if not state.problems and usable_until - now <= settings.renew_window(lifetime):
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"its CA {signing_ca.subject.rfc4514_string()} expires "
+                f"{signing_ca.not_valid_after_utc:%Y-%m-%d}, inside the renewal window: "
+                "rotate the CA first (docs/rotation.md)",
+                Fix.ROTATE_CA,
+            )
+        )
+    if state.problems:
+        raise RefusedError(
+            f"{signer.name}: returned a {role.value} certificate that check refuses: "
+            f"{state.problems[0].message}; nothing published"
+        )
+    return leaf
+
+
+@dataclass(frozen=True)
+class _Planned:
+    role: RoleName
+    files: dict[str, FileSpec]
+    change: Change
 
 
 def ensure_set(
     out: Path,
-    issuer: Issuer,
+    signer: Signer | Issuer,
     settings: PkiSettings,
     roles: Sequence[RoleName],
     trusted: Sequence[x509.Certificate] = (),
     now: datetime | None = None,
 ) -> list[Change]:
-    """Make the set under `out` valid and fresh; return what changed (nothing when it was)."""
+    """Make the set under `out` valid and fresh; return what changed (nothing when it was).
+
+    Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees
+    a CSR. Every certificate needed is signed and verified before the first file is
+    published, so a signer that fails or returns the wrong thing leaves the set as it was.
+    """
     paths = SetPaths(out)
-    bundle = wanted_bundle(issuer.cert, trusted)
+    # The local CA signs at `now`, which is only known under the lock.
+    issuer = signer if isinstance(signer, Issuer) else None
+    remote = None if isinstance(signer, Issuer) else signer
+    signing = issuer.cert if issuer is not None else signer.signing_ca()  # type: ignore[union-attr]
+    bundle = wanted_bundle(signing, trusted)
     changes: list[Change] = []
     with store_locked(paths.lock):
         # Judged under the lock: a second concurrent run sees the first one's result.
         now = now or datetime.now(UTC)
-        report = check_set(paths, settings, roles, now, bundle, issuer.cert)
+        active: Signer
+        if issuer is not None:
+            active = LocalSigner(issuer, settings, now)
+        else:
+            assert remote is not None
+            active = remote
+        report = check_set(paths, settings, roles, now, bundle, signing)
+        planned: list[_Planned] = []
+        for role in roles:
+            state = report.roles[role]
+            if not state.problems:
+                continue
+            layout = ROLES[role]
+            key_spec = settings.key_files
+            fixes = {p.fix for p in state.problems}
+            if fixes == {Fix.PERMISSIONS} and state.chain and state.key is not None:
+                cert_bytes = b"".join(cert_pem(c) for c in state.chain)
+                key_bytes = key_pem(state.key)
+                action, hint = "fixed permissions", "no restart needed"
+                serial = fp = None
+            else:
+                leaf_key = generate_key(settings.key_type)
+                csr = build_csr(leaf_key, settings.identity(role))
+                chain = active.sign(csr, role)
+                leaf = verify_issued(active, role, chain, leaf_key, settings, bundle, signing, now)
+                cert_bytes, key_bytes = cert_pem(leaf), key_pem(leaf_key)
+                existed = file_exists(state.cert_path)
+                action = "reissued" if existed else "issued"
+                hint = RESTART_HINT[role]
+                serial, fp = format(leaf.serial_number, "x"), fingerprint(leaf)
+            files = {
+                layout.cert_file: FileSpec(cert_bytes, 0o644),
+                layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
+            }
+            change = Change(
+                role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
+            )
+            planned.append(_Planned(role, files, change))
         if report.bundle_problems:
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
             publish(
@@ -208,37 +313,7 @@ def ensure_set(
                     BUNDLE_HINT,
                 )
             )
-        for role in roles:
-            state = report.roles[role]
-            if not state.problems:
-                continue
-            layout = ROLES[role]
-            key_spec = settings.key_files
-            fixes = {p.fix for p in state.problems}
-            if fixes == {Fix.PERMISSIONS} and state.chain and state.key is not None:
-                cert_bytes = b"".join(cert_pem(c) for c in state.chain)
-                key_bytes = key_pem(state.key)
-                action, hint = "fixed permissions", "no restart needed"
-                serial = fp = None
-            else:
-                not_after = _leaf_not_after(issuer, settings, now)
-                leaf_key = generate_key(settings.key_type)
-                leaf = build_leaf(issuer, leaf_key, role, settings.identity(role), not_after, now)
-                cert_bytes, key_bytes = cert_pem(leaf), key_pem(leaf_key)
-                existed = file_exists(state.cert_path)
-                action = "reissued" if existed else "issued"
-                hint = RESTART_HINT[role]
-                serial, fp = format(leaf.serial_number, "x"), fingerprint(leaf)
-            publish(
-                paths.role_dir(role),
-                {
-                    layout.cert_file: FileSpec(cert_bytes, 0o644),
-                    layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
-                },
-            )
-            changes.append(
-                Change(
-                    role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
-                )
-            )
+        for plan in planned:
+            publish(paths.role_dir(plan.role), plan.files)
+            changes.append(plan.change)
     return changes

@@ -114,7 +114,7 @@ class Issuer:
 
 def build_leaf(
     issuer: Issuer,
-    leaf_key: PrivateKey,
+    leaf_key: PrivateKey | PublicKey,
     role: RoleName,
     identity: Identity,
     not_after: datetime,
@@ -122,14 +122,19 @@ def build_leaf(
 ) -> x509.Certificate:
     """Typha's server leaf (EKU serverAuth) or Felix's client leaf (EKU clientAuth).
 
-    The caller has already clamped ``not_after`` to the CA's own not-after.
+    The caller has already clamped ``not_after`` to the CA's own not-after. Only the
+    leaf's public key is used: `sign` passes the one from a CSR, the key stays elsewhere.
     """
     now = now or datetime.now(UTC)
-    public = leaf_key.public_key()
+    public = (
+        leaf_key.public_key()
+        if isinstance(leaf_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
+        else leaf_key
+    )
     ca_public = issuer.cert.public_key()
     assert isinstance(ca_public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
     # keyEncipherment only makes sense for RSA key transport.
-    is_rsa = isinstance(leaf_key, rsa.RSAPrivateKey)
+    is_rsa = isinstance(public, rsa.RSAPublicKey)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(identity.cn))

@@ -7,10 +7,11 @@ rules (CN length, URI syntax, key modes) live in one place.
 from __future__ import annotations
 
 import grp
+import hashlib
 import pwd
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
@@ -21,6 +22,9 @@ DEFAULT_FELIX_CN = "calico-node"
 DEFAULT_LEAF_DAYS = 365
 DEFAULT_CA_DAYS = 3650
 MAX_CN_LENGTH = 64  # RFC 5280 ub-common-name
+
+# Share of the renewal window across which nodes' renewal moments are spread.
+RENEWAL_SPREAD = 0.5
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -178,6 +182,8 @@ class PkiSettings:
     # None: renew once two thirds of a certificate's lifetime have passed.
     renew_before: timedelta | None = None
     key_files: KeyFileOwnership = field(default_factory=KeyFileOwnership)
+    # The node whose renewal moment is spread across the window (None: window start).
+    node_name: str | None = None
 
     def identity(self, role: RoleName) -> Identity:
         return self.typha if role is RoleName.TYPHA else self.felix
@@ -187,6 +193,32 @@ class PkiSettings:
         if self.renew_before is not None:
             return self.renew_before
         return lifetime / 3
+
+    def renewal_moment(self, not_before: datetime, not_after: datetime) -> datetime:
+        """When this node renews a certificate valid from not_before to not_after.
+
+        The window opens at not_after minus the renewal window; each node renews at its
+        own point in the first half of it (by a hash of its name), so nodes issued in the
+        same Puppet run restart Typha at different times and every node keeps half the
+        window to retry before expiry.
+        """
+        window = self.renew_window(not_after - not_before)
+        start = not_after - window
+        if self.node_name is None:
+            return start
+        return start + window * (RENEWAL_SPREAD * renewal_spread(self.node_name))
+
+
+def renewal_spread(node_name: str) -> float:
+    """A node's fixed place in [0, 1), from a hash of its name (case-insensitive, as DNS)."""
+    digest = hashlib.sha256(node_name.strip().rstrip(".").lower().encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def validate_node_name(name: str) -> str:
+    if not name.strip() or len(name) > 253 or any(c.isspace() or ord(c) < 0x20 for c in name):
+        raise UsageError(f"--node-name: expected a host name, got {name!r}")
+    return name
 
 
 def validate_days(days: int, what: str = "days") -> int:

@@ -152,8 +152,8 @@ def _days(delta: timedelta) -> str:
 
 
 def renewal_due_at(cert: x509.Certificate, settings: PkiSettings) -> datetime:
-    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
-    return cert.not_valid_after_utc - settings.renew_window(lifetime)
+    """This node's renewal moment for `cert` (spread by node name, inside the window)."""
+    return settings.renewal_moment(cert.not_valid_before_utc, cert.not_valid_after_utc)
 
 
 def validity_problem(cert: x509.Certificate, settings: PkiSettings, now: datetime) -> str | None:
@@ -295,9 +295,32 @@ def check_role(
         state.key = load_key(key_src, f"{role.value} private key")
     except ConfigError as exc:
         add(state.key_path, str(exc).removeprefix(f"{key_src}: "))
-    leaf = state.leaf
-    if leaf is None:
+    if state.leaf is None:
         return state
+    judge_role(state, settings, bundle, signing_ca, now)
+    if not state.problems and (msg := _mode_problem(state.key_path, settings)) is not None:
+        state.problems.append(Problem(role.value, state.key_path, msg, Fix.PERMISSIONS))
+    return state
+
+
+def judge_role(
+    state: RoleState,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate] | None,
+    signing_ca: x509.Certificate | None,
+    now: datetime,
+) -> None:
+    """Add to `state` every problem of its loaded certificate and key.
+
+    What `check` says about a set on disk, and what `issue` and `install` say about a
+    certificate a signer returned or a set shipped to the node, before publishing it.
+    """
+    role = state.role
+    leaf = state.leaf
+    assert leaf is not None
+
+    def add(path: Path, msg: str, fix: Fix = Fix.REISSUE) -> None:
+        state.problems.append(Problem(role.value, path, msg, fix))
 
     if state.key is not None and public_key_der(state.key) != public_key_der(leaf.public_key()):
         add(state.key_path, f"private key does not match {state.cert_path.name}")
@@ -326,9 +349,6 @@ def check_role(
             )
     if (msg := validity_problem(leaf, settings, now)) is not None:
         add(state.cert_path, msg)
-    if not state.problems and (msg := _mode_problem(state.key_path, settings)) is not None:
-        add(state.key_path, msg, Fix.PERMISSIONS)
-    return state
 
 
 def check_set(

@@ -14,6 +14,7 @@ from typhapki.commands.pki_options import PkiOptions, build_settings
 from typhapki.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
+    from typhapki.commands.signer_options import SignerOptions
     from typhapki.puppet.hiera import TyphaSettings
 
 
@@ -67,3 +68,26 @@ def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | N
         # The hiera values are to blame: say where they are.
         raise ConfigError(f"{hiera}: cluster {cluster!r}, typha: {exc}") from None
     return merged
+
+
+def signer_options_of(typha: TyphaSettings) -> SignerOptions:
+    """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there)."""
+    from typhapki.commands.signer_options import SignerOptions
+
+    return SignerOptions(
+        signer=typha.signer,
+        cfssl_url=typha.cfssl_url,
+        cfssl_profile_typha=typha.cfssl_profile_typha,
+        cfssl_profile_felix=typha.cfssl_profile_felix,
+        cfssl_label=typha.cfssl_label,
+    )
+
+
+def with_cluster_signer(
+    flags: SignerOptions, hiera: Path | None, cluster: str | None
+) -> SignerOptions:
+    """The signer flags over the cluster's hiera settings (flags win)."""
+    typha = load_typha_settings(hiera, cluster)
+    if typha is None:
+        return flags
+    return flags.merged_over(signer_options_of(typha))

@@ -8,6 +8,7 @@ Only public material is reported: subjects, fingerprints, dates, paths. Never a 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -85,7 +86,13 @@ def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[s
                 "not_after": info["not_after"],
                 "days_left": info["days_left"],
                 "renewal_due": now >= due,
+                # This node's own moment (spread by node name inside the window).
                 "renewal_due_at": _iso(due),
+                "renewal_window_start": _iso(
+                    dataclasses.replace(settings, node_name=None).renewal_moment(
+                        leaf.not_valid_before_utc, leaf.not_valid_after_utc
+                    )
+                ),
                 "issuer_sha256_fingerprint": (
                     fingerprint(state.issuer) if state.issuer is not None else None
                 ),
@@ -202,6 +209,7 @@ def _set_fact(
         "out": str(request.out),
         "ca_dir": str(request.ca_dir) if request.ca_dir is not None else None,
         "ca_sha256_fingerprint": fingerprint(signing) if signing is not None else None,
+        "node_name": settings.node_name,
         "valid": report.ok,
         "problems": [_problem(p) for p in report.problems],
         "bundle": _bundle_fact(report, now),

@@ -98,6 +98,12 @@ class TyphaSettings:
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
+    # issuance mode (docs/issuance.md); secrets such as cfssl's auth key never live here
+    signer: str | None = None
+    cfssl_url: str | None = None
+    cfssl_profile_typha: str | None = None
+    cfssl_profile_felix: str | None = None
+    cfssl_label: str | None = None
     # ferm rule
     port: int | None = None
     mode: str | None = None
@@ -526,7 +532,14 @@ _PKI_STR_FIELDS = (
     "key_type",
     "key_owner",
     "key_group",
+    "cfssl_url",
+    "cfssl_profile_typha",
+    "cfssl_profile_felix",
+    "cfssl_label",
 )
+_SIGNERS = ("local", "cfssl")
+# Keys that would put a secret into hiera (and so into catalogs and PuppetDB).
+_SECRET_KEYS = ("cfssl_auth_key", "auth_key", "cfssl_key")
 
 
 def _typha_settings(node: YNode) -> TyphaSettings:
@@ -536,6 +549,11 @@ def _typha_settings(node: YNode) -> TyphaSettings:
     known = {f for f in TyphaSettings.__dataclass_fields__}
     values: dict[str, Any] = {}
     for key, item in items.items():
+        if key in _SECRET_KEYS:
+            raise ConfigError(
+                f"{item.where}: secrets never go into hiera (they end up in catalogs and "
+                "PuppetDB): give the key file on the node with --cfssl-auth-key FILE"
+            )
         if key not in known:
             raise ConfigError(
                 f"{item.where}: unknown key in typha: (known: {', '.join(sorted(known))})"
@@ -568,6 +586,8 @@ def _typha_value(key: str, item: YNode) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return item.raw  # as written: 0640 stays "0640", not 416
         return _expect_str(item)
+    if key == "signer":
+        return _expect_choice(item, _SIGNERS)
     if key == "port":
         return validate_port(value, item.where)
     if key == "mode":

@@ -1,0 +1,168 @@
+"""CSRs for any PKI: `request` stages the node's key, `sign` signs by the settings,
+`install --cert` installs what came back after the same checks as `check`."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import assert_one_line_error, run_cli
+from typhapki.errors import EXIT_REFUSED
+from typhapki.pki.install import STAGING_DIR
+from typhapki.pki.issuance import load_issuer
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.signers.csr import csr_pem, parse_csr
+from typhapki.pki.signers.local import LocalSigner
+from typhapki.pki.verify import eku_names, subject_cn, uri_sans
+
+
+def test_request_sign_install_round_trip(tmp_path: Path, ca_dir: Path) -> None:
+    out = tmp_path / "node"
+    csr, crt = tmp_path / "felix.csr", tmp_path / "felix.crt"
+    result = run_cli("request", "--out", out, "--role", "felix", "--csr-out", csr)
+    assert result.returncode == 0, result.stderr
+    staging = out / STAGING_DIR
+    assert stat.S_IMODE(staging.stat().st_mode) == 0o700
+    staged = staging / "calico-node.key"
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o600
+    assert not (out / "calico-node-certs").exists()  # nothing published before the cert
+    # A second request keeps the key: the same public key in the CSR.
+    printed = run_cli("request", "--out", out, "--role", "felix").stdout.encode()
+    first = x509.load_pem_x509_csr(csr.read_bytes()).public_key()
+    assert x509.load_pem_x509_csr(printed).public_key() == first
+
+    assert (
+        run_cli(
+            "sign", "--ca-dir", ca_dir, "--csr", csr, "--role", "felix", "--cert-out", crt
+        ).returncode
+        == 0
+    )
+    bundle = ca_dir / "typhaca.crt"
+    result = run_cli("install", "--out", out, "--role", "felix", "--cert", crt, "--bundle", bundle)
+    assert result.returncode == 0, result.stderr
+    assert not staged.exists()  # the key is live now
+    assert run_cli("check", "--out", out, "--role", "felix", "--ca-dir", ca_dir).returncode == 0
+    live = SetPaths(out).key(RoleName.FELIX)
+    assert stat.S_IMODE(os.stat(live).st_mode) == 0o600
+    # Installing the same certificate again changes nothing.
+    again = run_cli("install", "--out", out, "--role", "felix", "--cert", crt)
+    assert again.returncode == 0 and "nothing changed" in again.stdout, again.stderr
+
+
+def test_install_refuses_a_certificate_for_another_key(tmp_path: Path, ca_dir: Path) -> None:
+    out, other = tmp_path / "node", tmp_path / "other"
+    csr, crt = tmp_path / "o.csr", tmp_path / "o.crt"
+    assert run_cli("request", "--out", out, "--role", "typha").returncode == 0
+    assert run_cli("request", "--out", other, "--role", "typha", "--csr-out", csr).returncode == 0
+    assert (
+        run_cli(
+            "sign", "--ca-dir", ca_dir, "--csr", csr, "--role", "typha", "--cert-out", crt
+        ).returncode
+        == 0
+    )
+    result = run_cli(
+        "install",
+        "--out",
+        out,
+        "--role",
+        "typha",
+        "--cert",
+        crt,
+        "--bundle",
+        ca_dir / "typhaca.crt",
+    )
+    assert_one_line_error(result, EXIT_REFUSED, str(crt), "not for the key", "nothing installed")
+    assert not (out / "calico-typha-certs").exists()
+
+
+def _csr(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, cn: str, uri: str | None) -> bytes:
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    )
+    if uri:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+        )
+    return csr_pem(builder.sign(key, hashes.SHA256()))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    cn=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40),
+    uri=st.one_of(st.none(), st.just("spiffe://evil/typha")),
+    role=st.sampled_from(list(RoleName)),
+)
+def test_sign_takes_identity_eku_and_lifetime_from_the_settings(
+    ca_dir: Path, cn: str, uri: str | None, role: RoleName
+) -> None:
+    """Whatever the CSR asks for, the certificate carries the settings' identity."""
+    data = _csr(ec.generate_private_key(ec.SECP256R1()), cn, uri)
+    settings_ = PkiSettings(days=30)
+    csr = parse_csr(data, "csr", settings_.key_type)
+    leaf = LocalSigner(load_issuer(ca_dir), settings_).sign(csr, role)[0]
+    assert subject_cn(leaf) == settings_.identity(role).cn
+    assert uri_sans(leaf) == []
+    assert eku_names(leaf) == (["serverAuth"] if role is RoleName.TYPHA else ["clientAuth"])
+    assert (leaf.not_valid_after_utc - leaf.not_valid_before_utc).days <= 30
+    assert leaf.public_key() == csr.public_key()
+
+
+def test_sign_refuses_a_csr_whose_signature_fails(tmp_path: Path, ca_dir: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    good = x509.load_pem_x509_csr(_csr(key, "calico-node", None))
+    der = bytearray(good.public_bytes(serialization.Encoding.DER))
+    # Flip a bit inside the requested name: the self-signature no longer covers it.
+    at = der.index(b"calico-node")
+    der[at] ^= 0x01
+    bad = tmp_path / "bad.csr"
+    bad.write_bytes(
+        b"-----BEGIN CERTIFICATE REQUEST-----\n"
+        + __import__("base64").encodebytes(bytes(der))
+        + b"-----END CERTIFICATE REQUEST-----\n"
+    )
+    result = run_cli("sign", "--ca-dir", ca_dir, "--csr", bad, "--role", "felix")
+    assert_one_line_error(result, EXIT_REFUSED, str(bad), "signature does not verify")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("key", "option"),
+    [
+        (lambda: rsa.generate_private_key(65537, 2048), []),
+        (lambda: ec.generate_private_key(ec.SECP256R1()), ["--key-type", "rsa-2048"]),
+        (lambda: ec.generate_private_key(ec.SECP521R1()), ["--key-type", "ecdsa-p384"]),
+    ],
+    ids=["rsa-when-ecdsa", "ecdsa-when-rsa", "p521"],
+)
+def test_sign_refuses_a_key_type_the_settings_do_not_allow(
+    tmp_path: Path, ca_dir: Path, key: object, option: list[str]
+) -> None:
+    path = tmp_path / "x.csr"
+    path.write_bytes(_csr(key(), "calico-node", None))  # type: ignore[operator]
+    result = run_cli("sign", "--ca-dir", ca_dir, "--csr", path, "--role", "felix", *option)
+    assert_one_line_error(result, EXIT_REFUSED, str(path), "key type")
+
+
+def test_parse_csr_rejects_garbage() -> None:
+    from typhapki.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no PEM certificate request"):
+        parse_csr(b"hello", "x", KeyType.ECDSA_P256)
+    with pytest.raises(ConfigError, match="corrupt"):
+        parse_csr(
+            b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n",
+            "x",
+            KeyType.ECDSA_P256,
+        )
