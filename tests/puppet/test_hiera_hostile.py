@@ -237,3 +237,20 @@ def test_fifo_hiera_file_and_fifo_in_a_hiera_directory(tmp_path: Path) -> None:
         )
         fact: dict[str, Any] = json.loads(facts.stdout)["typhapki"]
         assert "a FIFO" in fact["error"]
+
+
+def test_lint_reports_literals_that_cannot_be_a_node(tmp_path: Path) -> None:
+    from typhapki.puppet.lint import lint
+
+    path = tmp_path / "h.yaml"
+    path.write_text(
+        "kubernetes::clusters:\n  main:\n    lab:\n"
+        "      cluster_nodes: [10.64.0.1, 127.0.0.1, '::ffff:10.0.0.1', 224.0.0.1]\n"
+    )
+    report = lint([path], offline=True)
+    # (the text of an IPv4-mapped address differs between Python releases)
+    assert [f.message.rsplit(" is ", 1)[-1] for f in report.findings] == [
+        "loopback: not a node",
+        "IPv4-mapped: not a node",
+        "multicast: not a node",
+    ]
