@@ -27,7 +27,8 @@ def test_one_line_per_problem_and_exit_one(issued: Path) -> None:
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"{paths.key(RoleName.TYPHA)}: typha private key is missing",
-        f"{paths.key(RoleName.FELIX)}: mode 0644, want 0600",
+        f"{paths.key(RoleName.FELIX)}: mode 0644 lets others read or write the private "
+        "key: treated as exposed, typhapki issue replaces it with a new key and keeps no copy",
     ]
 
 

@@ -106,7 +106,7 @@ def test_issuing_under_an_almost_expired_ca_is_refused(tmp_path: Path) -> None:
 def test_permissions_are_fixed_without_new_keys(issued: Path, ca_dir: Path) -> None:
     paths = SetPaths(issued)
     before = paths.key(RoleName.TYPHA).read_bytes()
-    os.chmod(paths.key(RoleName.TYPHA), 0o644)
+    os.chmod(paths.key(RoleName.TYPHA), 0o400)  # tighter than wanted: nobody else read it
     settings = PkiSettings(key_files=KeyFileOwnership(uid=999, gid=999, mode=0o640))
     changes = ensure_set(issued, load_issuer(ca_dir), settings, BOTH)
     assert [(c.scope, c.action) for c in changes] == [

@@ -120,9 +120,10 @@ def test_not_yet_valid_is_reported(issued: Path) -> None:
 
 
 def test_wrong_key_mode_is_a_permissions_fix(issued: Path) -> None:
-    os.chmod(SetPaths(issued).key(RoleName.FELIX), 0o640)
+    os.chmod(SetPaths(issued).key(RoleName.FELIX), 0o400)  # tighter: nobody else read it
     problems = run_check(issued).roles[RoleName.FELIX].problems
-    assert [(p.fix, p.message) for p in problems] == [(Fix.PERMISSIONS, "mode 0640, want 0600")]
+    assert [(p.fix, p.message) for p in problems] == [(Fix.PERMISSIONS, "mode 0400, want 0600")]
+    os.chmod(SetPaths(issued).key(RoleName.FELIX), 0o640)
     settings = PkiSettings(key_files=KeyFileOwnership(uid=4242, mode=0o640))
     problems = run_check(issued, settings).roles[RoleName.FELIX].problems
     assert [p.message for p in problems] == [f"owner uid {os.getuid()}, want 4242"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from typhapki.commands.pki_options import parse_roles
+from typhapki.errors import UsageError
 
 
 def rollback(out: Path, role: str, bundle: bool) -> int:
@@ -15,7 +16,10 @@ def rollback(out: Path, role: str, bundle: bool) -> int:
     dirs = [paths.role_dir(r) for r in parse_roles(role)]
     if bundle:
         dirs.insert(0, paths.bundle_dir)
-    with locked(paths.lock):
+    if not out.is_dir():
+        # Checked before the lock, which would otherwise create the directory (a typo).
+        raise UsageError(f"{out}: output directory does not exist")
+    with locked(paths.lock, create=False):
         for directory in dirs:
             generation = rollback_dir(directory)
             print(f"{directory}: rolled back to {generation}")

@@ -29,7 +29,7 @@ from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import PrivateKey, cert_pem, generate_key, key_pem, key_type_of
 from typhapki.pki.settings import PkiSettings, RoleName
-from typhapki.pki.store import FileSpec, ensure_dir, publish, write_file_atomic
+from typhapki.pki.store import FileSpec, ensure_dir, publish_all, write_file_atomic
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import (
     RoleState,
@@ -103,8 +103,8 @@ def _live(directory: Path, names: Sequence[str]) -> dict[str, bytes] | None:
     paths = snapshot_paths(*(directory / n for n in names))
     for name, path in zip(names, paths, strict=True):
         try:
-            out[name] = path.read_bytes()
-        except OSError:
+            out[name] = read_regular(path, "live file")
+        except ConfigError:  # missing, a FIFO, a device: not the live file it should be
             return None
     return out
 
@@ -171,8 +171,8 @@ def _role_candidate(
 def _publish(paths: SetPaths, candidates: Sequence[Candidate]) -> list[Change]:
     # The bundle first, as `issue` does: a new CA is trusted before a leaf uses it.
     ordered = sorted(candidates, key=lambda c: c.scope != "bundle")
-    for candidate in ordered:
-        publish(candidate.directory, candidate.files)
+    # One transaction: a full disk leaves every managed file as it was.
+    publish_all([(c.directory, c.files) for c in ordered])
     return [c.change for c in ordered]
 
 

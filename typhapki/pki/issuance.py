@@ -17,7 +17,7 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key
+from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -31,12 +31,13 @@ from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
 from typhapki.pki.signers.local import LocalSigner
-from typhapki.pki.store import FileSpec, publish
+from typhapki.pki.store import FileSpec, collect_garbage, publish, publish_all
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import (
     Fix,
     Problem,
     RoleState,
+    ca_unfit,
     check_set,
     fingerprint,
     is_ca,
@@ -74,6 +75,7 @@ def init_ca(
                 "node until they all have the new one (see docs/rotation.md). Use --force to "
                 "replace it anyway"
             )
+        _adopt_plain_ca_files(ca_dir, paths)
         key = generate_key(key_type)
         cert = build_ca(key, common_name or default_ca_cn(now), days, now)
         # Published like a set: the old CA stays under ..previous, never half-replaced.
@@ -87,6 +89,22 @@ def init_ca(
     return cert
 
 
+def _adopt_plain_ca_files(ca_dir: Path, paths: CaPaths) -> None:
+    """Keep a CA of plain files (made by hand, or by another tool) as a generation.
+
+    Publishing the new CA replaces typhaca.crt and typhaca.key with links; a plain old
+    key would be lost. Copied first into a generation of its own (key 0600), it becomes
+    ``..previous`` once the new CA is live, so it can still be rolled back to.
+    """
+    files = {}
+    for path, mode in ((paths.cert, 0o644), (paths.key, 0o600)):
+        if path.is_symlink() or not path.exists():
+            continue
+        files[path.name] = FileSpec(read_file(path, "old CA file"), mode)
+    if files:
+        publish(ca_dir, files)
+
+
 def load_issuer(ca_dir: Path) -> Issuer:
     """The signing CA from a CA directory, checked: a CA, its key, not expired."""
     paths = CaPaths(ca_dir)
@@ -97,8 +115,20 @@ def load_issuer(ca_dir: Path) -> Issuer:
     cert = certs[0]
     if not is_ca(cert):
         raise ConfigError(f"{paths.cert}: not a CA certificate (basicConstraints CA:FALSE)")
+    if (why := ca_unfit(cert)) is not None:
+        raise RefusedError(f"{paths.cert}: CA {why}; refusing to sign with it")
     if public_key_der(key) != public_key_der(cert.public_key()):
         raise ConfigError(f"{paths.key}: does not match the CA certificate {paths.cert}")
+    now = datetime.now(UTC)
+    if now < cert.not_valid_before_utc:
+        # Leaves it signed now would not be valid yet either, and would be reissued on
+        # every run until the clocks agree: refuse before anything is written.
+        ahead = (cert.not_valid_before_utc - now).total_seconds() / 60
+        raise RefusedError(
+            f"{paths.cert}: CA is not valid until "
+            f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
+            "this host's clock, or the clock of the host that made the CA, is wrong"
+        )
     if datetime.now(UTC) >= cert.not_valid_after_utc:
         raise RefusedError(
             f"{paths.cert}: CA expired at {cert.not_valid_after_utc:%Y-%m-%d}; rotate it "
@@ -116,6 +146,8 @@ def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
                 raise ConfigError(
                     f"{path}: {cert.subject.rfc4514_string()} is not a CA certificate"
                 )
+            if (why := ca_unfit(cert)) is not None:
+                raise ConfigError(f"{path}: CA {cert.subject.rfc4514_string()} {why}")
             out.append(cert)
     return out
 
@@ -234,6 +266,7 @@ class _Planned:
     role: RoleName
     files: dict[str, FileSpec]
     change: Change
+    exposed: bool = False
 
 
 def ensure_set(
@@ -260,6 +293,8 @@ def ensure_set(
     with store_locked(paths.lock):
         # Judged under the lock: a second concurrent run sees the first one's result.
         now = now or datetime.now(UTC)
+        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in roles)):
+            collect_garbage(directory)  # what killed runs left behind (we hold the lock)
         active: Signer
         if issuer is not None:
             active = LocalSigner(issuer, settings, now)
@@ -294,26 +329,29 @@ def ensure_set(
                 layout.cert_file: FileSpec(cert_bytes, 0o644),
                 layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
             }
-            change = Change(
-                role.value, state.cert_path, action, state.problems[0].message, hint, serial, fp
-            )
-            planned.append(_Planned(role, files, change))
-        if report.bundle_problems:
+            first = next((p for p in state.problems if p.exposed), state.problems[0])
+            # Name the file the problem is about (the key, a directory) when not the cert.
+            reason = first.message if first.path == state.cert_path else first.line()
+            change = Change(role.value, state.cert_path, action, reason, hint, serial, fp)
+            exposed = any(p.exposed for p in state.problems)
+            planned.append(_Planned(role, files, change, exposed))
+        # Everything is published in one transaction: all of it, or nothing at all.
+        items: list[tuple[Path, dict[str, FileSpec]]] = []
+        drop_previous: list[Path] = []
+        if any(p.fix is Fix.BUNDLE for p in report.bundle_problems):
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
-            publish(
-                paths.bundle_dir,
-                {paths.bundle.name: FileSpec(b"".join(cert_pem(c) for c in bundle), 0o644)},
-            )
-            changes.append(
-                Change(
-                    "bundle",
-                    paths.bundle,
-                    "rewrote",
-                    report.bundle_problems[0].message,
-                    BUNDLE_HINT,
-                )
-            )
+            bundle_bytes = b"".join(cert_pem(c) for c in bundle)
+            items.append((paths.bundle_dir, {paths.bundle.name: FileSpec(bundle_bytes, 0o644)}))
+            if any(p.exposed for p in report.bundle_problems):
+                drop_previous.append(paths.bundle_dir)
+            why = next(p for p in report.bundle_problems if p.fix is Fix.BUNDLE)
+            changes.append(Change("bundle", paths.bundle, "rewrote", why.message, BUNDLE_HINT))
         for plan in planned:
-            publish(paths.role_dir(plan.role), plan.files)
+            items.append((paths.role_dir(plan.role), plan.files))
+            if plan.exposed:
+                # The old generation holds a key others could read: no copy is kept.
+                drop_previous.append(paths.role_dir(plan.role))
             changes.append(plan.change)
+        if items:
+            publish_all(items, drop_previous)
     return changes

@@ -190,7 +190,12 @@ def public_key_der(key: PrivateKey | PublicKey | object) -> bytes:
     public = (
         key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key
     )
-    assert isinstance(public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
-    return public.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    # Any key type a certificate may carry (Ed25519, DSA...): compared, never trusted.
+    to_bytes = getattr(public, "public_bytes", None)
+    if to_bytes is None:
+        return b""
+    try:
+        der = to_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    except (ValueError, TypeError):
+        return b""
+    return der if isinstance(der, bytes) else b""

@@ -27,6 +27,8 @@ MAX_CN_LENGTH = 64  # RFC 5280 ub-common-name
 RENEWAL_SPREAD = 0.5
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+MAX_DURATION_SECONDS = 36500 * 86400  # 100 years, as for --days
+MAX_ID = 2**32 - 2  # uid_t / gid_t; 2**32 - 1 is "no change" to chown
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -63,9 +65,14 @@ def parse_duration(value: str | int, what: str) -> timedelta:
         match = _DURATION.match(str(value))
         if not match:
             raise UsageError(f"{what}: expected a duration such as 3600, 12h or 30d, got {value!r}")
-        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        digits = match.group(1)
+        if len(digits) > 20:  # before int(): Python refuses to convert very long strings
+            raise UsageError(f"{what}: {value!r} is more than 100 years")
+        seconds = int(digits) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise UsageError(f"{what}: must be positive, got {value!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise UsageError(f"{what}: {value!r} is more than 100 years")
     return timedelta(seconds=seconds)
 
 
@@ -125,25 +132,42 @@ def make_identity(cn: str | None, uri_san: str | None, default_cn: str, what: st
     return Identity(cn=cn, uri_san=uri_san)
 
 
+def _numeric_id(value: str | int, what: str) -> int | None:
+    """A numeric uid/gid, range-checked; None when `value` is a name."""
+    if isinstance(value, bool):
+        raise UsageError(f"{what}: expected a name or a number, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif str(value).isascii() and str(value).isdigit():
+        if len(str(value)) > 10:
+            raise UsageError(f"{what}: {value!r} is out of range (0-{MAX_ID})")
+        number = int(str(value))
+    else:
+        return None
+    if not 0 <= number <= MAX_ID:
+        raise UsageError(f"{what}: {value!r} is out of range (0-{MAX_ID})")
+    return number
+
+
 def resolve_uid(value: str | int | None, what: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, int) or str(value).isdigit():
-        return int(value)
+    if (number := _numeric_id(value, what)) is not None:
+        return number
     try:
         return pwd.getpwnam(str(value)).pw_uid
-    except KeyError:
+    except (KeyError, ValueError):  # ValueError: a NUL in the name
         raise UsageError(f"{what}: no such user {value!r}") from None
 
 
 def resolve_gid(value: str | int | None, what: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, int) or str(value).isdigit():
-        return int(value)
+    if (number := _numeric_id(value, what)) is not None:
+        return number
     try:
         return grp.getgrnam(str(value)).gr_gid
-    except KeyError:
+    except (KeyError, ValueError):
         raise UsageError(f"{what}: no such group {value!r}") from None
 
 

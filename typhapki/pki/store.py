@@ -25,11 +25,12 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ PREVIOUS_LINK = "..previous"
 _TMP_PREFIX = "..tmp_"
 _GENERATION_PREFIX = "..20"  # ..YYYY_..., good until the year 2100
 DIR_MODE = 0o755
+_GENERATION_NAME = re.compile(r"\.\.(\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d{6})(?:_\d+)?")
 
 
 @dataclass(frozen=True)
@@ -137,15 +139,35 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
     return True
 
 
+def _refuse_symlink(path: Path) -> None:
+    if os.path.islink(path):
+        raise RefusedError(
+            f"{path}: is a symlink (to {os.readlink(path)}); typhapki writes keys only into "
+            "real directories. Pass the real path, or remove the link"
+        )
+
+
 def ensure_dir(path: Path) -> None:
-    """Create a managed directory (0755, never world-writable)."""
+    """Create a managed directory (0755, never world-writable); refuse a symlink.
+
+    A symlink in place of a managed directory would have keys written, and modes
+    changed, wherever it points. A directory owned by another user (not root) is
+    refused too: its owner could swap what typhapki writes.
+    """
+    _refuse_symlink(path)
     try:
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        if not path.is_dir():
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
             raise StoreError(f"{path}: exists and is not a directory")
-        mode = path.stat().st_mode
-        if mode & 0o002:
-            os.chmod(path, mode & ~0o002 & 0o7777)
+        if st.st_uid not in (os.geteuid(), 0):
+            raise RefusedError(
+                f"{path}: owned by uid {st.st_uid}, not by uid {os.geteuid()} that typhapki "
+                "runs as, nor root; refusing to write keys into it"
+            )
+        if st.st_mode & 0o022:
+            # Our own directory, writable by others: close it before writing into it.
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022, follow_symlinks=False)
     except FileExistsError:
         raise StoreError(f"{path}: exists and is not a directory") from None
     except PermissionError:
@@ -154,96 +176,324 @@ def ensure_dir(path: Path) -> None:
         raise StoreError(f"{path}: {exc.strerror or exc}") from None
 
 
-def current_generation(directory: Path) -> str | None:
-    """The name of the live generation, or None when the directory is not managed yet."""
+def is_generation_name(name: str | None) -> bool:
+    """True for a name `publish` gives a generation (no slash, no way out of the directory)."""
+    return name is not None and _GENERATION_NAME.fullmatch(name) is not None
+
+
+def _generation_link(directory: Path, link: str) -> str | None:
+    """Where `link` points when that is a real generation directory of `directory`."""
     try:
-        return os.readlink(directory / DATA_LINK)
+        target = os.readlink(directory / link)
     except OSError:
         return None
+    if not is_generation_name(target):
+        return None
+    try:
+        st = os.lstat(directory / target)
+    except OSError:
+        return None
+    return target if stat.S_ISDIR(st.st_mode) else None
+
+
+def current_generation(directory: Path) -> str | None:
+    """The name of the live generation, or None when the directory is not managed yet.
+
+    A ``..data`` that points anywhere but at a generation directory inside `directory`
+    (``../../etc``, an absolute path, a symlink) counts as no generation at all.
+    """
+    return _generation_link(directory, DATA_LINK)
 
 
 def previous_generation(directory: Path) -> str | None:
+    return _generation_link(directory, PREVIOUS_LINK)
+
+
+def link_problem(directory: Path) -> str | None:
+    """Why ``..data`` (when present) is not a link to a generation of `directory`."""
     try:
-        return os.readlink(directory / PREVIOUS_LINK)
-    except OSError:
+        target = os.readlink(directory / DATA_LINK)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return f"{DATA_LINK} is not a symlink"
+        return None
+    if current_generation(directory) is None:
+        return f"{DATA_LINK} points to {target!r}, not to a generation inside {directory}"
+    return None
 
 
 def _generation_name(directory: Path) -> str:
     stamp = datetime.now(UTC).strftime("%Y_%m_%d_%H_%M_%S.%f")
     name = f"..{stamp}"
     suffix = 0
-    while (directory / name).exists():
+    while os.path.lexists(directory / name):
         suffix += 1
         name = f"..{stamp}_{suffix}"
     return name
 
 
-def publish(directory: Path, files: Mapping[str, FileSpec]) -> str:
-    """Make `files` the live content of `directory` in one atomic switch.
+@dataclass
+class _Prepared:
+    """A generation written in full, and the links that will make it live, not yet switched."""
 
-    Returns the new generation's name. The previous generation stays on disk,
-    reachable through ``..previous``; older ones and leftovers of killed runs go.
+    directory: Path
+    generation: str
+    old: str | None
+    keep_old: bool
+    names: set[str]
+    links: list[tuple[str, str]]  # (temporary link, final name), in switch order
+
+
+def _temp_link(directory: Path, target: str) -> str:
+    name = f"{_TMP_PREFIX}link_{secrets.token_hex(6)}"
+    os.symlink(target, directory / name)
+    return name
+
+
+def _link_is(directory: Path, name: str, target: str) -> bool:
+    try:
+        return os.readlink(directory / name) == target
+    except OSError:
+        return False
+
+
+def _prepare(directory: Path, files: Mapping[str, FileSpec], keep_old: bool) -> _Prepared:
+    """Write a generation and its links beside the live ones; nothing visible changes.
+
+    Everything that needs disk space happens here (the files, the generation, the
+    temporary links), so the switch afterwards is renames only. On any error the
+    partial generation and links are removed before the error propagates.
     """
     ensure_dir(directory)
+    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=directory))
+    prepared: _Prepared | None = None
+    generation: str | None = None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=directory))
         for name, spec in files.items():
             _write_file(tmp / name, spec)
         os.chmod(tmp, DIR_MODE)
         _fsync_dir(tmp)
         generation = _generation_name(directory)
         os.rename(tmp, directory / generation)
-        _fsync_dir(directory)
-
         old = current_generation(directory)
-        _replace_symlink(directory, DATA_LINK, generation)  # the moment of truth
+        prepared = _Prepared(directory, generation, old, keep_old, set(files), [])
+        prepared.links.append((_temp_link(directory, generation), DATA_LINK))
         for name in files:
-            _replace_symlink(directory, name, f"{DATA_LINK}/{name}")
-        if old is not None and old != generation:
-            _replace_symlink(directory, PREVIOUS_LINK, old)
+            if not _link_is(directory, name, f"{DATA_LINK}/{name}"):
+                prepared.links.append((_temp_link(directory, f"{DATA_LINK}/{name}"), name))
+        if keep_old and old is not None and old != generation:
+            prepared.links.append((_temp_link(directory, old), PREVIOUS_LINK))
         _fsync_dir(directory)
-        _collect_garbage(directory, keep={generation, old}, names=set(files))
+        return prepared
+    except BaseException:
+        if prepared is not None:
+            _discard(prepared)
+        else:
+            _remove_own_dir(directory / generation if generation else tmp)
+        raise
+
+
+def _discard(prepared: _Prepared) -> None:
+    """Undo `_prepare`: remove the temporary links and the unused generation."""
+    for tmp_link, _ in prepared.links:
+        with contextlib.suppress(OSError):
+            os.unlink(prepared.directory / tmp_link)
+    _remove_own_dir(prepared.directory / prepared.generation)
+
+
+def _switch(prepared: _Prepared) -> None:
+    """Make a prepared generation live: renames only, ``..data`` first."""
+    directory = prepared.directory
+    for tmp_link, final in prepared.links:
+        os.replace(directory / tmp_link, directory / final)
+    if not prepared.keep_old:
+        # The old generation held something that must not come back (an exposed key):
+        # no ..previous, so neither rollback nor a reader can make it live again.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / PREVIOUS_LINK)
+    _fsync_dir(directory)
+
+
+def _error_text(exc: OSError, fallback: Path) -> str:
+    return f"{exc.filename or fallback}: {exc.strerror or exc}"
+
+
+def publish_all(
+    items: Sequence[tuple[Path, Mapping[str, FileSpec]]],
+    drop_previous: Collection[Path] = (),
+) -> list[str]:
+    """Publish several directories as one change: all of them, or none.
+
+    Every generation is written first; only when all are complete are the links
+    switched (renames, no new disk space needed), in the order given. A failure while
+    writing (a full disk, a read-only file system) removes what was written and
+    leaves every directory exactly as it was. A failure during the switch itself
+    (renames only; practically an I/O error) says which directories were switched.
+
+    A directory listed in `drop_previous` keeps no ``..previous``: its old generation
+    is deleted (used when the old generation holds an exposed key).
+    """
+    prepared: list[_Prepared] = []
+    try:
+        for directory, files in items:
+            prepared.append(_prepare(directory, files, keep_old=directory not in drop_previous))
+    except BaseException as exc:
+        for done in prepared:
+            _discard(done)
+        if isinstance(exc, StoreError | RefusedError):
+            raise
+        if isinstance(exc, OSError):
+            where = items[len(prepared)][0]
+            raise StoreError(
+                f"{_error_text(exc, where)}; nothing was changed (the live files are as they were)"
+            ) from None
+        raise
+    switched: list[Path] = []
+    for done in prepared:
+        try:
+            _switch(done)
+        except OSError as exc:
+            rest = [p.directory for p in prepared if p.directory not in switched]
+            for later in prepared[len(switched) + 1 :]:
+                _discard(later)
+            made_live = ", ".join(map(str, switched)) or "none"
+            raise StoreError(
+                f"{_error_text(exc, done.directory)}; switched to the new generation: "
+                f"{made_live}; left as they were: {', '.join(map(str, rest))}"
+            ) from None
+        switched.append(done.directory)
+    for done in prepared:
+        # Best effort: a generation left over is collected by the next run.
+        with contextlib.suppress(OSError):
+            collect_garbage(done.directory, names=done.names)
+    return [p.generation for p in prepared]
+
+
+def publish(directory: Path, files: Mapping[str, FileSpec], keep_previous: bool = True) -> str:
+    """Make `files` the live content of `directory` in one atomic switch.
+
+    Returns the new generation's name. The previous generation stays on disk,
+    reachable through ``..previous`` (unless `keep_previous` is false); older ones
+    and leftovers of killed runs go.
+    """
+    try:
+        return publish_all([(directory, files)], () if keep_previous else (directory,))[0]
     except PermissionError as exc:
         raise StoreError(f"{exc.filename or directory}: permission denied") from None
     except OSError as exc:
-        if isinstance(exc, StoreError):
-            raise
-        raise StoreError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
-    return generation
+        raise StoreError(_error_text(exc, directory)) from None
 
 
-def _collect_garbage(directory: Path, keep: set[str | None], names: set[str]) -> None:
-    """Remove generations other than `keep`, temporaries of killed runs, stale links."""
-    for entry in os.scandir(directory):
-        if entry.name.startswith(_TMP_PREFIX) or (
-            entry.name.startswith(_GENERATION_PREFIX) and entry.name not in keep
-        ):
-            _remove_tree(Path(entry.path))
+def collect_garbage(directory: Path, names: Collection[str] = ()) -> None:
+    """Remove what killed or earlier runs left: temporaries and unreferenced generations.
+
+    Call it under the set's lock. Only typhapki's own things go: names it gives
+    (``..tmp_*``, ``..YYYY_MM_DD_...``), directories owned by this user on the same
+    file system, holding plain files only; anything else is left alone. A previous
+    generation whose key others can read is dropped with its ``..previous``. Links to
+    ``..data/NAME`` for a NAME no longer published (not in `names`) go too, when
+    `names` is given.
+    """
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return
+    previous = previous_generation(directory)
+    if previous is not None and _generation_exposes_a_key(directory, previous) is not None:
+        previous = None  # a key others could read is not kept, not even for rollback
+    if os.path.lexists(directory / PREVIOUS_LINK) and previous is None:
+        with contextlib.suppress(OSError):
+            os.unlink(directory / PREVIOUS_LINK)  # pointing out of the directory, or exposed
+    keep = {current_generation(directory), previous}
+    with os.scandir(directory) as scan:
+        found = list(scan)
+    for entry in found:
+        if entry.name.startswith(_TMP_PREFIX):
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            else:
+                _remove_own_dir(Path(entry.path))
+        elif is_generation_name(entry.name) and entry.name not in keep:
+            _remove_own_dir(Path(entry.path))
         elif (
-            entry.is_symlink()
+            names
+            and entry.is_symlink()
             and not entry.name.startswith("..")
             and entry.name not in names
             and os.readlink(entry.path).startswith(f"{DATA_LINK}/")
         ):
-            os.unlink(entry.path)
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
-def _remove_tree(path: Path) -> None:
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-        return
-    for child in path.iterdir():
-        _remove_tree(child)
-    path.rmdir()
+def _remove_own_dir(path: Path) -> bool:
+    """Delete a generation-like directory that is surely ours; False when left alone.
+
+    Never recursive and never through a link: the directory must be a real directory,
+    on the same file system as its parent (not a mount point), owned by this user,
+    and hold nothing but plain files and symlinks, which are unlinked relative to
+    the open directory.
+    """
+    try:
+        parent = os.lstat(path.parent)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        with contextlib.suppress(OSError):
+            if os.path.islink(path) or not os.path.isdir(path):
+                os.unlink(path)  # a stray link or file under one of our names
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_dev != parent.st_dev or st.st_uid != os.geteuid():
+            return False
+        with os.scandir(fd) as scan:
+            entries = list(scan)
+        if any(e.is_dir(follow_symlinks=False) for e in entries):
+            return False
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.name, dir_fd=fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
+
+
+def _generation_exposes_a_key(directory: Path, generation: str) -> str | None:
+    """A key file in `generation` that others could read or anyone but the owner write."""
+    with os.scandir(directory / generation) as entries:
+        for entry in entries:
+            if entry.name.endswith(".key") and entry.is_file(follow_symlinks=False):
+                mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
+                if mode & 0o027:
+                    return f"{generation}/{entry.name} has mode {mode:04o}"
+    return None
 
 
 def rollback(directory: Path) -> str:
-    """Make the previous generation live again (and the current one previous)."""
+    """Make the previous generation live again (and the current one previous).
+
+    Refused when there is no previous generation inside the directory, or when its
+    key file is readable by others: rollback never makes an exposed key live.
+    """
+    if os.path.islink(directory):
+        _refuse_symlink(directory)
     current = current_generation(directory)
     previous = previous_generation(directory)
-    if previous is None or not (directory / previous).is_dir():
+    if previous is None:
         raise RefusedError(f"{directory}: no previous generation to roll back to")
+    exposed = _generation_exposes_a_key(directory, previous)
+    if exposed is not None:
+        raise RefusedError(
+            f"{directory}: previous generation {exposed}, readable by others: its key counts "
+            "as exposed and is never made live again; run typhapki issue instead"
+        )
     try:
         _replace_symlink(directory, DATA_LINK, previous)
         if current is not None:
@@ -255,9 +505,16 @@ def rollback(directory: Path) -> str:
 
 
 @contextlib.contextmanager
-def locked(lock_path: Path, timeout: float = 120.0) -> Iterator[None]:
-    """Hold an exclusive flock on lock_path: Puppet and an operator never write at once."""
-    ensure_dir(lock_path.parent)
+def locked(lock_path: Path, timeout: float = 120.0, create: bool = True) -> Iterator[None]:
+    """Hold an exclusive flock on lock_path: Puppet and an operator never write at once.
+
+    With `create` false, a missing directory is an error (a typo in --out must not
+    create it).
+    """
+    if create:
+        ensure_dir(lock_path.parent)
+    elif not lock_path.parent.is_dir():
+        raise StoreError(f"{lock_path.parent}: no such directory")
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:

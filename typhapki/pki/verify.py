@@ -8,6 +8,7 @@ into those objects and their problems. The same report feeds `check`, `issue`
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.errors import ConfigError
@@ -23,7 +25,10 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
-from typhapki.pki.store import DATA_LINK
+from typhapki.pki.store import DATA_LINK, current_generation, link_problem
+
+# Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
+UNTRUSTED_DATA = "..data-untrusted"
 
 EKU_NAMES = {
     ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
@@ -51,6 +56,8 @@ class Problem:
     path: Path
     message: str
     fix: Fix
+    # The key may be known to others: `issue` replaces it and keeps no copy (..previous).
+    exposed: bool = False
 
     def line(self) -> str:
         return f"{self.path}: {self.message}"
@@ -130,8 +137,55 @@ def is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
+# Go refuses certificates signed with these (SHA-1 since Go 1.18).
+WEAK_SIGNATURE_HASHES = ("sha1", "md5")
+MIN_RSA_BITS = 2048  # Calico's FIPS builds refuse less; so does typhapki's key policy
+
+
+def signature_hash_name(cert: x509.Certificate) -> str | None:
+    """The hash of the certificate's signature (``sha256``), None for none or unknown."""
+    try:
+        algorithm = cert.signature_hash_algorithm
+    except Exception:  # UnsupportedAlgorithm for an unknown signature algorithm
+        return None
+    return algorithm.name if algorithm is not None else None
+
+
+def ca_unfit(ca: x509.Certificate) -> str | None:
+    """Why `ca` cannot sign certificates that Go (Typha, Felix) accepts; None when it can.
+
+    As Go's CheckSignatureFrom: a CA (basicConstraints CA:TRUE) whose keyUsage, when
+    present, includes keyCertSign. Stricter than Go, as policy: an RSA key of at least
+    2048 bits, an ECDSA key on P-256/P-384/P-521, and a self-signature that is not
+    SHA-1 or MD5 (a CA made with a broken hash is not one to keep signing with).
+    """
+    if not is_ca(ca):
+        return "is not a CA certificate (basicConstraints CA:TRUE missing)"
+    try:
+        usage = ca.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        usage = None
+    if usage is not None and not usage.key_cert_sign:
+        return "has a keyUsage without keyCertSign, so Go refuses every certificate it signs"
+    public = ca.public_key()
+    if isinstance(public, rsa.RSAPublicKey) and public.key_size < MIN_RSA_BITS:
+        return f"has an RSA key of {public.key_size} bits; at least {MIN_RSA_BITS} are needed"
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        if public.curve.name not in ("secp256r1", "secp384r1", "secp521r1"):
+            return f"has an ECDSA key on {public.curve.name}, which Go does not support"
+    elif not isinstance(public, rsa.RSAPublicKey):
+        return f"has a {type(public).__name__.removeprefix('_')} key; use an ECDSA or RSA CA"
+    hash_name = signature_hash_name(ca)
+    if hash_name in WEAK_SIGNATURE_HASHES:
+        return f"is signed with {hash_name.upper()}, a broken hash"
+    return None
+
+
 def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """True when `ca` signed `cert` in a way Go accepts (a fit CA, not SHA-1)."""
     if cert.issuer != ca.subject:
+        return False
+    if ca_unfit(ca) is not None or signature_hash_name(cert) in WEAK_SIGNATURE_HASHES:
         return False
     try:
         cert.verify_directly_issued_by(ca)
@@ -145,6 +199,17 @@ def find_issuer(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> x509
         if signed_by(cert, ca):
             return ca
     return None
+
+
+def unsigned_reason(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> str:
+    """Why no CA in `cas` counts as the issuer of `cert` (for the problem line)."""
+    hash_name = signature_hash_name(cert)
+    if hash_name in WEAK_SIGNATURE_HASHES:
+        return f"signed with {hash_name.upper()}, which Go refuses"
+    for ca in cas:
+        if cert.issuer == ca.subject and (why := ca_unfit(ca)) is not None:
+            return f"its issuer CA {ca.subject.rfc4514_string()} {why}"
+    return "not signed by any CA in the bundle"
 
 
 def _days(delta: timedelta) -> str:
@@ -206,6 +271,18 @@ def check_bundle(
         name = ca.subject.rfc4514_string()
         if not is_ca(ca):
             problems.append(problem(f"{name} in the bundle is not a CA certificate"))
+        elif (why := ca_unfit(ca)) is not None:
+            problems.append(Problem("bundle", path, f"CA {name} {why}", Fix.ROTATE_CA))
+        elif now < ca.not_valid_before_utc:
+            problems.append(
+                Problem(
+                    "bundle",
+                    path,
+                    f"CA {name} is not valid until "
+                    f"{ca.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)",
+                    Fix.ROTATE_CA,
+                )
+            )
         elif now >= ca.not_valid_after_utc:
             problems.append(
                 Problem(
@@ -229,6 +306,28 @@ def check_bundle(
                     problem(f"CA {ca.subject.rfc4514_string()} is in the bundle but not configured")
                 )
     return bundle, problems
+
+
+def key_exposure(path: Path, settings: PkiSettings) -> str | None:
+    """Why the key file counts as exposed: readable or writable by more than allowed.
+
+    Bits for others, or group bits the wanted mode does not give, mean someone who
+    should not have the key may have read it (or replaced it). Such a key is never
+    fixed by a chmod: `issue` replaces it and keeps no copy.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    mode = st.st_mode & 0o777
+    extra = mode & ~settings.key_files.mode & 0o077
+    if not extra:
+        return None
+    who = "others" if extra & 0o007 else "its group"
+    return (
+        f"mode {mode:04o} lets {who} read or write the private key: treated as exposed, "
+        "typhapki issue replaces it with a new key and keeps no copy"
+    )
 
 
 def _mode_problem(path: Path, settings: PkiSettings) -> str | None:
@@ -256,9 +355,16 @@ def snapshot_paths(*paths: Path) -> tuple[Path, ...]:
     pods would not see (its visible link missing) is still reported as missing.
     """
     directory = paths[0].parent
-    try:
-        generation = os.readlink(directory / DATA_LINK)
-    except OSError:
+    generation = current_generation(directory)  # only a generation inside the directory
+    if generation is None:
+        if link_problem(directory) is not None:
+            # ..data leads out of the directory: never read through it (reported apart).
+            return tuple(
+                directory / UNTRUSTED_DATA / p.name
+                if os.path.islink(p) and os.readlink(p) == f"{DATA_LINK}/{p.name}"
+                else p
+                for p in paths
+            )
         return paths
     out = []
     for path in paths:
@@ -295,10 +401,16 @@ def check_role(
         state.key = load_key(key_src, f"{role.value} private key")
     except ConfigError as exc:
         add(state.key_path, str(exc).removeprefix(f"{key_src}: "))
-    if state.leaf is None:
-        return state
-    judge_role(state, settings, bundle, signing_ca, now)
-    if not state.problems and (msg := _mode_problem(state.key_path, settings)) is not None:
+    exposure = key_exposure(state.key_path, settings)
+    if state.leaf is not None:
+        judge_role(state, settings, bundle, signing_ca, now)
+    if exposure is not None:
+        state.problems.append(Problem(role.value, state.key_path, exposure, Fix.REISSUE, True))
+    elif (
+        state.leaf is not None
+        and not state.problems
+        and (msg := _mode_problem(state.key_path, settings)) is not None
+    ):
         state.problems.append(Problem(role.value, state.key_path, msg, Fix.PERMISSIONS))
     return state
 
@@ -340,7 +452,7 @@ def judge_role(
     if bundle is not None:
         state.issuer = find_issuer(leaf, bundle)
         if state.issuer is None:
-            add(state.cert_path, "not signed by any CA in the bundle")
+            add(state.cert_path, unsigned_reason(leaf, bundle))
         elif signing_ca is not None and fingerprint(state.issuer) != fingerprint(signing_ca):
             add(
                 state.cert_path,
@@ -364,4 +476,77 @@ def check_set(
     # needs rewriting does not force new leaves.
     trust = list(wanted_bundle) if wanted_bundle is not None else bundle
     states = {role: check_role(paths, role, settings, trust, signing_ca, now) for role in roles}
+    store_bundle, store_roles = _store_problems(paths, roles)
+    bundle_problems.extend(store_bundle)
+    for role, problems in store_roles.items():
+        states[role].problems.extend(problems)
     return SetReport(paths, bundle, bundle_problems, states)
+
+
+def directory_problems(
+    directory: Path, cert_files: Sequence[str], managed: bool = True
+) -> list[str]:
+    """What makes a directory of the set untrustworthy; each counts as exposing its keys.
+
+    A symlink in place of the directory (keys would be written wherever it points), a
+    directory others may write to, a ``..data`` that leads out of it, and a live
+    generation or certificate others may write to: whoever could write there could
+    have swapped a key or certificate. `managed` is false for OUT itself, which holds
+    no generations.
+    """
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return []
+    if stat.S_ISLNK(st.st_mode):
+        return [
+            f"is a symlink to {os.readlink(directory)}; typhapki writes keys only into real "
+            "directories"
+        ]
+    if not stat.S_ISDIR(st.st_mode):
+        return []  # reported as a missing file by whoever reads inside it
+    out = []
+    if st.st_mode & 0o022:
+        out.append(f"directory mode {stat.S_IMODE(st.st_mode):04o} lets others write into it")
+    if not managed:
+        return out
+    if (msg := link_problem(directory)) is not None:
+        out.append(msg)
+    generation = current_generation(directory)
+    if generation is None:
+        return out
+    for name in ("", *cert_files):
+        try:
+            mode = stat.S_IMODE(os.lstat(directory / generation / name).st_mode)
+        except OSError:
+            continue
+        if mode & 0o022:
+            what = f"{generation}/{name}" if name else generation
+            out.append(f"{what} has mode {mode:04o}: others may write to it")
+    return out
+
+
+def _store_problems(
+    paths: SetPaths, roles: Sequence[RoleName]
+) -> tuple[list[Problem], dict[RoleName, list[Problem]]]:
+    """Directory problems of OUT, the bundle directory and each role directory.
+
+    OUT itself is reported once, with the bundle: `issue` closes its mode under the
+    lock (a directory swapped in by someone else is refused as not ours).
+    """
+    bundle = [
+        Problem("bundle", paths.out, msg, Fix.BUNDLE)
+        for msg in directory_problems(paths.out, (), managed=False)
+    ]
+    bundle += [
+        Problem("bundle", paths.bundle_dir, msg, Fix.BUNDLE, exposed=True)
+        for msg in directory_problems(paths.bundle_dir, [paths.bundle.name])
+    ]
+    per_role = {}
+    for role in roles:
+        directory = paths.role_dir(role)
+        per_role[role] = [
+            Problem(role.value, directory, msg, Fix.REISSUE, exposed=True)
+            for msg in directory_problems(directory, [paths.cert(role).name])
+        ]
+    return bundle, per_role
