@@ -86,6 +86,12 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["TYPHAPKI_STATE_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def _no_node_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the machine's /etc/typhapki/typhapki.yaml: each names its own."""
+    monkeypatch.setenv("TYPHAPKI_CONFIG", "")
+
+
 @pytest.fixture
 def ca_dir(tmp_path: Path) -> Path:
     """A fresh cluster CA (ECDSA P-256)."""

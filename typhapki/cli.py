@@ -12,6 +12,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -31,6 +32,13 @@ app = typer.Typer(
 )
 ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
+
+
+@dataclass(frozen=True)
+class CliState:
+    """What main() learnt before parsing: the node configuration file's error, if any."""
+
+    config_error: Optional[str] = None
 
 
 def run(body: Callable[[], int]) -> None:
@@ -77,6 +85,14 @@ NAMESERVERS = typer.Option(
     help="Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, else /etc/resolv.conf.",
 )
 DNS_TIMEOUT = typer.Option(None, "--timeout", help="Seconds per DNS query (default 2).")
+
+# Which Typha the monitoring commands probe (metrics, check --nagios).
+PROBE_ADDRESS = typer.Option(
+    None,
+    "--probe-address",
+    help="Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
+)
+NO_PROBE = typer.Option(False, "--no-probe", help="Never probe Typha.")
 
 # The certificate options every PKI command takes, in PkiOptions field order:
 # name -> (type, option).
@@ -271,12 +287,29 @@ def check_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing when valid."),
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
+    nagios: bool = typer.Option(
+        False,
+        "--nagios",
+        help="Monitoring-plugins output: one status line; exit 0 OK, 1 WARNING, 2 CRITICAL, "
+        "3 UNKNOWN.",
+    ),
+    probe_address: Optional[str] = PROBE_ADDRESS,
+    no_probe: bool = NO_PROBE,
 ) -> None:
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed.
 
     Takes issue's signer options so Puppet's `unless` can repeat them; it never contacts
-    a signer: in cfssl mode the set is judged against the bundle on disk.
+    a signer: in cfssl mode the set is judged against the bundle on disk. With --nagios:
+    one monitoring-plugins status line (docs/monitoring.md).
     """
+    if nagios:
+        from typhapki.commands.check_nagios import check_nagios
+
+        run(
+            lambda: check_nagios(
+                out, role, pki, ca_dir, trust or [], hiera, cluster, probe_address, no_probe
+            )
+        )
     from typhapki.commands.check import check
 
     run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster, signer))
@@ -405,6 +438,8 @@ def facts_cmd(
     key_group: Optional[str] = typer.Option(None, "--key-group"),
     key_mode: Optional[str] = typer.Option(None, "--key-mode"),
     node_name: Optional[str] = typer.Option(None, "--node-name"),
+    probe_address: Optional[str] = PROBE_ADDRESS,
+    no_probe: bool = NO_PROBE,
 ) -> None:
     """Print the `typhapki` Facter external fact (JSON); always exit 0."""
     from typhapki.commands.facts import RawFactOptions, facts
@@ -429,7 +464,10 @@ def facts_cmd(
         key_group=key_group,
         key_mode=key_mode,
         node_name=node_name,
+        probe_address=probe_address,
+        no_probe=no_probe,
         extra_args=list(ctx.args),
+        config_error=ctx.obj.config_error if isinstance(ctx.obj, CliState) else None,
     )
     run(lambda: facts(raw))
 
@@ -483,6 +521,73 @@ def rotate_ca_cmd(
             stage, ca_dir, new_ca_dir, out, role, pki, check, allow_rollback, json_out
         )
     )
+
+
+@app.command("metrics")
+@with_pki_options
+def metrics_cmd(
+    *,
+    out: Path = OUT,
+    role: str = ROLE,
+    ca_dir: Optional[Path] = typer.Option(
+        None, "--ca-dir", help="Also judge the set against this CA (as `check --ca-dir`)."
+    ),
+    pki: PkiOptions,
+    trust: Optional[List[Path]] = TRUST,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
+    textfile_dir: Optional[Path] = typer.Option(
+        None,
+        "--textfile-dir",
+        help="Write DIR/typhapki.prom atomically for node_exporter (default: print).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where `ferm` keeps ferm.json. Default $TYPHAPKI_STATE_DIR or /var/lib/typhapki.",
+    ),
+    probe_address: Optional[str] = PROBE_ADDRESS,
+    no_probe: bool = NO_PROBE,
+) -> None:
+    """Prometheus metrics: expiry, validity, rotation, restart pending, probe, ferm state."""
+    from typhapki.commands.metrics import metrics
+
+    run(
+        lambda: metrics(
+            out,
+            role,
+            pki,
+            ca_dir,
+            trust or [],
+            hiera,
+            cluster,
+            textfile_dir,
+            state_dir,
+            probe_address,
+            no_probe,
+        )
+    )
+
+
+@app.command("probe")
+def probe_cmd(
+    address: str = typer.Option(
+        "127.0.0.1:5473", "--address", help="Typha to probe, HOST:PORT or [IPV6]:PORT."
+    ),
+    out: Path = OUT,
+    typha_cn: Optional[str] = _PKI_OPTIONS["typha_cn"][1],
+    typha_uri_san: Optional[str] = _PKI_OPTIONS["typha_uri_san"][1],
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
+    timeout: float = typer.Option(5.0, "--timeout", help="Seconds for connect and handshake."),
+    json_out: bool = JSON,
+) -> None:
+    """Handshake with Typha as this node's Felix: exit 0 when it serves the certificate on disk."""
+    from typhapki.commands.pki_options import PkiOptions as Options
+    from typhapki.commands.probe import probe
+
+    pki = Options(typha_cn=typha_cn, typha_uri_san=typha_uri_san)
+    run(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
 
 
 @app.command("lint-hiera")
@@ -555,10 +660,30 @@ def ferm_cmd(
     run(lambda: ferm(opts))
 
 
+def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
+    """click's default_map from the node configuration file, and its error if any.
+
+    `facts` never fails (its error goes into the fact) and `--help` always helps;
+    every other command stops with one line when the file is unusable.
+    """
+    from typhapki import nodeconfig
+
+    try:
+        path, explicit = nodeconfig.config_path()
+        config = nodeconfig.load(path, explicit)
+        return nodeconfig.default_map(config, typer.main.get_command(app)), None
+    except TyphapkiError as exc:
+        if argv[:1] == ["facts"] or "--help" in argv:
+            return {}, str(exc)
+        print(f"typhapki: error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
 def main() -> int:
     """Console-script entry point."""
     try:
-        app(standalone_mode=True)
+        defaults, config_error = _node_defaults(sys.argv[1:])
+        app(standalone_mode=True, default_map=defaults, obj=CliState(config_error))
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)

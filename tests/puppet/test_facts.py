@@ -8,8 +8,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from typhapki.errors import UsageError
+from typhapki.pki.issuance import ensure_set, load_issuer
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
@@ -52,7 +55,7 @@ def test_valid_set_is_described_like_the_files_on_disk(issued: Path, ca_dir: Pat
         assert info["issuer"] == ca.subject.rfc4514_string()
         assert info["issuer_sha256_fingerprint"] == fingerprint(ca)
         assert info["renewal_due"] is False
-        assert 364 < info["days_left"] <= 365
+        assert info["not_after"] == f"{leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
         assert info["valid"] is True
 
 
@@ -170,4 +173,38 @@ def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Pat
         True,
         1,
         "trust-new",
+    )
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=240)),
+    second=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=240)),
+)
+def test_fact_does_not_change_while_the_node_does_not(
+    issued: Path, ca_dir: Path, first: timedelta, second: timedelta
+) -> None:
+    """No churn in PuppetDB: timestamps, not countdowns, and no generation time."""
+    request = FactRequest(out=issued, ca_dir=ca_dir, probe=False)
+    now = datetime.now(UTC)
+    a = gather(request, PkiSettings, now + first)
+    b = gather(request, PkiSettings, now + second)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert "generated_at" not in a["typhapki"]
+    assert "days_left" not in json.dumps(a)
+
+
+def test_fact_changes_when_the_node_does(issued: Path, ca_dir: Path) -> None:
+    request = FactRequest(out=issued, ca_dir=ca_dir, probe=False)
+    before = gather(request, PkiSettings)
+    ensure_set(
+        issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), [RoleName.TYPHA]
+    )
+    after = gather(request, PkiSettings)
+    assert before != after
+    assert (
+        after["typhapki"]["restart"]["typha"]["generation"]
+        != (before["typhapki"]["restart"]["typha"]["generation"])
     )

@@ -31,7 +31,10 @@ class RawFactOptions:
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None
+    probe_address: str | None = None
+    no_probe: bool = False
     extra_args: Sequence[str] = ()
+    config_error: str | None = None  # the node configuration file could not be used
 
 
 def _days(value: str | None) -> int | None:
@@ -50,6 +53,8 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.puppet.facts import FactRequest, gather
 
     errors: list[str] = []
+    if raw.config_error:
+        errors.append(raw.config_error)
     if raw.extra_args:
         errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
     roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
@@ -96,6 +101,8 @@ def facts(raw: RawFactOptions) -> int:
         trust=[Path(t) for t in raw.trust],
         ferm_output=ferm_output,
         state_dir=Path(raw.state_dir) if raw.state_dir else None,
+        probe_address=raw.probe_address or None,
+        probe=not raw.no_probe,
         errors=errors,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))

@@ -536,3 +536,23 @@ def locked(lock_path: Path, timeout: float = 120.0, create: bool = True) -> Iter
         yield
     finally:
         os.close(fd)
+
+
+def generation_published_at(directory: Path, generation: str | None = None) -> datetime | None:
+    """When a generation (default: the live one) was published, or None when unknown.
+
+    The name carries the UTC time `publish` chose (``..2026_11_21_05_40_00.123456``,
+    maybe with a ``_N`` suffix); a name of another shape falls back to the time the
+    ``..data`` link was last switched.
+    """
+    name = generation if generation is not None else current_generation(directory)
+    if name is None:
+        return None
+    match = _GENERATION_NAME.fullmatch(name)
+    if match is not None:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(match[1], "%Y_%m_%d_%H_%M_%S.%f").replace(tzinfo=UTC)
+    try:
+        return datetime.fromtimestamp(os.lstat(directory / DATA_LINK).st_mtime, UTC)
+    except OSError:
+        return None

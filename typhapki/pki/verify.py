@@ -11,7 +11,7 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -212,10 +212,6 @@ def unsigned_reason(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> 
     return "not signed by any CA in the bundle"
 
 
-def _days(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 86400:.1f} days"
-
-
 def renewal_due_at(cert: x509.Certificate, settings: PkiSettings) -> datetime:
     """This node's renewal moment for `cert` (spread by node name, inside the window)."""
     return settings.renewal_moment(cert.not_valid_before_utc, cert.not_valid_after_utc)
@@ -228,8 +224,12 @@ def validity_problem(cert: x509.Certificate, settings: PkiSettings, now: datetim
         return f"expired at {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
     due = renewal_due_at(cert, settings)
     if now >= due:
-        left = cert.not_valid_after_utc - now
-        return f"due for renewal since {due:%Y-%m-%dT%H:%M:%SZ} ({_days(left)} left)"
+        # Dates, not a countdown: the Facter fact carries this line and must not change
+        # on every agent run while nothing on the node changes.
+        return (
+            f"due for renewal since {due:%Y-%m-%dT%H:%M:%SZ} "
+            f"(expires {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})"
+        )
     return None
 
 

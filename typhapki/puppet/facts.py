@@ -4,6 +4,10 @@ Runs on every Puppet agent run on every node, so it is read-only, quick (no DNS,
 template engine, no YAML unless hiera settings are asked for) and never fails: whatever
 goes wrong is described inside the fact (``"error": "..."``) and the JSON stays valid.
 Only public material is reported: subjects, fingerprints, dates, paths. Never a key.
+
+The fact changes only when the node changes (a new certificate, a problem, a restart
+pending), never merely because time passed: it carries timestamps, not countdowns or
+the time it was generated, so PuppetDB does not store a new fact set on every run.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class FactRequest:
     trust: Sequence[Path] = ()
     ferm_output: Path | None = None
     state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
+    # The running components: None probes 127.0.0.1:5473 when calico-typha runs here.
+    probe_address: str | None = None
+    probe: bool = True
     # Errors found while reading options: reported, and the set still described.
     errors: list[str] = field(default_factory=list)
 
@@ -84,7 +91,6 @@ def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[s
                 "sha256_fingerprint": info["sha256_fingerprint"],
                 "not_before": info["not_before"],
                 "not_after": info["not_after"],
-                "days_left": info["days_left"],
                 "renewal_due": now >= due,
                 # This node's own moment (spread by node name inside the window).
                 "renewal_due_at": _iso(due),
@@ -110,7 +116,6 @@ def _bundle_fact(report: SetReport, now: datetime) -> dict[str, Any]:
                 "subject": info["subject"],
                 "sha256_fingerprint": info["sha256_fingerprint"],
                 "not_after": info["not_after"],
-                "days_left": info["days_left"],
             }
         )
     return {
@@ -220,6 +225,29 @@ def _set_fact(
     }
 
 
+def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]) -> dict[str, Any]:
+    """Restart pending per component (/proc) and what the local Typha serves (probe)."""
+    from typhapki.monitoring.processes import Component, restart_statuses
+
+    assert request.out is not None
+    restarts = restart_statuses(request.out)
+    fact: dict[str, Any] = {
+        "restart": {c.value: status.as_dict() for c, status in restarts.items()},
+        "probe": None,
+    }
+    address = request.probe_address
+    if address is None and restarts[Component.TYPHA].running:
+        address = "127.0.0.1:5473"  # monitoring.probe.DEFAULT_ADDRESS
+    if request.probe and address is not None:
+        from typhapki.monitoring.probe import probe  # ssl only on nodes that run Typha
+
+        try:
+            fact["probe"] = probe(address, request.out, settings.typha).as_dict()
+        except Exception as exc:  # a malformed --probe-address
+            errors.append(str(exc) or type(exc).__name__)
+    return fact
+
+
 def gather(
     request: FactRequest,
     settings_factory: Callable[[], PkiSettings],
@@ -232,7 +260,7 @@ def gather(
     """
     now = now or datetime.now(UTC)
     errors = list(request.errors)
-    fact: dict[str, Any] = {"generated_at": _iso(now), "ok": False}
+    fact: dict[str, Any] = {"ok": False}
     fact["version"] = __version__
     try:
         try:
@@ -245,6 +273,7 @@ def gather(
             errors.append("--out is required: the output directory of the managed set")
         else:
             fact["set"] = _set_fact(request, settings, now, errors)
+            fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
         gate = ferm_gate_fact(request.state_dir, wanted=request.ferm_output is not None)

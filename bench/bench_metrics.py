@@ -1,0 +1,106 @@
+"""Median wall time of `typhapki metrics` and `typhapki facts` as fresh processes on the
+same full set, the way the systemd timer and Facter run them.
+
+    python bench/bench_metrics.py [--runs N]
+
+Target (issue 12): `metrics` costs no more than `facts`. Both judge the set like
+`check`, read /proc for restart pending and the ferm state file; `metrics` also imports
+prometheus_client and writes the textfile atomically, `facts` describes every
+certificate and prints JSON. Runs are interleaved so drift on a shared machine hits
+both alike; CPU time (user + system) is printed too, as it suffers less from a loaded
+machine than wall time. Also printed: the import of prometheus_client alone, in a process that
+has already imported what typhapki needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Medians within this much of each other are the same cost on a shared machine.
+NOISE_MS = 5.0
+
+
+def typhapki() -> list[str]:
+    exe = Path(sys.executable).parent / "typhapki"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
+
+
+def once_ms(cmd: list[str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run, in ms."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True)
+    elapsed = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(cmd)}: {proc.stderr!r}")
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return elapsed, cpu
+
+
+def import_cost_ms(runs: int) -> float:
+    code = (
+        "import time, ssl, json, typer, typhapki.pki.verify;"
+        "t = time.perf_counter(); import prometheus_client;"
+        "print((time.perf_counter() - t) * 1000)"
+    )
+    times = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout)
+        for _ in range(runs)
+    ]  # fmt: skip
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ca, out, textfiles = Path(tmp) / "ca", Path(tmp) / "out", Path(tmp) / "textfile"
+        textfiles.mkdir()
+        subprocess.run([*typhapki(), "ca", "init", "--ca-dir", str(ca)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run([*typhapki(), "issue", "--ca-dir", str(ca), "--out", str(out)],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        common = ["--out", str(out), "--ca-dir", str(ca), "--no-probe"]
+        state = ["--state-dir", tmp]
+        cmds = {
+            "metrics": [*typhapki(), "metrics", *common, *state, "--textfile-dir", str(textfiles)],
+            "facts": [*typhapki(), "facts", *common],
+        }
+        for cmd in cmds.values():  # warm the page cache and .pyc files
+            once_ms(cmd)
+            once_ms(cmd)
+        results: dict[str, list[float]] = {name: [] for name in cmds}
+        cpu: dict[str, list[float]] = {name: [] for name in cmds}
+        for _ in range(args.runs):
+            for name, cmd in cmds.items():
+                wall, used = once_ms(cmd)
+                results[name].append(wall)
+                cpu[name].append(used)
+    medians = {name: statistics.median(times) for name, times in results.items()}
+    for name, times in results.items():
+        print(
+            f"typhapki {name:7} (fresh process), {args.runs} runs: median {medians[name]:6.1f} ms, "
+            f"min {min(times):6.1f} ms, max {max(times):6.1f} ms; "
+            f"CPU median {statistics.median(cpu[name]):6.1f} ms"
+        )
+    print(f"import prometheus_client alone: median {import_cost_ms(9):5.1f} ms")
+    passed = medians["metrics"] <= medians["facts"] + NOISE_MS
+    print(
+        f"metrics - facts: {medians['metrics'] - medians['facts']:+.1f} ms: "
+        f"{'PASS' if passed else 'FAIL'} (metrics <= facts + {NOISE_MS:.0f} ms noise)"
+    )
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

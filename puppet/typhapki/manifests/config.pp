@@ -1,0 +1,67 @@
+# @summary The node configuration file, the node's cluster data and typhapki's directories.
+#
+# The file holds the defaults of every typhapki command on this node (flags still
+# win), built from typhapki, typhapki::certs and typhapki::ferm: `typhapki issue`,
+# `check`, `ferm` and `facts` need no flags, whether Puppet or an operator runs them.
+#
+# @api private
+class typhapki::config {
+  assert_private()
+
+  file { $typhapki::config_dir:
+    ensure => directory,
+    owner  => 'root',
+    group  => 'root',
+    mode   => '0755',
+  }
+
+  file { $typhapki::out:
+    ensure => directory,
+    owner  => 'root',
+    group  => 'root',
+    mode   => '0755',
+  }
+
+  if $typhapki::cluster_data =~ NotUndef {
+    file { $typhapki::cluster_file:
+      ensure  => file,
+      owner   => 'root',
+      group   => 'root',
+      mode    => '0644',
+      content => epp('typhapki/cluster.yaml.epp', { 'data' => $typhapki::cluster_data }),
+    }
+  }
+
+  $node_defaults = {
+    'out'       => $typhapki::out,
+    'role'      => $typhapki::role,
+    'hiera'     => $typhapki::cluster_data ? { undef => undef, default => $typhapki::cluster_file },
+    'cluster'   => $typhapki::cluster,
+    'state_dir' => $typhapki::state_dir,
+  }
+  $certs_defaults = $typhapki::manage_certs ? {
+    true    => $typhapki::certs::config_defaults,
+    default => {},
+  }
+  $ferm_commands = $typhapki::_manage_ferm ? {
+    true    => $typhapki::ferm::config_commands,
+    default => {},
+  }
+  $defaults = ($typhapki::options + $node_defaults + $certs_defaults).filter |$key, $value| {
+    $value =~ NotUndef
+  }
+  $commands = $ferm_commands.map |$command, $options| {
+    [$command, $options.filter |$key, $value| { $value =~ NotUndef }]
+  }.convert_to(Hash).filter |$command, $options| { !$options.empty }
+
+  file { $typhapki::config_file:
+    ensure  => file,
+    owner   => 'root',
+    group   => 'root',
+    mode    => '0644',
+    content => epp('typhapki/typhapki.yaml.epp', {
+        'defaults' => $defaults,
+        'commands' => $commands,
+    }),
+  }
+}

@@ -1,0 +1,20 @@
+# @summary The `typhapki` external fact: a facts.d executable running `typhapki facts`.
+#
+# The fact reads the node configuration file like every other command, so the
+# executable passes no options; it never fails the Facter run.
+#
+# @api private
+class typhapki::fact {
+  assert_private()
+
+  file { "${typhapki::facts_dir}/typhapki":
+    ensure  => file,
+    owner   => 'root',
+    group   => 'root',
+    mode    => '0755',
+    content => epp('typhapki/fact.sh.epp', {
+        'bin'         => $typhapki::bin,
+        'config_file' => $typhapki::config_file,
+    }),
+  }
+}

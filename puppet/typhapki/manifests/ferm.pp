@@ -1,0 +1,96 @@
+# @summary The Typha ferm rule of the node's cluster, rendered only when the DNS gate passes.
+#
+# The cluster's entry of `kubernetes::clusters` is looked up on the Puppet server and
+# written to the node (typhapki::cluster_file) by typhapki::config; `typhapki ferm`
+# reads it from there (`--hiera`), with every other option from the node configuration
+# file. The exec is guarded by `typhapki ferm --check` and notifies the ferm reload.
+#
+# When a cluster node does not resolve (dns_gate enforce), `typhapki ferm` exits 1
+# naming it and writes nothing: the resource fails, the run reports it, and the last
+# good rule stays in place byte for byte.
+#
+# @example Stage the move from the per-host rule to the relaxed rule, one cluster at a time
+#   # hiera, at the level of the cluster being moved:
+#   typhapki::ferm::mode: relaxed
+#
+# @param output
+#   The rule file ferm includes (`--output`).
+# @param reload_command
+#   Shell command that makes ferm load the new rule.
+# @param manage_output_dir
+#   Whether to create the directory of `output` (false where the ferm module owns it).
+# @param mode
+#   strict (every node address) or relaxed (the networks); undef: the cluster's
+#   `typha: mode` or the CLI's default.
+# @param style
+#   plain or function; undef: as above.
+# @param dns_gate
+#   enforce or warn (`--dns-gate`); undef: the CLI's default (enforce).
+# @param port
+#   Typha's port; undef: the CLI's default (5473).
+# @param nameservers
+#   Resolvers for the DNS gate (`--nameserver`); empty: /etc/resolv.conf.
+# @param timeout
+#   Seconds per DNS query; undef: the CLI's default.
+class typhapki::ferm (
+  Stdlib::Absolutepath $output,
+  String[1] $reload_command,
+  Boolean $manage_output_dir,
+  Array[Typhapki::Nameserver] $nameservers,
+  Optional[Typhapki::FermMode] $mode = undef,
+  Optional[Typhapki::FermStyle] $style = undef,
+  Optional[Typhapki::DnsGate] $dns_gate = undef,
+  Optional[Stdlib::Port] $port = undef,
+  Optional[Numeric] $timeout = undef,
+) {
+  assert_private('declare class typhapki (typhapki::manage_ferm) instead of typhapki::ferm')
+
+  if $typhapki::role == 'felix' {
+    fail('typhapki::ferm protects the port of Typha: manage it on Typha hosts (role typha or both), not with role felix')
+  }
+  if $typhapki::cluster =~ Undef {
+    fail('typhapki::ferm needs typhapki::cluster: the rule lists the nodes of that cluster')
+  }
+
+  # What typhapki::config writes into the node configuration file, per command.
+  $config_commands = {
+    'ferm'  => {
+      'output'     => $output,
+      'mode'       => $mode,
+      'style'      => $style,
+      'dns_gate'   => $dns_gate,
+      'port'       => $port,
+      'nameserver' => $nameservers.empty ? { true => undef, default => $nameservers },
+      'timeout'    => $timeout,
+    },
+    'facts' => { 'ferm_output' => $output },
+  }
+
+  if $manage_output_dir {
+    file { dirname($output):
+      ensure => directory,
+      owner  => 'root',
+      group  => 'root',
+      mode   => '0755',
+      before => Exec['typhapki-ferm'],
+    }
+  }
+
+  $bin = $typhapki::bin
+  exec { 'typhapki-ferm':
+    command     => shellquote($bin, 'ferm'),
+    unless      => shellquote($bin, 'ferm', '--check'),
+    path        => $typhapki::exec_path,
+    environment => ["TYPHAPKI_CONFIG=${typhapki::config_file}"],
+    logoutput   => true,
+    notify      => Exec['typhapki-ferm-reload'],
+  }
+
+  exec { 'typhapki-ferm-reload':
+    command     => $reload_command,
+    refreshonly => true,
+    provider    => shell,
+    path        => $typhapki::exec_path,
+    logoutput   => true,
+  }
+}

@@ -1,0 +1,186 @@
+# frozen_string_literal: true
+
+require 'spec_helper'
+
+# typhapki::certs is private: it is compiled through typhapki, its parameters bound
+# from hiera (one fixture file per case, spec/fixtures/hiera/data/cases).
+describe 'typhapki' do
+  typhapki_os_facts.each do |os, os_facts|
+    context "on #{os}" do
+      let(:facts) { os_facts.merge(typhapki_spec_case: spec_case) }
+      let(:spec_case) { nil }
+      let(:env) { ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'] }
+
+      shared_examples 'a guarded exec with restarts' do |command, components|
+        it { is_expected.to compile.with_all_deps }
+
+        it 'runs the command only when check finds the set wrong, with the same options' do
+          is_expected.to contain_exec('typhapki-issue').with(
+            command: command,
+            unless: '/usr/bin/typhapki check --quiet',
+            environment: env,
+            logoutput: true,
+          )
+        end
+
+        components.each do |component|
+          it "restarts #{component} only while its marker exists, after the exec" do
+            is_expected.to contain_exec("typhapki-restart-#{component}").with(
+              onlyif: "test -e /var/lib/typhapki/.restart-#{component}",
+              provider: 'shell',
+              environment: env,
+            ).with_command(%r{\Acrictl ps --name calico-#{component == 'typha' ? 'typha' : 'node'} -q \| xargs -r crictl stop && /usr/bin/typhapki restarted --component #{component}\z})
+              .that_requires('Exec[typhapki-issue]')
+          end
+        end
+        (['typha', 'felix'] - components).each do |component|
+          it { is_expected.not_to contain_exec("typhapki-restart-#{component}") }
+        end
+      end
+
+      context 'mode local, CA from the server' do
+        let(:spec_case) { 'local_ca' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+        it { is_expected.to contain_file('/etc/typhapki/ca').with(ensure: 'directory', mode: '0700') }
+        it { is_expected.to contain_file('/etc/typhapki/ca/typhaca.crt').with_mode('0644').that_comes_before('Exec[typhapki-issue]') }
+
+        it 'ships the CA key as Sensitive, never diffed nor backed up' do
+          is_expected.to contain_file('/etc/typhapki/ca/typhaca.key')
+            .with(mode: '0600', show_diff: false, backup: false)
+            .that_comes_before('Exec[typhapki-issue]')
+          key = catalogue.resource('File', '/etc/typhapki/ca/typhaca.key')
+          expect(key.sensitive_parameters).to include(:content)
+          expect(key[:content]).to include('SECRET')
+        end
+
+        it { is_expected.not_to contain_exec('typhapki-ca-init') }
+        it { is_expected.to contain_file('/etc/typhapki/trust-0.crt').that_comes_before('Exec[typhapki-issue]') }
+        it { expect(node_config(catalogue)['defaults']).to include('ca_dir' => '/etc/typhapki/ca', 'trust' => ['/etc/typhapki/trust-0.crt']) }
+        it { expect(node_config(catalogue)['defaults']).not_to have_key('signer') }
+      end
+
+      context 'mode local, a lab CA made on the node' do
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+        it do
+          is_expected.to contain_exec('typhapki-ca-init')
+            .with_command('/usr/bin/typhapki ca init --ca-dir /etc/typhapki/ca')
+            .with_creates('/etc/typhapki/ca/typhaca.crt')
+            .that_comes_before('Exec[typhapki-issue]')
+        end
+      end
+
+      context 'mode shipped, a Typha host' do
+        let(:spec_case) { 'shipped' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', ['typha', 'felix']
+
+        {
+          'calico-typha-ca/typhaca.crt' => '0644',
+          'calico-typha-certs/typha.crt' => '0644',
+          'calico-typha-certs/typha.key' => '0600',
+          'calico-node-certs/calico-node.crt' => '0644',
+          'calico-node-certs/calico-node.key' => '0600',
+        }.each do |file, mode|
+          it "stages #{file} in the layout issue writes, and a change installs it" do
+            is_expected.to contain_file("/etc/typhapki/shipped/#{file}")
+              .with(mode: mode, show_diff: false, backup: false)
+              .that_notifies('Exec[typhapki-install-shipped]')
+              .that_comes_before('Exec[typhapki-issue]')
+          end
+        end
+        it { is_expected.to contain_file('/etc/typhapki/shipped').with(ensure: 'directory', mode: '0700') }
+        it { expect(catalogue.resource('File', '/etc/typhapki/shipped/calico-typha-certs/typha.key').sensitive_parameters).to include(:content) }
+        it { expect(catalogue.resource('File', '/etc/typhapki/shipped/calico-typha-certs/typha.crt').sensitive_parameters).not_to include(:content) }
+
+        it 'installs a newly shipped set even while check finds the old one valid' do
+          is_expected.to contain_exec('typhapki-install-shipped').with(
+            command: '/usr/bin/typhapki install --from /etc/typhapki/shipped',
+            refreshonly: true,
+            environment: env,
+          ).that_requires('Exec[typhapki-issue]')
+        end
+        it { is_expected.not_to contain_file('/etc/typhapki/ca') }
+        it { expect(node_config(catalogue)['defaults']).not_to have_key('ca_dir') }
+      end
+
+      context 'mode shipped, a worker with Felix only' do
+        let(:spec_case) { 'shipped_felix' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', ['felix']
+        it { is_expected.not_to contain_file('/etc/typhapki/shipped/calico-typha-certs') }
+        it { is_expected.to contain_file('/etc/typhapki/shipped/calico-node-certs/calico-node.key') }
+      end
+
+      context 'mode cfssl' do
+        let(:spec_case) { 'cfssl' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+
+        it 'gives issue and check the cfssl settings through the node configuration' do
+          expect(node_config(catalogue)['defaults']).to include(
+            'signer' => 'cfssl',
+            'cfssl_url' => 'http://127.0.0.1:8888',
+            'cfssl_auth_key' => '/etc/typhapki/cfssl-auth.key',
+            'cfssl_ca_file' => '/etc/typhapki/cfssl-ca.crt',
+            'cfssl_profile_typha' => 'typha',
+            'cfssl_profile_felix' => 'felix',
+            'cfssl_label' => 'primary',
+          )
+          expect(node_config(catalogue)['defaults']).not_to have_key('ca_dir')
+        end
+
+        it 'keeps the auth key out of the configuration, in a Sensitive 0600 file' do
+          expect(catalogue.resource('File', '/etc/typhapki/typhapki.yaml')[:content]).not_to include('0123456789abcdef')
+          expect(catalogue.resource('File', '/etc/typhapki/cfssl-auth.key').sensitive_parameters).to include(:content)
+          is_expected.to contain_file('/etc/typhapki/cfssl-auth.key')
+            .with(mode: '0600', show_diff: false, backup: false)
+            .that_comes_before('Exec[typhapki-issue]')
+        end
+        it { is_expected.to contain_file('/etc/typhapki/cfssl-ca.crt').that_comes_before('Exec[typhapki-issue]') }
+      end
+
+      context 'paused (during a CA rotation)' do
+        let(:spec_case) { 'paused' }
+
+        it { is_expected.to compile.with_all_deps }
+        it { is_expected.not_to contain_exec('typhapki-issue') }
+        it { is_expected.to contain_exec('typhapki-restart-typha') }
+        it { is_expected.to contain_exec('typhapki-restart-felix') }
+      end
+
+      context 'without restart commands' do
+        let(:spec_case) { 'no_restarts' }
+
+        it { is_expected.to compile.with_all_deps }
+        it { is_expected.not_to contain_typhapki__restart('typha') }
+        it { is_expected.not_to contain_typhapki__restart('felix') }
+      end
+
+      describe 'rejects at compile time' do
+        {
+          'bad_stray_cfssl' => %r{typhapki::certs: mode is 'local' but cfssl_url belong to mode 'cfssl'},
+          'bad_shipped_missing' => %r{typhapki::certs: mode shipped with role both needs shipped_typha_cert, shipped_typha_key},
+          'bad_shipped_extra' => %r{typhapki::certs: role felix holds no shipped_typha_cert, shipped_typha_key},
+          'bad_cfssl_no_url' => %r{typhapki::certs: mode cfssl needs cfssl_url},
+          'bad_ca_half' => %r{typhapki::certs: mode local needs both ca_cert and ca_key, or neither},
+          'bad_mode' => %r{Class\[Typhapki::Certs\]: parameter 'mode' expects a match for Typhapki::Mode = Enum\['cfssl', 'local', 'shipped'\], got 'vault'},
+          'bad_key_type' => %r{Class\[Typhapki::Certs\]: parameter 'key_type' expects a match for Typhapki::KeyType.*got 'dsa-1024'},
+        }.each do |bad, message|
+          context bad do
+            let(:spec_case) { bad }
+
+            it { is_expected.to compile.and_raise_error(message) }
+          end
+        end
+      end
+    end
+  end
+
+  context 'declared directly' do
+    let(:pre_condition) { "class { 'typhapki::certs': mode => 'local' }" }
+    let(:facts) { typhapki_os_facts.values.first }
+
+    it { is_expected.to compile.and_raise_error(%r{declare class typhapki \(typhapki::manage_certs\) instead}) }
+  end
+end

@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require 'spec_helper'
+
+# typhapki::ferm is private: compiled through typhapki, parameters from hiera cases.
+describe 'typhapki' do
+  typhapki_os_facts.each do |os, os_facts|
+    context "on #{os}" do
+      let(:facts) { os_facts.merge(typhapki_spec_case: spec_case) }
+      let(:spec_case) { nil }
+
+      context 'with the defaults' do
+        it { is_expected.to compile.with_all_deps }
+
+        it 'renders the rule guarded by --check, every option from the node configuration' do
+          is_expected.to contain_exec('typhapki-ferm').with(
+            command: '/usr/bin/typhapki ferm',
+            unless: '/usr/bin/typhapki ferm --check',
+            environment: ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'],
+            logoutput: true,
+          ).that_notifies('Exec[typhapki-ferm-reload]')
+        end
+
+        it 'reads the cluster entry the server wrote to the node' do
+          is_expected.to contain_exec('typhapki-ferm').that_requires('File[/etc/typhapki/cluster.yaml]')
+          is_expected.to contain_exec('typhapki-ferm').that_requires('File[/etc/typhapki/typhapki.yaml]')
+        end
+
+        it { is_expected.to contain_exec('typhapki-ferm-reload').with(command: 'systemctl reload ferm', refreshonly: true) }
+        it { is_expected.not_to contain_file('/etc/ferm/conf.d') }
+        it { expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/conf.d/10_calico-typha') }
+        it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/ferm/conf.d/10_calico-typha') }
+      end
+
+      context 'relaxed, function style, DNS gate warn, own resolvers and reload' do
+        let(:spec_case) { 'ferm_relaxed' }
+        let(:params) { { options: { 'timeout' => 3 } } }
+
+        it do
+          expect(node_config(catalogue)['commands']['ferm']).to eq(
+            'output' => '/etc/ferm/conf.d/10_calico-typha',
+            'mode' => 'relaxed',
+            'style' => 'function',
+            'dns_gate' => 'warn',
+            'nameserver' => ['10.3.0.1', '10.3.0.2:5353'],
+          )
+        end
+        it { is_expected.to contain_exec('typhapki-ferm-reload').with_command('/usr/sbin/ferm /etc/ferm/ferm.conf') }
+      end
+
+      context 'creating the directory of the rule' do
+        let(:spec_case) { 'ferm_dir' }
+
+        it { is_expected.to contain_file('/srv/ferm/conf.d').with_ensure('directory').that_comes_before('Exec[typhapki-ferm]') }
+        it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/srv/ferm/conf.d/10_typha') }
+      end
+
+      describe 'rejects at compile time' do
+        {
+          'bad_ferm_mode' => %r{Class\[Typhapki::Ferm\]: parameter 'mode' expects .*Typhapki::FermMode.*got 'loose'},
+          'bad_nameserver' => %r{Class\[Typhapki::Ferm\]: parameter 'nameservers' index 0 expects a Typhapki::Nameserver},
+        }.each do |bad, message|
+          context bad do
+            let(:spec_case) { bad }
+
+            it { is_expected.to compile.and_raise_error(message) }
+          end
+        end
+      end
+    end
+  end
+end

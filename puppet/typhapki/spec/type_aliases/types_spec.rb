@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+require 'spec_helper'
+
+# Every type alias of types/, with values it accepts and rejects.
+{
+  'Typhapki::Mode' => [['local', 'shipped', 'cfssl'], ['vault', 'Local', '', nil, 1]],
+  'Typhapki::Role' => [['typha', 'felix', 'both'], ['node', 'all', '', nil]],
+  'Typhapki::Component' => [['typha', 'felix'], ['both', 'calico-node', nil]],
+  'Typhapki::KeyType' => [['ecdsa-p256', 'ecdsa-p384', 'rsa-2048', 'rsa-3072', 'rsa-4096'], ['dsa-1024', 'ed25519', 'rsa-1024', 'ECDSA-P256']],
+  'Typhapki::FermMode' => [['strict', 'relaxed'], ['loose', 'Strict', nil]],
+  'Typhapki::FermStyle' => [['plain', 'function'], ['functions', 'block']],
+  'Typhapki::DnsGate' => [['enforce', 'warn'], ['ignore', 'off', true]],
+  'Typhapki::Nameserver' => [
+    ['10.3.0.1', '10.3.0.1:5353', '2001:db8::1', '[2001:db8::1]:5353', '::1'],
+    ['ns1.example.org', '10.3.0.1:', '10.3.0.0/24', '[2001:db8::1]', '10.3.0.1:port', ''],
+  ],
+  'Typhapki::RenewBefore' => [['30d', '12h', '90m', '2w', '3600', '3600s'], ['0d', '30 d', '-1d', '30y', 'd', '']],
+}.each do |type, (good, bad)|
+  describe type do
+    good.each do |value|
+      it { is_expected.to allow_value(value) }
+    end
+    bad.each do |value|
+      it { is_expected.not_to allow_value(value) }
+    end
+  end
+end

@@ -1,0 +1,191 @@
+"""`typhapki probe` against real TLS servers that verify the way Typha does.
+
+The Go typhaserver (tests/peers) loads its certificate once at start, like Typha: after
+a reissue it keeps serving the old one until restarted, which is the drift the probe
+exists to see. openssl s_server -Verify is a second, independent server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import assert_one_line_error, require, run_cli
+from tests.support import gopeers
+from tests.support.gopeers import GoPeers, typha_env, typha_server
+from typhapki.errors import UsageError
+from typhapki.monitoring.probe import ProbeResult, parse_address, probe
+from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.pem import load_certs
+from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
+from typhapki.pki.verify import fingerprint
+
+go_peers = gopeers.go_peers
+TYPHA = Identity("calico-typha", None)
+
+
+def _typha_fp(out: Path) -> str:
+    return fingerprint(load_certs(SetPaths(out).cert(RoleName.TYPHA), "typha")[0])
+
+
+def _reissue_typha(out: Path, ca_dir: Path) -> None:
+    settings = PkiSettings(key_type=KeyType.ECDSA_P384)  # another key type: a new leaf
+    assert ensure_set(out, load_issuer(ca_dir), settings, [RoleName.TYPHA])
+
+
+def test_drift_after_reissue_until_typha_restarts(
+    go_peers: GoPeers, issued: Path, ca_dir: Path
+) -> None:
+    old_fp = _typha_fp(issued)
+    with typha_server(go_peers, typha_env(issued), conns=2) as server:
+        address = f"127.0.0.1:{server.port}"
+        result = run_cli("probe", "--address", address, "--out", issued)
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        assert old_fp in result.stdout and "the certificate on disk" in result.stdout
+
+        _reissue_typha(issued, ca_dir)
+        new_fp = _typha_fp(issued)
+        assert new_fp != old_fp
+        drift = run_cli("probe", "--address", address, "--out", issued)
+        assert drift.returncode == 1, (drift.stdout, drift.stderr)
+        assert "DRIFT" in drift.stdout and old_fp in drift.stdout and new_fp in drift.stdout
+        assert "restart Typha" in drift.stdout
+        server.finish()
+
+    with typha_server(go_peers, typha_env(issued)) as restarted:
+        after = run_cli("probe", "--address", f"127.0.0.1:{restarted.port}", "--out", issued)
+        assert after.returncode == 0, (after.stdout, after.stderr)
+        assert new_fp in after.stdout
+        restarted.finish()
+
+
+def test_json_output(go_peers: GoPeers, issued: Path) -> None:
+    with typha_server(go_peers, typha_env(issued)) as server:
+        result = run_cli(
+            "probe", "--address", f"127.0.0.1:{server.port}", "--out", issued, "--json"
+        )
+        server.finish()
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["accepted"] is True and data["serves_disk_certificate"] is True
+    assert data["served"] == data["disk"]
+    assert data["served"]["sha256_fingerprint"] == _typha_fp(issued)
+
+
+def test_typha_refusing_the_felix_certificate_is_loud(go_peers: GoPeers, issued: Path) -> None:
+    env = typha_env(issued, client_cn="someone-else")
+    with typha_server(go_peers, env) as server:
+        result = run_cli("probe", "--address", f"127.0.0.1:{server.port}", "--out", issued)
+        typha = server.finish()
+    assert typha.returncode == 1  # Typha really refused the connection
+    assert_one_line_error(result, 1, "refused this node's Felix certificate", "failed")
+    # What Typha served is still named: an operator sees which certificate was involved.
+    assert _typha_fp(issued) in result.stderr
+
+
+def test_felix_refusing_typha_is_loud(go_peers: GoPeers, issued: Path, tmp_path: Path) -> None:
+    """A Typha certificate from a CA the node does not trust: Felix would hang up."""
+    other_ca = tmp_path / "other-ca"
+    init_ca(other_ca, KeyType.ECDSA_P256, 3650, None, force=False)
+    other = tmp_path / "other"
+    ensure_set(other, load_issuer(other_ca), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
+    env = typha_env(other)
+    env["TYPHA_CAFILE"] = str(SetPaths(issued).bundle)  # Typha would accept our Felix
+    # Two connections: the verifying one, then one that only fetches what is served.
+    with typha_server(go_peers, env, conns=2) as server:
+        result = run_cli("probe", "--address", f"127.0.0.1:{server.port}", "--out", issued)
+        server.finish()
+    assert_one_line_error(result, 1, "Felix would refuse Typha's certificate")
+    assert _typha_fp(other) in result.stderr
+
+
+def test_wrong_typha_identity_is_reported(go_peers: GoPeers, issued: Path) -> None:
+    with typha_server(go_peers, typha_env(issued)) as server:
+        result = run_cli(
+            "probe",
+            "--address",
+            f"127.0.0.1:{server.port}",
+            "--out",
+            issued,
+            "--typha-cn",
+            "typha-elsewhere",
+        )
+        server.finish()
+    assert_one_line_error(result, 1, "Felix would refuse Typha's identity", "typha-elsewhere")
+
+
+def test_nothing_listening(issued: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    result = run_cli("probe", "--address", f"127.0.0.1:{port}", "--out", issued)
+    assert_one_line_error(result, 1, "nothing listens", "is Typha running")
+
+
+def test_usage_errors_exit_2(issued: Path) -> None:
+    assert_one_line_error(run_cli("probe", "--address", "a:b:c", "--out", issued), 2, "a:b:c")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=30))
+def test_address_parsing_never_crashes(text: str) -> None:
+    try:
+        host, port = parse_address(text)
+    except UsageError:
+        return
+    assert host and 0 < port < 65536
+
+
+@contextmanager
+def _openssl_server(out: Path, client_cas: Path) -> Iterator[str]:
+    """openssl s_server serving out's Typha set, requiring a client certificate."""
+    require("openssl")
+    paths = SetPaths(out)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-naccept", "1",
+         "-cert", str(paths.cert(RoleName.TYPHA)), "-key", str(paths.key(RoleName.TYPHA)),
+         "-CAfile", str(client_cas), "-Verify", "2", "-verify_return_error", "-quiet"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def _probe_when_up(address: str, out: Path) -> ProbeResult:
+    # s_server accepts once: wait for it by probing, not by a separate connection.
+    deadline = time.monotonic() + 20
+    while True:
+        result = probe(address, out, TYPHA)
+        if "nothing listens" not in (result.error or "") or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
+def test_openssl_server_accepting_the_felix_certificate(issued: Path) -> None:
+    with _openssl_server(issued, SetPaths(issued).bundle) as address:
+        result = _probe_when_up(address, issued)
+    assert result.accepted and result.serves_disk, result
+
+
+def test_openssl_server_refusing_the_felix_certificate(issued: Path, tmp_path: Path) -> None:
+    other_ca = tmp_path / "other-ca"
+    init_ca(other_ca, KeyType.ECDSA_P256, 3650, None, force=False)
+    with _openssl_server(issued, other_ca / "typhaca.crt") as address:
+        result = _probe_when_up(address, issued)
+    assert not result.accepted and not result.serves_disk
+    assert result.error is not None and "refused" in result.error, result

@@ -1,0 +1,143 @@
+"""Restart pending, with real processes named calico-typha and calico-node."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.monitoring.conftest import ProcessFactory
+from typhapki.monitoring.processes import (
+    Component,
+    component_processes,
+    list_processes,
+    restart_status,
+    restart_statuses,
+)
+from typhapki.pki.issuance import ensure_set, load_issuer
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.store import generation_published_at, publish
+
+
+def _reissue(out: Path, ca_dir: Path, role: RoleName) -> None:
+    # Another key type forces a new key and certificate.
+    changes = ensure_set(out, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), [role])
+    assert [c.action for c in changes] == ["reissued"]
+
+
+def _mine(pids: set[int]) -> list:  # type: ignore[type-arg]
+    # Only this test's processes: another calico-* process on the machine must not count.
+    return [p for p in list_processes(["calico-typha", "calico-node"]) if p.pid in pids]
+
+
+def test_started_before_and_after_a_publish(
+    issued: Path, ca_dir: Path, calico_process: ProcessFactory
+) -> None:
+    typha = calico_process("calico-typha")
+    felix = calico_process("calico-node", "-felix")
+    before = _mine({typha.pid, felix.pid})
+    assert {p.name for p in before} == {"calico-typha", "calico-node"}
+    for component in Component:
+        status = restart_status(issued, component, before)
+        assert status.running and not status.pending, status
+
+    time.sleep(0.05)
+    _reissue(issued, ca_dir, RoleName.TYPHA)
+    procs = _mine({typha.pid, felix.pid})
+    assert restart_status(issued, Component.TYPHA, procs).pending
+    assert not restart_status(issued, Component.FELIX, procs).pending  # its files did not change
+
+    # Typha restarted (a new process) after the publish: nothing pending.
+    typha.kill()
+    typha.wait()
+    time.sleep(0.05)
+    new_typha = calico_process("calico-typha")
+    procs = _mine({new_typha.pid, felix.pid})
+    status = restart_status(issued, Component.TYPHA, procs)
+    assert status.running and not status.pending
+    assert status.started_at is not None and status.published_at is not None
+    assert status.started_at >= status.published_at - timedelta(seconds=1)
+
+
+def test_a_new_bundle_is_pending_for_both(issued: Path, calico_process: ProcessFactory) -> None:
+    typha = calico_process("calico-typha")
+    felix = calico_process("calico-node", "-felix")
+    time.sleep(0.05)
+    bundle = SetPaths(issued).bundle
+    publish(bundle.parent, {bundle.name: _spec(bundle.read_bytes() + b"\n")})
+    procs = _mine({typha.pid, felix.pid})
+    assert all(restart_status(issued, c, procs).pending for c in Component)
+
+
+def _spec(content: bytes):  # type: ignore[no-untyped-def]
+    from typhapki.pki.store import FileSpec
+
+    return FileSpec(content, 0o644)
+
+
+def test_same_bytes_republished_is_no_restart(issued: Path, calico_process: ProcessFactory) -> None:
+    """`issue` fixing a key's mode republishes the same bytes: nothing to reload."""
+    typha = calico_process("calico-typha")
+    time.sleep(0.05)
+    paths = SetPaths(issued)
+    directory = paths.role_dir(RoleName.TYPHA)
+    files = {
+        p.name: _spec(p.read_bytes())
+        for p in (paths.cert(RoleName.TYPHA), paths.key(RoleName.TYPHA))
+    }
+    publish(directory, files)
+    assert not restart_status(issued, Component.TYPHA, _mine({typha.pid})).pending
+
+
+def test_felix_is_the_calico_node_felix_process(
+    issued: Path, ca_dir: Path, calico_process: ProcessFactory
+) -> None:
+    """calico-node runs several processes; the one with -felix holds the certificate."""
+    old_confd = calico_process("calico-node", "-confd")
+    time.sleep(0.05)
+    _reissue(issued, ca_dir, RoleName.FELIX)
+    time.sleep(0.05)
+    felix = calico_process("calico-node", "-felix")
+    procs = _mine({old_confd.pid, felix.pid})
+    assert [p.pid for p in component_processes(Component.FELIX, procs)] == [felix.pid]
+    assert not restart_status(issued, Component.FELIX, procs).pending
+    # Without a -felix process, any calico-node process stands for it.
+    assert restart_status(issued, Component.FELIX, _mine({old_confd.pid})).pending
+
+
+def test_nothing_running_is_never_pending(issued: Path) -> None:
+    statuses = restart_statuses(issued, processes=[])
+    assert all(not s.running and not s.pending for s in statuses.values())
+    assert all(s.published_at is not None for s in statuses.values())
+
+
+def test_start_time_matches_the_process(calico_process: ProcessFactory) -> None:
+    t0 = time.time()
+    proc = calico_process("calico-typha")
+    [found] = _mine({proc.pid})
+    assert t0 - 1 <= found.started_at <= time.time() + 0.1
+    assert abs(found.started_second - found.started_at) <= 1.5
+    assert found.argv[0].endswith("calico-typha")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2099, 12, 31)),
+    st.integers(0, 99),
+)
+def test_generation_names_give_their_time(when: datetime, suffix: int) -> None:
+    name = f"..{when:%Y_%m_%d_%H_%M_%S.%f}" + (f"_{suffix}" if suffix else "")
+    assert generation_published_at(Path("/nonexistent"), name) == when.replace(tzinfo=UTC)
+
+
+def test_live_generation_time_is_the_publish_time(tmp_path: Path) -> None:
+    before = datetime.now(UTC)
+    publish(tmp_path / "d", {"f": _spec(b"x")})
+    when = generation_published_at(tmp_path / "d")
+    assert when is not None and before - timedelta(seconds=1) <= when <= datetime.now(UTC)
+    assert os.readlink(tmp_path / "d" / "..data").startswith("..20")

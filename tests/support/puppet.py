@@ -1,0 +1,180 @@
+"""Real Puppet runs of the typhapki module on this host, every path in a temp directory.
+
+Each node has its own confdir/vardir/codedir, so /etc/puppet is never read or written.
+The module's examples run as they are; a first hiera layer (the test's) moves every
+path under the node's root, points the execs at this venv's typhapki and turns the
+restart and reload commands into lines appended to logs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import ROOT
+
+MODULE = ROOT / "puppet" / "typhapki"
+EXAMPLES = MODULE / "examples"
+SYSTEM_MODULES = Path("/usr/share/puppet/modules")  # stdlib (puppet-module-puppetlabs-stdlib)
+VENV_BIN = Path(sys.executable).parent
+EXEC_PATH = [str(VENV_BIN), "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+# Debian's Facter complains about /proc/1/environ in a container: noise, not a failure.
+NOISE = ("/proc/1/environ",)
+
+
+def modulepath(directory: Path) -> str:
+    """A modulepath holding this checkout's module and the system's stdlib."""
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / "typhapki"
+    if not link.exists():
+        link.symlink_to(MODULE)
+    return f"{directory}:{SYSTEM_MODULES}"
+
+
+def quiet(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not any(n in ln for n in NOISE))
+
+
+@dataclass
+class PuppetNode:
+    """A test node: a filesystem root for the managed paths, and hiera for the run."""
+
+    root: Path
+    example: str  # examples/<example>.pp with examples/hieradata/<example>.yaml
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return self.root / "var" / "lib" / "typhapki"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "etc" / "typhapki" / "typhapki.yaml"
+
+    @property
+    def ca_dir(self) -> Path:
+        return self.root / "etc" / "typhapki" / "ca"
+
+    @property
+    def facts_d(self) -> Path:
+        return self.root / "etc" / "facter" / "facts.d"
+
+    @property
+    def ferm_rule(self) -> Path:
+        return self.root / "etc" / "ferm" / "conf.d" / "10_calico-typha"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "var" / "lib" / "typhapki-state"
+
+    def log(self, name: str) -> list[str]:
+        path = self.root / f"{name}.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def env(self) -> dict[str, str]:
+        """A typhapki command typed on this node: only the node configuration file."""
+        return {"TYPHAPKI_CONFIG": str(self.config_file)}
+
+    def layer(self) -> dict[str, Any]:
+        """The test's own hiera layer: paths under the root, logs for restarts."""
+        etc = self.root / "etc" / "typhapki"
+        log = self.root
+        return {
+            "typhapki::manage_package": False,  # the tool is this venv's
+            "typhapki::bin": str(VENV_BIN / "typhapki"),
+            "typhapki::exec_path": EXEC_PATH,
+            "typhapki::config_dir": str(etc),
+            "typhapki::config_file": str(self.config_file),
+            "typhapki::cluster_file": str(etc / "cluster.yaml"),
+            "typhapki::out": str(self.out),
+            "typhapki::facts_dir": str(self.facts_d),
+            "typhapki::certs::ca_dir": str(self.ca_dir),
+            "typhapki::certs::shipped_dir": str(etc / "shipped"),
+            "typhapki::certs::restart_typha": f"echo typha >> {log / 'restarts.log'}",
+            "typhapki::certs::restart_felix": f"echo felix >> {log / 'restarts.log'}",
+            "typhapki::ferm::output": str(self.ferm_rule),
+            "typhapki::ferm::manage_output_dir": True,
+            "typhapki::ferm::reload_command": f"echo reload >> {log / 'ferm-reloads.log'}",
+            # The ferm state file (INTERFACES §4) under the root, never /var/lib/typhapki.
+            **({"typhapki::state_dir": str(self.state_dir)} if STATE_DIR_OPTION else {}),
+            **self.data,
+        }
+
+    def prepare(self) -> None:
+        for directory in (self.root / "etc" / "facter", self.facts_d, self.out.parent):
+            directory.mkdir(parents=True, exist_ok=True)
+        (self.root / "etc" / "ferm").mkdir(parents=True, exist_ok=True)
+
+    def hiera_config(self, directory: Path) -> Path:
+        """hiera.yaml (v5) with the test layer over the example's data."""
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "test.yaml").write_text(yaml.safe_dump(self.layer()))
+        config = {
+            "version": 5,
+            "hierarchy": [
+                {"name": "test", "datadir": str(directory), "path": "test.yaml"},
+                {
+                    "name": "example",
+                    "datadir": str(EXAMPLES / "hieradata"),
+                    "paths": [f"{self.example}.yaml", "common.yaml"],
+                },
+            ],
+        }
+        path = directory / "hiera.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def apply(self, *, failing: bool = False) -> subprocess.CompletedProcess[str]:
+        """`puppet apply --detailed-exitcodes` of the example: 0/2, or 4/6 when failing."""
+        self.prepare()
+        p = self.root.parent / f"puppet-{self.root.name}"
+        hiera = self.hiera_config(p / "hiera")
+        proc = subprocess.run(
+            [
+                "puppet",
+                "apply",
+                "--detailed-exitcodes",
+                "--color=false",
+                f"--confdir={p / 'conf'}",
+                f"--vardir={p / 'var'}",
+                f"--codedir={p / 'code'}",
+                f"--logdir={p / 'log'}",
+                f"--rundir={p / 'run'}",
+                f"--hiera_config={hiera}",
+                f"--modulepath={modulepath(p / 'modules')}",
+                str(EXAMPLES / f"{self.example}.pp"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TYPHAPKI_CONFIG": ""},
+            stdin=subprocess.DEVNULL,
+        )
+        proc.stderr = quiet(proc.stderr)
+        wanted = (4, 6) if failing else (0, 2)
+        assert proc.returncode in wanted, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+
+@functools.cache
+def cli_has(*words: str) -> bool:
+    """Whether this checkout's CLI has a command (and option): `cli_has("install", "--from")`."""
+    command, *options = words
+    proc = subprocess.run(
+        [str(VENV_BIN / "typhapki"), command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TYPHAPKI_CONFIG": ""},
+    )
+    return proc.returncode == 0 and all(opt in proc.stdout for opt in options)
+
+
+STATE_DIR_OPTION = cli_has("ferm", "--state-dir")

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from typhapki.commands.pki_options import PkiOptions
+from typhapki.monitoring.nagios import NagiosResult
+
+
+def check_nagios(
+    out: Path,
+    role: str,
+    pki: PkiOptions,
+    ca_dir: Path | None,
+    trust: Sequence[Path],
+    hiera: Path | None,
+    cluster: str | None,
+    probe_address: str | None,
+    no_probe: bool,
+) -> int:
+    """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.monitoring.nagios import unknown
+
+    try:
+        result = _evaluate(out, role, pki, ca_dir, trust, hiera, cluster, probe_address, no_probe)
+    except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
+        result = unknown(str(exc))
+    except Exception as exc:  # never a traceback to the monitoring system
+        result = unknown(f"{type(exc).__name__}: {exc}")
+    sys.stdout.write(result.text())
+    return int(result.state)
+
+
+def _evaluate(
+    out: Path,
+    role: str,
+    pki: PkiOptions,
+    ca_dir: Path | None,
+    trust: Sequence[Path],
+    hiera: Path | None,
+    cluster: str | None,
+    probe_address: str | None,
+    no_probe: bool,
+) -> NagiosResult:
+    from typhapki.commands.monitoring_options import settings_factory
+    from typhapki.commands.pki_options import parse_roles
+    from typhapki.monitoring.nagios import evaluate
+    from typhapki.monitoring.probe import parse_address
+    from typhapki.monitoring.status import StatusRequest, collect
+
+    if probe_address is not None:
+        parse_address(probe_address)
+    settings = settings_factory(pki, hiera, cluster)()  # a bad option: UNKNOWN, not a guess
+    if ca_dir is not None:
+        from typhapki.pki.issuance import load_wanted_bundle
+
+        load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
+    request = StatusRequest(
+        out=out,
+        roles=parse_roles(role),
+        ca_dir=ca_dir,
+        trust=list(trust),
+        cluster=cluster,
+        probe_address=probe_address,
+        probe=not no_probe,
+        ferm_state=False,
+    )
+    return evaluate(collect(request, lambda: settings))

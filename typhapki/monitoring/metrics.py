@@ -1,0 +1,246 @@
+"""The node's status as Prometheus metrics, for node_exporter's textfile collector.
+
+prometheus_client builds the exposition format and writes the file atomically
+(`write_to_textfile`: a temporary file in the same directory, then a rename), as the
+prometheus-community textfile collectors do. Conventions (REFERENCE §8): base units,
+timestamps as Unix seconds so PromQL computes the time left at query time, and few,
+bounded labels (role, component, cluster, source, status): never a serial or a path.
+
+prometheus_client is imported here only, and this module only by `metrics`: its
+import (http.server and friends) is not paid by `check` or `facts`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+
+from typhapki import __version__
+from typhapki.errors import StoreError
+from typhapki.monitoring.status import SOURCES, NodeStatus, rotation_stage
+from typhapki.pki.verify import renewal_due_at
+
+TEXTFILE_NAME = "typhapki.prom"
+
+
+class _GaugeFactory(Protocol):
+    def __call__(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge: ...
+
+
+FERM_STATE_STATUSES = ("ok", "missing", "corrupt")
+
+
+def build_registry(status: NodeStatus) -> CollectorRegistry:
+    """A fresh registry holding every typhapki series for `status`."""
+    registry = CollectorRegistry(auto_describe=False)
+    cluster = status.cluster
+
+    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(f"typhapki_{name}", doc, labels, registry=registry)
+
+    gauge("info", "typhapki's version, always 1.", ("version",)).labels(__version__).set(1)
+    gauge("last_run_timestamp_seconds", "When typhapki metrics last ran.").set(
+        status.now.timestamp()
+    )
+    errors = gauge(
+        "collect_error",
+        "1 when a source could not be read (the error is in the command's stderr and "
+        "`typhapki facts`), else 0.",
+        ("source",),
+    )
+    for source in SOURCES:
+        errors.labels(source).set(1 if source in status.errors else 0)
+
+    _set_metrics(status, gauge, cluster)
+    _restart_metrics(status, gauge, cluster)
+    _probe_metrics(status, gauge, cluster)
+    _ferm_metrics(status, gauge)
+    return registry
+
+
+def _set_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:
+    report = status.report
+    valid = gauge(
+        "set_valid", "1 when `typhapki check` would accept the set, else 0.", ("cluster",)
+    )
+    problems = gauge(
+        "set_problems", "Number of problems `typhapki check` would report.", ("cluster",)
+    )
+    if report is None:  # the set could not even be judged
+        valid.labels(cluster).set(0)
+        problems.labels(cluster).set(1)
+        return
+    valid.labels(cluster).set(1 if report.ok else 0)
+    problems.labels(cluster).set(len(report.problems))
+
+    present = gauge(
+        "cert_present", "1 when the role's certificate is on disk.", ("role", "cluster")
+    )
+    role_valid = gauge(
+        "cert_valid", "1 when the role's certificate and key have no problem.", ("role", "cluster")
+    )
+    not_before = gauge(
+        "cert_not_before_timestamp_seconds", "The certificate's notBefore.", ("role", "cluster")
+    )
+    not_after = gauge(
+        "cert_not_after_timestamp_seconds", "The certificate's notAfter.", ("role", "cluster")
+    )
+    due = gauge(
+        "cert_renewal_due_timestamp_seconds",
+        "When `issue` renews the certificate (from --renew-before, or 2/3 of the lifetime).",
+        ("role", "cluster"),
+    )
+    for role, state in report.roles.items():
+        leaf = state.leaf
+        present.labels(role.value, cluster).set(1 if leaf is not None else 0)
+        role_valid.labels(role.value, cluster).set(0 if state.problems else 1)
+        if leaf is not None:
+            not_before.labels(role.value, cluster).set(leaf.not_valid_before_utc.timestamp())
+            not_after.labels(role.value, cluster).set(leaf.not_valid_after_utc.timestamp())
+            due.labels(role.value, cluster).set(renewal_due_at(leaf, status.settings).timestamp())
+
+    bundle = report.bundle or []
+    gauge("bundle_cas", "CA certificates in the CA bundle.", ("cluster",)).labels(cluster).set(
+        len(bundle)
+    )
+    if bundle:
+        gauge(
+            "bundle_not_after_timestamp_seconds",
+            "The earliest notAfter of the CAs in the bundle.",
+            ("cluster",),
+        ).labels(cluster).set(min(c.not_valid_after_utc for c in bundle).timestamp())
+    if status.bundle_published_at is not None:
+        gauge(
+            "bundle_published_timestamp_seconds",
+            "When the live CA bundle was published (a rotation stage began).",
+            ("cluster",),
+        ).labels(cluster).set(status.bundle_published_at.timestamp())
+    stage = rotation_stage(status)
+    gauge(
+        "ca_rotation_stage",
+        "CA rotation stage the bundle and leaves show: 0 none, 1 trust-new, 2 reissue; "
+        "-1 unknown (docs/rotation.md).",
+        ("cluster",),
+    ).labels(cluster).set(-1 if stage is None else stage)
+
+
+def _restart_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:
+    if not status.restarts:
+        return
+    running = gauge(
+        "component_running",
+        "1 when the component's process (calico-typha, calico-node) runs on this node.",
+        ("component", "cluster"),
+    )
+    started = gauge(
+        "component_start_timestamp_seconds",
+        "When the component's (oldest) process started.",
+        ("component", "cluster"),
+    )
+    published = gauge(
+        "component_files_published_timestamp_seconds",
+        "When the live certificate, key or CA bundle the component reads last changed.",
+        ("component", "cluster"),
+    )
+    pending = gauge(
+        "restart_pending",
+        "1 when the component's process started before its live files were published.",
+        ("component", "cluster"),
+    )
+    for component, restart in status.restarts.items():
+        running.labels(component.value, cluster).set(1 if restart.running else 0)
+        pending.labels(component.value, cluster).set(1 if restart.pending else 0)
+        if restart.started_at is not None:
+            started.labels(component.value, cluster).set(restart.started_at.timestamp())
+        if restart.published_at is not None:
+            published.labels(component.value, cluster).set(restart.published_at.timestamp())
+
+
+def _probe_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:
+    result = status.probe
+    if result is None:  # no Typha on this node, or --no-probe
+        return
+    gauge(
+        "probe_success",
+        "1 when a TLS handshake with the local Typha as this node's Felix succeeded.",
+        ("cluster",),
+    ).labels(cluster).set(1 if result.accepted else 0)
+    gauge(
+        "probe_serves_disk_certificate",
+        "1 when Typha serves the Typha certificate that is on disk.",
+        ("cluster",),
+    ).labels(cluster).set(1 if result.serves_disk else 0)
+    if result.served is not None:
+        gauge(
+            "probe_served_not_after_timestamp_seconds",
+            "notAfter of the certificate Typha serves.",
+            ("cluster",),
+        ).labels(cluster).set(result.served.not_after.timestamp())
+
+
+def _ferm_metrics(status: NodeStatus, gauge: _GaugeFactory) -> None:
+    read = status.ferm
+    if read is None:
+        return
+    which = "ok" if read.state is not None else "missing" if read.missing else "corrupt"
+    state_gauge = gauge(
+        "ferm_state",
+        "The ferm state file (written by `typhapki ferm`): 1 for its status, ok, "
+        "missing or corrupt.",
+        ("status",),
+    )
+    for name in FERM_STATE_STATUSES:
+        state_gauge.labels(name).set(1 if name == which else 0)
+    state = read.state
+    if state is None:
+        return
+    cluster = state.cluster or ""
+    gauge(
+        "ferm_last_success_timestamp_seconds",
+        "When `typhapki ferm` last rendered the rule (written or unchanged); 0 never.",
+        ("cluster",),
+    ).labels(cluster).set(state.last_success or 0)
+    if state.last_attempt is not None:
+        gauge(
+            "ferm_last_attempt_timestamp_seconds",
+            "When `typhapki ferm` last ran up to its DNS gate.",
+            ("cluster",),
+        ).labels(cluster).set(state.last_attempt)
+    if state.hosts_failed is not None:
+        gauge(
+            "ferm_hosts_failed",
+            "Cluster nodes that failed the DNS gate in the last `typhapki ferm` run.",
+            ("cluster",),
+        ).labels(cluster).set(state.hosts_failed)
+    gauge(
+        "ferm_info",
+        "The ferm rule's mode and DNS gate policy, always 1.",
+        ("cluster", "mode", "dns_gate"),
+    ).labels(cluster, state.mode or "", state.dns_gate or "").set(1)
+
+
+def render(status: NodeStatus) -> bytes:
+    """The Prometheus text format."""
+    return bytes(generate_latest(build_registry(status)))
+
+
+def write_textfile(directory: Path, status: NodeStatus) -> Path:
+    """Write DIRECTORY/typhapki.prom atomically; the old file stays on any failure."""
+    path = directory / TEXTFILE_NAME
+    registry = build_registry(status)
+    if not directory.is_dir():
+        raise StoreError(f"{directory}: textfile directory does not exist")
+    try:
+        write_to_textfile(str(path), registry)
+    except OSError as exc:
+        # prometheus_client names its temporary file PATH.PID.THREAD; never leave one.
+        for leftover in glob.glob(f"{glob.escape(str(path))}.{os.getpid()}.*"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+        raise StoreError(f"{exc.filename or path}: {exc.strerror or exc}") from None
+    return path

@@ -1,0 +1,235 @@
+"""What the local Typha actually serves: a TLS handshake with this node's Felix identity.
+
+Typha reads its certificate only at start, so after a renewal the file on disk and the
+certificate Typha serves differ until the pod restarts. The probe connects the way
+Felix does (client certificate and key of the Felix set; server chain verified against
+the CA bundle for serverAuth; no hostname check; then Typha's CN or URI SAN), and
+compares what it was served with the Typha certificate on disk.
+
+A refused handshake is a result, not an exception: a real Felix on this node would be
+refused the same way, and the caller says so loudly.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import ssl
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from typhapki.errors import ConfigError, UsageError
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import Identity, RoleName
+from typhapki.pki.verify import fingerprint, snapshot_paths
+from typhapki.safeio import read_regular
+
+DEFAULT_ADDRESS = "127.0.0.1:5473"
+TYPHA_PORT = 5473
+# How long to wait, after the handshake, for Typha to refuse the client certificate
+# (under TLS 1.3 the client finishes its handshake before the server has judged it).
+SETTLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class CertSummary:
+    fingerprint: str
+    not_after: datetime
+
+    @classmethod
+    def of(cls, cert: x509.Certificate) -> CertSummary:
+        return cls(fingerprint(cert), cert.not_valid_after_utc)
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "sha256_fingerprint": self.fingerprint,
+            "not_after": self.not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    address: str
+    accepted: bool  # the handshake succeeded both ways, as Felix's would
+    error: str | None  # why not, in words an operator acts on
+    served: CertSummary | None  # what Typha presented (even when it failed verification)
+    disk: CertSummary | None  # the Typha certificate in the live set
+    disk_error: str | None = None
+
+    @property
+    def serves_disk(self) -> bool:
+        return (
+            self.accepted
+            and self.served is not None
+            and self.disk is not None
+            and self.served.fingerprint == self.disk.fingerprint
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "accepted": self.accepted,
+            "error": self.error,
+            "serves_disk_certificate": self.serves_disk,
+            "served": self.served.as_dict() if self.served else None,
+            "disk": self.disk.as_dict() if self.disk else None,
+            "disk_error": self.disk_error,
+        }
+
+
+_ADDRESS = re.compile(
+    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
+)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
+    match = _ADDRESS.fullmatch(address.strip())
+    port = int((match["p6"] or match["port"] or TYPHA_PORT) if match else 0)
+    if match is None or not 0 < port < 65536:
+        raise UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
+    return match["v6"] or match["host"], port
+
+
+def _disk_certificate(paths: SetPaths) -> tuple[CertSummary | None, str | None]:
+    from typhapki.pki.pem import load_certs
+
+    try:
+        chain = load_certs(paths.cert(RoleName.TYPHA), "Typha certificate")
+    except ConfigError as exc:
+        return None, str(exc)
+    return CertSummary.of(chain[0]), None
+
+
+def _context(paths: SetPaths, verify: bool) -> ssl.SSLContext:
+    cert_src, key_src = snapshot_paths(paths.cert(RoleName.FELIX), paths.key(RoleName.FELIX))
+    # Regular files only: a FIFO in their place must not hang the probe in OpenSSL.
+    read_regular(cert_src, "Felix certificate")
+    read_regular(key_src, "Felix private key")
+    bundle = read_regular(paths.bundle, "CA bundle").decode("ascii", "replace")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # Calico's NewTLSConfig
+    ctx.check_hostname = False  # Felix checks Typha's CN/URI SAN, not a host name
+    if verify:
+        ctx.verify_mode = ssl.CERT_REQUIRED  # OpenSSL's client default purpose: serverAuth
+        try:
+            ctx.load_verify_locations(cadata=bundle)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"CA bundle {paths.bundle}: no usable CA: {exc}") from None
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        ctx.load_cert_chain(cert_src, key_src)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"Felix certificate {paths.cert(RoleName.FELIX)}: cannot be used as a client "
+            f"certificate: {getattr(exc, 'reason', None) or exc}"
+        ) from None
+    return ctx
+
+
+def _identity_error(peer: dict[str, Any], identity: Identity) -> str | None:
+    """Felix's rule (FELIX_TYPHACN / FELIX_TYPHAURISAN): either one matching suffices."""
+    cns = [v for rdn in peer.get("subject", ()) for (k, v) in rdn if k == "commonName"]
+    uris = [v for (k, v) in peer.get("subjectAltName", ()) if k == "URI"]
+    if identity.cn is not None and identity.cn in cns[:1]:
+        return None
+    if identity.uri_san is not None and identity.uri_san in uris:
+        return None
+    return (
+        f"Typha's certificate has CN {cns[0] if cns else None!r} and URI SANs {uris or 'none'}, "
+        f"Felix wants {identity.describe()}"
+    )
+
+
+def _refusal(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+    return str(reason).replace("_", " ").lower() if isinstance(exc, ssl.SSLError) else str(reason)
+
+
+def _served_unverified(host: str, port: int, paths: SetPaths, timeout: float) -> CertSummary | None:
+    """Fetch the certificate Typha presents, without judging it (for the report only)."""
+    try:
+        ctx = _context(paths, verify=False)
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            ctx.wrap_socket(raw) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+    except (OSError, ConfigError):
+        return None
+    return CertSummary.of(x509.load_der_x509_certificate(der)) if der else None
+
+
+def probe(address: str, out: Path, typha_identity: Identity, timeout: float = 5.0) -> ProbeResult:
+    """Handshake with the Typha at `address` as this node's Felix; never raises for a
+    refused or failed handshake (only for a malformed address)."""
+    host, port = parse_address(address)
+    paths = SetPaths(out)
+    disk, disk_error = _disk_certificate(paths)
+
+    def failed(error: str, served: CertSummary | None = None) -> ProbeResult:
+        return ProbeResult(address, False, error, served, disk, disk_error)
+
+    try:
+        ctx = _context(paths, verify=True)
+    except ConfigError as exc:
+        return failed(f"cannot act as this node's Felix: {exc}")
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except ConnectionRefusedError:
+        return failed(f"nothing listens on {address}: is Typha running on this node?")
+    except TimeoutError:
+        return failed(f"no answer from {address} within {timeout:g}s")
+    except OSError as exc:
+        return failed(f"cannot connect to {address}: {exc.strerror or exc}")
+    with raw:
+        try:
+            tls = ctx.wrap_socket(raw)
+        except ssl.SSLCertVerificationError as exc:
+            served = _served_unverified(host, port, paths, timeout)
+            return failed(
+                "Felix would refuse Typha's certificate: "
+                f"{exc.verify_message or exc.reason} (verified against {paths.bundle})",
+                served,
+            )
+        except ssl.SSLError as exc:
+            return failed(f"Typha refused the handshake: {_refusal(exc)}")
+        except TimeoutError:
+            return failed(f"the TLS handshake with {address} timed out after {timeout:g}s")
+        except OSError as exc:
+            return failed(f"the TLS handshake with {address} failed: {exc.strerror or exc}")
+        with tls:
+            der = tls.getpeercert(binary_form=True)
+            served = CertSummary.of(x509.load_der_x509_certificate(der)) if der else None
+            peer = tls.getpeercert() or {}
+            mismatch = _identity_error(dict(peer), typha_identity)
+            if mismatch is not None:
+                return failed(f"Felix would refuse Typha's identity: {mismatch}", served)
+            # TLS 1.3: Typha judges the client certificate after our handshake is done;
+            # a refusal arrives as an alert (or a close) right after it.
+            tls.settimeout(SETTLE_SECONDS)
+            try:
+                data = tls.recv(1)
+            except TimeoutError:
+                data = None  # Typha waits for Felix's hello: accepted
+            except ssl.SSLError as exc:
+                return failed(
+                    f"Typha refused this node's Felix certificate: {_refusal(exc)}", served
+                )
+            except OSError as exc:
+                return failed(
+                    f"Typha dropped the connection after the handshake: {exc.strerror or exc}",
+                    served,
+                )
+            if data == b"":
+                return failed(
+                    "Typha closed the connection right after the handshake: it refused this "
+                    "node's Felix identity (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN)",
+                    served,
+                )
+    return ProbeResult(address, True, None, served, disk, disk_error)

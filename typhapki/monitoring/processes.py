@@ -1,0 +1,206 @@
+"""Restart pending: is a component's process older than the certificates it should use?
+
+Typha reads its certificate, key and CA bundle once, at start; Felix (the
+`calico-node -felix` process) reads its own at start and on reconnect. A component
+whose process started before the live generation of its files was published still
+uses the previous ones. Processes are found through /proc, so this sees pods'
+processes too when it runs on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from typhapki.errors import ConfigError
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import RoleName
+from typhapki.pki.store import current_generation, generation_published_at, previous_generation
+from typhapki.safeio import read_regular
+
+
+class Component(StrEnum):
+    TYPHA = "typha"
+    FELIX = "felix"
+
+
+# The process names (comm, and argv[0]'s base name) and the files each one reads.
+PROCESS_NAMES = {Component.TYPHA: "calico-typha", Component.FELIX: "calico-node"}
+COMPONENT_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    name: str
+    argv: tuple[str, ...]
+    started_at: float  # Unix time, to the clock tick: for comparisons
+    started_second: int  # Unix time from the kernel's integer boot time: stable across reads
+
+
+@dataclass(frozen=True)
+class RestartStatus:
+    """One component on this node: running or not, and whether it uses the live files."""
+
+    component: Component
+    running: bool
+    started_at: datetime | None  # the oldest matching process, to the second
+    published_at: datetime | None  # when its live files (leaf or bundle) last changed
+    generation: str | None  # the live generation of the role's directory
+    pending: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "running": self.running,
+            "started_at": _iso(self.started_at),
+            "published_at": _iso(self.published_at),
+            "generation": self.generation,
+            "restart_pending": self.pending,
+        }
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when is not None else None
+
+
+def _read(path: str) -> bytes | None:
+    # /proc files: the kernel's, not user input; a process may vanish at any time.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _boot_time() -> float:
+    """Wall-clock time of boot, precise enough to place a start time to the tick."""
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _boot_second(proc: Path) -> int | None:
+    for line in (_read(f"{proc}/stat") or b"").splitlines():
+        if line.startswith(b"btime "):
+            return int(line.split()[1])
+    return None
+
+
+def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Process]:
+    """Processes whose comm or argv[0] base name is one of `names`."""
+    wanted = set(names)
+    ticks = os.sysconf("SC_CLK_TCK")
+    boot = _boot_time()
+    boot_second = _boot_second(proc)
+    found = []
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        base = f"{proc}/{entry}"
+        comm = (_read(f"{base}/comm") or b"").decode("utf-8", "replace").strip()
+        raw_argv = _read(f"{base}/cmdline") or b""
+        argv = tuple(a.decode("utf-8", "replace") for a in raw_argv.split(b"\0") if a)
+        arg0 = os.path.basename(argv[0]) if argv else ""
+        name = comm if comm in wanted else arg0 if arg0 in wanted else None
+        if name is None:
+            continue
+        stat = _read(f"{base}/stat")
+        if stat is None:
+            continue
+        # Field 22 (starttime, clock ticks since boot) counted after the ")" that
+        # ends comm, which may itself hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        try:
+            since_boot = int(fields[19])
+        except (IndexError, ValueError):
+            continue
+        started = boot + since_boot / ticks
+        second = boot_second + since_boot // ticks if boot_second else int(started)
+        found.append(Process(int(entry), name, argv, started, second))
+    return found
+
+
+def component_processes(component: Component, processes: Sequence[Process]) -> list[Process]:
+    """The processes that hold the component's certificates.
+
+    calico-node runs several processes (felix, confd, monitors); when one of them is
+    `calico-node -felix`, only that one reads the Felix certificate.
+    """
+    mine = [p for p in processes if p.name == PROCESS_NAMES[component]]
+    if component is Component.FELIX:
+        felix = [p for p in mine if "-felix" in p.argv[1:]]
+        return felix or mine
+    return mine
+
+
+def _leaf_bytes(directory: Path, generation: str | None) -> tuple[bytes, ...] | None:
+    if generation is None:
+        return None
+    try:
+        files = sorted(os.listdir(directory / generation))
+        return tuple(read_regular(directory / generation / f, "generation file") for f in files)
+    except (OSError, ConfigError):
+        return None
+
+
+def content_published_at(directory: Path) -> datetime | None:
+    """When the live content of a managed directory appeared.
+
+    A republish with the same bytes (permissions fixed) is not a change a process
+    needs to restart for: then the previous generation's time counts.
+    """
+    live = current_generation(directory)
+    when = generation_published_at(directory, live) if live is not None else None
+    previous = previous_generation(directory)
+    if when is None or previous is None:
+        return when
+    same = _leaf_bytes(directory, live)
+    if same is not None and same == _leaf_bytes(directory, previous):
+        return generation_published_at(directory, previous) or when
+    return when
+
+
+def restart_status(out: Path, component: Component, processes: Sequence[Process]) -> RestartStatus:
+    """Whether `component`'s process on this node started before its files changed."""
+    paths = SetPaths(out)
+    role_dir = paths.role_dir(COMPONENT_ROLE[component])
+    times = [
+        t for t in (content_published_at(role_dir), content_published_at(paths.bundle_dir)) if t
+    ]
+    published = max(times) if times else None
+    mine = component_processes(component, processes)
+    first = min(mine, key=lambda p: p.started_at, default=None)
+    pending = (
+        first is not None and published is not None and first.started_at < published.timestamp()
+    )
+    return RestartStatus(
+        component=component,
+        running=bool(mine),
+        started_at=(
+            datetime.fromtimestamp(first.started_second, UTC) if first is not None else None
+        ),
+        published_at=published.replace(microsecond=0) if published is not None else None,
+        generation=current_generation(role_dir),
+        pending=pending,
+    )
+
+
+def restart_statuses(
+    out: Path, processes: Sequence[Process] | None = None
+) -> dict[Component, RestartStatus]:
+    """Both components' restart status; /proc is read once."""
+    if processes is None:
+        processes = list_processes(PROCESS_NAMES.values())
+    return {c: restart_status(out, c, processes) for c in Component}

@@ -1,0 +1,157 @@
+"""Everything monitoring reports about a node, gathered once; never raises.
+
+The set is judged exactly as `check` judges it (same options, same report); on top
+come what only monitoring asks: whether the running Typha and Felix use the live
+files (restart pending, from /proc), what Typha actually serves (the probe), and the
+ferm state file. Whatever cannot be read becomes an entry in `errors`, keyed by its
+source, so `metrics` can turn it into a series instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from typhapki.monitoring.fermstate import FermStateRead, read_ferm_state
+from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.verify import SetReport, check_set
+
+if TYPE_CHECKING:
+    from typhapki.monitoring.probe import ProbeResult
+
+# The sources an error can come from: the `source` label of typhapki_collect_error.
+SOURCES = ("settings", "set", "processes", "probe", "ferm")
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    out: Path
+    roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX)
+    ca_dir: Path | None = None
+    trust: Sequence[Path] = ()
+    cluster: str | None = None
+    # None: probe 127.0.0.1:5473 only when a calico-typha process runs on this node
+    # (most nodes run no Typha); an address: always probe it.
+    probe_address: str | None = None
+    probe: bool = True
+    ferm_state: bool = True
+    state_dir: Path | None = None
+
+
+@dataclass
+class NodeStatus:
+    now: datetime
+    out: Path
+    settings: PkiSettings
+    report: SetReport | None = None
+    rotation: dict[str, Any] | None = None
+    bundle_published_at: datetime | None = None
+    restarts: dict[Component, RestartStatus] = field(default_factory=dict)
+    probe: ProbeResult | None = None
+    ferm: FermStateRead | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+    cluster: str = ""
+
+    def error(self, source: str, message: str) -> None:
+        assert source in SOURCES
+        self.errors[source] = "; ".join(filter(None, (self.errors.get(source), message)))
+
+
+def _message(exc: BaseException) -> str:
+    from typhapki.errors import TyphapkiError
+
+    if isinstance(exc, TyphapkiError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def collect(
+    request: StatusRequest,
+    settings_factory: Callable[[], PkiSettings],
+    now: datetime | None = None,
+) -> NodeStatus:
+    """Gather the node's status; every failure ends up in `errors`, never raised."""
+    now = now or datetime.now(UTC)
+    try:
+        settings = settings_factory()
+    except Exception as exc:
+        settings = PkiSettings()  # judge with the defaults rather than not at all
+        status = NodeStatus(now, request.out, settings)
+        status.error("settings", _message(exc))
+    else:
+        status = NodeStatus(now, request.out, settings)
+    _collect_set(status, request)
+    try:
+        status.restarts = restart_statuses(request.out)
+    except Exception as exc:
+        status.error("processes", _message(exc))
+    _collect_probe(status, request)
+    if request.ferm_state:
+        try:
+            status.ferm = read_ferm_state(request.state_dir)
+        except Exception as exc:  # read_ferm_state does not raise; belt and braces
+            status.error("ferm", _message(exc))
+        else:
+            if status.ferm.error is not None:
+                status.error("ferm", status.ferm.error)
+    ferm_cluster = status.ferm.state.cluster if status.ferm and status.ferm.state else None
+    status.cluster = request.cluster or ferm_cluster or ""
+    return status
+
+
+def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
+    from typhapki.monitoring.processes import content_published_at
+
+    try:
+        bundle = signing = None
+        if request.ca_dir is not None:
+            from typhapki.errors import TyphapkiError
+            from typhapki.pki.issuance import load_wanted_bundle
+
+            try:
+                signing, bundle = load_wanted_bundle(request.ca_dir, request.trust)
+            except TyphapkiError as exc:
+                status.error("settings", str(exc))  # still judge the set, without the CA
+        status.report = check_set(
+            SetPaths(request.out), status.settings, request.roles, status.now, bundle, signing
+        )
+        if status.report.bundle is not None and len(status.report.bundle) > 1:
+            from typhapki.pki.rotation import describe_rotation  # only during a rotation
+
+            status.rotation = describe_rotation(status.report)
+        status.bundle_published_at = content_published_at(SetPaths(request.out).bundle_dir)
+    except Exception as exc:
+        status.error("set", _message(exc))
+
+
+def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
+    if not request.probe:
+        return
+    from typhapki.monitoring.probe import DEFAULT_ADDRESS, probe  # ssl only when probing
+
+    address = request.probe_address
+    typha = status.restarts.get(Component.TYPHA)
+    if address is None:
+        if typha is None or not typha.running:
+            return
+        address = DEFAULT_ADDRESS
+    try:
+        status.probe = probe(address, request.out, status.settings.typha)
+    except Exception as exc:
+        status.error("probe", _message(exc))
+
+
+def rotation_stage(status: NodeStatus) -> int | None:
+    """0 no rotation, 1 trust-new, 2 reissue (docs/rotation.md), None unknown."""
+    report = status.report
+    if report is None or not report.bundle:
+        return None
+    if len(report.bundle) == 1:
+        return 0
+    stage = (status.rotation or {}).get("stage")
+    return stage if isinstance(stage, int) else None

@@ -1,0 +1,214 @@
+"""The node configuration file: defaults for every command's options, flags winning.
+
+Puppet (the typhapki module) writes `/etc/typhapki/typhapki.yaml`, so that
+`typhapki issue`, `check`, `ferm` or `facts` typed by hand on a node does exactly what
+the Puppet run does, with no flags. `$TYPHAPKI_CONFIG` names another file (an empty
+value: no file at all). The default file may be absent (no defaults); a file named by
+`$TYPHAPKI_CONFIG` must exist.
+
+    version: 1
+    defaults:              # every command that has the option (not `ca init`)
+      out: /srv/calico-typha-pki
+      ca_dir: /etc/typhapki/ca
+      role: both
+    commands:              # one command only; wins over `defaults`
+      ferm:
+        output: /etc/ferm/conf.d/10_calico-typha
+
+Keys are the option's parameter name (`ca_dir`) or its long name (`ca-dir`). A key no
+command knows, or a value the option refuses, is a one-line usage error naming the
+file and the key: a typo must not silently change what a Puppet run does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typhapki.errors import ConfigError
+from typhapki.safeio import read_regular
+
+DEFAULT_PATH = Path("/etc/typhapki/typhapki.yaml")
+ENV_VAR = "TYPHAPKI_CONFIG"
+VERSION = 1
+LIMIT = 1024 * 1024
+
+# `ca init --days` and `--key-type` are the CA's, not the leaves': `defaults` would
+# hand a leaf lifetime to a new CA. The CA is made once, by hand, with flags.
+NO_DEFAULTS = frozenset({("ca", "init")})
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """The file as written: defaults for all commands, then per command."""
+
+    path: Path | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    commands: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
+    """The file to read and whether it was named explicitly ($TYPHAPKI_CONFIG)."""
+    env = os.environ if environ is None else environ
+    if ENV_VAR not in env:
+        return DEFAULT_PATH, False
+    value = env[ENV_VAR]
+    return (Path(value), True) if value else (None, True)
+
+
+def load(path: Path | None, explicit: bool) -> NodeConfig:
+    """Read and shape-check the file; values are checked against the commands later."""
+    if path is None:
+        return NodeConfig()
+    if not explicit and not os.path.lexists(path):
+        return NodeConfig()
+    import yaml
+
+    data = read_regular(path, "node configuration file", LIMIT)
+    try:
+        # BaseLoader: every scalar is text, converted by click like a flag's value.
+        doc = _nulls_dropped(yaml.load(data, Loader=yaml.BaseLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from None
+    if doc is None:
+        return NodeConfig(path)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping with defaults: and commands:")
+    unknown = sorted(str(k) for k in doc if k not in ("version", "defaults", "commands"))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown top-level key {unknown[0]!r} (version, defaults, commands)"
+        )
+    version = doc.get("version", str(VERSION))
+    if version != str(VERSION):
+        raise ConfigError(f"{path}: version: {version!r} is not supported (expected {VERSION})")
+    defaults = _mapping(path, "defaults", doc.get("defaults"))
+    commands_raw = _mapping(path, "commands", doc.get("commands"))
+    commands = {
+        str(name): _mapping(path, f"commands.{name}", value) for name, value in commands_raw.items()
+    }
+    return NodeConfig(path, defaults, commands)
+
+
+_NULLS = ("", "~", "null", "Null", "NULL")
+
+
+def _nulls_dropped(value: Any) -> Any:
+    """YAML nulls (text under BaseLoader) as None; an option set to null is unset."""
+    if isinstance(value, str):
+        return None if value in _NULLS else value
+    if isinstance(value, list):
+        return [_nulls_dropped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _nulls_dropped(v) for k, v in value.items()}
+    return value
+
+
+def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"{path}: {key}: expected a mapping of option names")
+    return dict(value)
+
+
+# click's objects are typed loosely here: typer 0.7 (bookworm) hands out click's own
+# classes, newer typer its vendored copy (typer._click); both have the same shape.
+def _commands(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every leaf command of the tree with its path: ("issue",), ("ca", "init")."""
+    if isinstance(getattr(group, "commands", None), dict):
+        for name, sub in sorted(group.commands.items()):
+            yield from _commands(sub, (*prefix, name))
+    else:
+        yield prefix, group
+
+
+def _params(command: Any) -> dict[str, Any]:
+    """Options by every name the file may use: `ca_dir` and `ca-dir` alike."""
+    names: dict[str, Any] = {}
+    for param in command.params:
+        if param.param_type_name != "option" or param.name is None:
+            continue
+        names[param.name] = param
+        for opt in param.opts:
+            if opt.startswith("--"):
+                names[opt[2:]] = param
+    return names
+
+
+def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
+    """The value as the file gives it (text), checked the way click will convert it.
+
+    Scalars are read as text (YAML's BaseLoader), so `key_mode: 0640` stays "0640" and
+    click converts "90" or "true" exactly as it would on the command line.
+    """
+    from typer import BadParameter
+
+    if value is None:
+        return None
+    if param.multiple and not isinstance(value, list):
+        value = [value]
+    items = value if isinstance(value, list) else [value]
+    if (isinstance(value, list) and not param.multiple) or isinstance(value, dict):
+        raise ConfigError(f"{path}: {key}: expected a single value")
+    if any(not isinstance(item, str) for item in items):
+        raise ConfigError(f"{path}: {key}: expected a list of single values")
+    try:
+        for item in items:
+            param.type.convert(item, param, None)
+    except BadParameter as exc:
+        raise ConfigError(f"{path}: {key}: {exc.message}") from None
+    return value
+
+
+def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
+    """click's `default_map` for the command tree: per command, param name -> value."""
+    if config.path is None:
+        return {}
+    path = config.path
+    tree = dict(_commands(root))
+    by_name = {" ".join(p): p for p in tree}
+    for name in config.commands:
+        if name not in by_name:
+            known = ", ".join(sorted(by_name))
+            raise ConfigError(f"{path}: commands: unknown command {name!r} (one of: {known})")
+    result: dict[str, Any] = {}
+    used: set[str] = set()
+    for cmd_path, command in tree.items():
+        params = _params(command)
+        values: dict[str, Any] = {}
+        if cmd_path not in NO_DEFAULTS:
+            for key, value in config.defaults.items():
+                if key in params:
+                    used.add(key)
+                    param = params[key]
+                    values[str(param.name)] = _converted(path, f"defaults.{key}", param, value)
+        own = config.commands.get(" ".join(cmd_path), {})
+        for key, value in own.items():
+            if key not in params:
+                raise ConfigError(
+                    f"{path}: commands.{' '.join(cmd_path)}.{key}: "
+                    f"`typhapki {' '.join(cmd_path)}` has no option --{key.replace('_', '-')}"
+                )
+            param = params[key]
+            values[str(param.name)] = _converted(
+                path, f"commands.{' '.join(cmd_path)}.{key}", param, value
+            )
+        values = {k: v for k, v in values.items() if v is not None}
+        if values:
+            node = result
+            for part in cmd_path[:-1]:
+                node = node.setdefault(part, {})
+            node[cmd_path[-1]] = values
+    for key in config.defaults:
+        if key not in used:
+            raise ConfigError(
+                f"{path}: defaults.{key}: no command has an option --{key.replace('_', '-')}"
+            )
+    return result
