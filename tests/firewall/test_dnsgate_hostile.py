@@ -218,5 +218,5 @@ def test_truncated_answer_then_closed_tcp_is_one_line_per_host(tmp_path: Path) -
     lines = result.stderr.splitlines()
     for host in QUERIED:
         (line,) = [ln for ln in lines if ln.startswith(f"typhapki: DNS gate: {host}: ")]
-        assert "over TCP: connection closed" in line, line
+        assert "over TCP: connection closed" in line or "Connection reset" in line, line
     assert lines[-1].startswith("typhapki: DNS gate failed for cluster gate: 2 problem(s)")

@@ -432,7 +432,11 @@ class AnswerDns:
                 conn, _ = self.tcp.accept()
             except (TimeoutError, OSError):
                 continue
-            conn.close()  # accept, then hang up: no answer over TCP
+            # Read the query first, so the hang-up is a clean close (FIN), not a reset.
+            conn.settimeout(2)
+            with contextlib.suppress(OSError):
+                conn.recv(4096)
+            conn.close()  # then hang up: no answer over TCP
 
 
 def answer(
