@@ -118,15 +118,18 @@ def test_ca_init_takes_nothing_from_defaults(tmp_path: Path) -> None:
 
 
 def test_no_file_means_no_defaults(tmp_path: Path) -> None:
-    assert nodeconfig.config_path({}) == (nodeconfig.DEFAULT_PATH, False)
-    assert nodeconfig.config_path({"TYPHAPKI_CONFIG": ""}) == (None, True)
+    assert nodeconfig.config_path({}) == nodeconfig.DEFAULT_PATH
+    assert nodeconfig.config_path({"TYPHAPKI_CONFIG": ""}) is None
+    assert nodeconfig.config_path({"TYPHAPKI_CONFIG": "/x.yaml"}) == Path("/x.yaml")
     missing = tmp_path / "absent.yaml"
-    assert nodeconfig.load(missing, explicit=False) == nodeconfig.NodeConfig()
-    with pytest.raises(ConfigError, match=r"absent\.yaml"):
-        nodeconfig.load(missing, explicit=True)  # named on purpose: must exist
+    assert nodeconfig.load(missing) == nodeconfig.NodeConfig()
+    dangling = tmp_path / "dangling.yaml"
+    dangling.symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"dangling\.yaml"):
+        nodeconfig.load(dangling)  # there, but unreadable: an error
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    assert nodeconfig.default_map(nodeconfig.load(empty, True), typer.main.get_command(app)) == {}
+    assert nodeconfig.default_map(nodeconfig.load(empty), typer.main.get_command(app)) == {}
 
 
 BAD = {
@@ -172,7 +175,7 @@ def test_option_long_names_are_accepted(tmp_path: Path) -> None:
     path.write_text(
         "defaults:\n  ca-dir: /ca\n  json: true\ncommands:\n  manifests:\n    format: operator\n"
     )
-    dm = nodeconfig.default_map(nodeconfig.load(path, True), typer.main.get_command(app))
+    dm = nodeconfig.default_map(nodeconfig.load(path), typer.main.get_command(app))
     assert dm["issue"]["ca_dir"] == "/ca"
     assert dm["issue"]["json_out"] == "true"
     assert dm["manifests"]["fmt"] == "operator"
@@ -203,7 +206,7 @@ def test_defaults_reach_every_command_that_has_the_option(
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({"defaults": values}))
     root = typer.main.get_command(app)
-    dm = nodeconfig.default_map(nodeconfig.load(path, True), root)
+    dm = nodeconfig.default_map(nodeconfig.load(path), root)
     for cmd_path, command in nodeconfig._commands(root):
         given_here = dm
         for part in cmd_path:

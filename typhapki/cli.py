@@ -669,8 +669,7 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     from typhapki import nodeconfig
 
     try:
-        path, explicit = nodeconfig.config_path()
-        config = nodeconfig.load(path, explicit)
+        config = nodeconfig.load(nodeconfig.config_path())
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
     except TyphapkiError as exc:
         if argv[:1] == ["facts"] or "--help" in argv:

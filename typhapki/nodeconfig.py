@@ -3,8 +3,8 @@
 Puppet (the typhapki module) writes `/etc/typhapki/typhapki.yaml`, so that
 `typhapki issue`, `check`, `ferm` or `facts` typed by hand on a node does exactly what
 the Puppet run does, with no flags. `$TYPHAPKI_CONFIG` names another file (an empty
-value: no file at all). The default file may be absent (no defaults); a file named by
-`$TYPHAPKI_CONFIG` must exist.
+value: no file at all). An absent file means no defaults (INTERFACES §2), whichever
+path names it.
 
     version: 1
     defaults:              # every command that has the option (not `ca init`)
@@ -50,20 +50,20 @@ class NodeConfig:
     commands: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
-def config_path(environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
-    """The file to read and whether it was named explicitly ($TYPHAPKI_CONFIG)."""
+def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The file to read: $TYPHAPKI_CONFIG (empty: none), else the default path."""
     env = os.environ if environ is None else environ
     if ENV_VAR not in env:
-        return DEFAULT_PATH, False
+        return DEFAULT_PATH
     value = env[ENV_VAR]
-    return (Path(value), True) if value else (None, True)
+    return Path(value) if value else None
 
 
-def load(path: Path | None, explicit: bool) -> NodeConfig:
+def load(path: Path | None) -> NodeConfig:
     """Read and shape-check the file; values are checked against the commands later."""
     if path is None:
         return NodeConfig()
-    if not explicit and not os.path.lexists(path):
+    if not os.path.lexists(path):
         return NodeConfig()
     import yaml
 

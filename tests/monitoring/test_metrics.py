@@ -33,7 +33,7 @@ def promtool_check(text: str) -> None:
 def series(text: str) -> dict[str, float]:
     """name{labels} -> value, from the text format."""
     out = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): a label value may hold U+0085
         if line and not line.startswith("#"):
             key, value = line.rsplit(" ", 1)
             out[key] = float(value)
@@ -57,10 +57,11 @@ def test_healthy_set(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
     assert got['typhapki_set_problems{cluster=""}'] == 0
     leaf = SetPaths(issued).cert(RoleName.TYPHA)
     from typhapki.pki.pem import load_certs
+    from typhapki.pki.x509compat import valid_until
 
     cert = load_certs(leaf, "typha")[0]
     key = 'typhapki_cert_not_after_timestamp_seconds{cluster="",role="typha"}'
-    assert got[key] == cert.not_valid_after_utc.timestamp()
+    assert got[key] == valid_until(cert).timestamp()
     assert got['typhapki_ca_rotation_stage{cluster=""}'] == 0
     assert got['typhapki_ferm_state{status="missing"}'] == 1
     assert all(v == 0 for k, v in got.items() if k.startswith("typhapki_collect_error"))
@@ -75,6 +76,13 @@ def _corrupt_cert(out: Path) -> None:
     cert.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
 
 
+def _fifo_bundle(out: Path) -> None:
+    # A FIFO must not hang the timer's run (read_regular refuses it).
+    bundle = SetPaths(out).bundle
+    bundle.unlink()
+    os.mkfifo(bundle)
+
+
 def _dir_for_key(out: Path) -> None:
     key = SetPaths(out).key(RoleName.FELIX)
     key.unlink()
@@ -84,6 +92,8 @@ def _dir_for_key(out: Path) -> None:
 def _swap_keys(out: Path) -> None:
     paths = SetPaths(out)
     typha, felix = paths.key(RoleName.TYPHA), paths.key(RoleName.FELIX)
+    if not felix.is_file():  # an earlier breakage got there first
+        return
     typha.unlink()
     typha.write_bytes(felix.read_bytes())
 
@@ -109,6 +119,7 @@ def _unreadable_out(out: Path) -> None:
 
 BREAKAGES: dict[str, Callable[[Path], None]] = {
     "corrupt cert": _corrupt_cert,
+    "fifo bundle": _fifo_bundle,
     "dir key": _dir_for_key,
     "swapped key": _swap_keys,
     "empty bundle": _empty_bundle,

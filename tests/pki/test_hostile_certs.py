@@ -3,17 +3,16 @@
 Extensions are duplicated, truncated, dropped, corrupted or bit-flipped (re-signed by
 the right key, so the mutation gets past the signature), or single bits flip anywhere
 in the encoding. Whatever comes out is fed to the core (`check_set`, `ensure_set`,
-`describe`) in process, and to `check`, `inspect`, `issue` and `manifests` as fresh
+`describe`) in process, and to `check`, `inspect`, `issue`, `manifests` and `facts` as fresh
 processes: never a traceback, only documented exit codes, within a time bound, and a
 set that `issue` repairs, or leaves as it was.
 """
 
 from __future__ import annotations
 
-import functools
+import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,9 +104,10 @@ class Pki:
         return Pki(dest)
 
 
-@functools.cache
-def _template() -> Pki:
-    root = Path(tempfile.mkdtemp(prefix="typhapki-hostile-"))
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """One CA and set per module; every example works on its own copy."""
+    root = tmp_path_factory.mktemp("template")
     init_ca(root / "ca", KeyType.ECDSA_P256, 3650, None, force=False)
     ensure_set(root / "out", load_issuer(root / "ca"), PkiSettings(), BOTH)
     return Pki(root)
@@ -170,9 +170,9 @@ hostile = settings(
 @hostile
 @given(mutation=mutations, target=targets)
 def test_core_never_crashes_and_issue_repairs(
-    tmp_path_factory: pytest.TempPathFactory, mutation: Mutation, target: str
+    tmp_path_factory: pytest.TempPathFactory, template: Pki, mutation: Mutation, target: str
 ) -> None:
-    pki = _template().copy(tmp_path_factory.mktemp("pki") / "p")
+    pki = template.copy(tmp_path_factory.mktemp("pki") / "p")
     changed = mutate(pki, target, mutation)
     now = datetime.now(UTC)
     # Parsing either gives certificates whose every field reads, or one ConfigError.
@@ -209,9 +209,9 @@ cli = settings(
 @cli
 @given(mutation=mutations, target=targets)
 def test_check_inspect_and_manifests_as_processes(
-    tmp_path_factory: pytest.TempPathFactory, mutation: Mutation, target: str
+    tmp_path_factory: pytest.TempPathFactory, template: Pki, mutation: Mutation, target: str
 ) -> None:
-    pki = _template().copy(tmp_path_factory.mktemp("pki") / "p")
+    pki = template.copy(tmp_path_factory.mktemp("pki") / "p")
     changed = mutate(pki, target, mutation)
     before = tree(pki.root)
     runs = [
@@ -225,15 +225,19 @@ def test_check_inspect_and_manifests_as_processes(
         if args[0] == "check" and target != "ca" and mutation.kind != "flip-anywhere":
             # A re-signed mutation of a leaf or the bundle is always caught or harmless.
             assert result.returncode in (0, 1)
+    facts = run_cli("facts", "--out", str(pki.out), "--ca-dir", str(pki.ca_dir))
+    _assert_contract(facts.returncode, facts.stdout, facts.stderr, {0})
+    fact = json.loads(facts.stdout)["typhapki"]  # always valid JSON, whatever it found
+    assert fact["ok"] in (True, False)
     assert tree(pki.root) == before  # readers never write
 
 
 @cli
 @given(mutation=mutations, target=targets)
 def test_issue_as_a_process_repairs_or_keeps_the_old_files(
-    tmp_path_factory: pytest.TempPathFactory, mutation: Mutation, target: str
+    tmp_path_factory: pytest.TempPathFactory, template: Pki, mutation: Mutation, target: str
 ) -> None:
-    pki = _template().copy(tmp_path_factory.mktemp("pki") / "p")
+    pki = template.copy(tmp_path_factory.mktemp("pki") / "p")
     mutate(pki, target, mutation)
     before = tree(pki.out)
     result = run_cli("issue", "--ca-dir", pki.ca_dir, "--out", pki.out, timeout=CLI_TIMEOUT)

@@ -309,6 +309,21 @@ def test_writable_by_others_fails_check_and_issue_replaces(
     assert run_cli("check", "--out", issued).returncode == 0
 
 
+def test_a_role_directory_owned_by_someone_else_is_reported_and_refused(
+    issued: Path, ca_dir: Path
+) -> None:
+    require_root()
+    role_dir = SetPaths(issued).role_dir(RoleName.TYPHA)
+    os.chown(role_dir, 12345, 12345)
+    check = run_cli("check", "--out", issued)
+    assert check.returncode == 1
+    assert f"{role_dir}: owned by uid 12345" in check.stdout
+    before = tree(issued)
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", issued)
+    assert_one_line_error(result, 3, str(role_dir), "owned by uid 12345")
+    assert tree(issued) == before
+
+
 def test_garbage_collection_deletes_only_its_own_generations(issued: Path, ca_dir: Path) -> None:
     require_root()
     role_dir = SetPaths(issued).role_dir(RoleName.TYPHA)

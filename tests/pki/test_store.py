@@ -21,6 +21,7 @@ from typhapki.pki.store import (
     locked,
     previous_generation,
     publish,
+    publish_all,
     rollback,
 )
 
@@ -190,3 +191,46 @@ def test_lock_is_exclusive_between_processes(tmp_path: Path) -> None:
     # Released when the holder exits: taking it now succeeds.
     with locked(lock, timeout=5):
         pass
+
+
+def _entries(d: Path) -> dict[str, str]:
+    return {
+        p.name: (os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else "file")
+        for p in d.iterdir()
+    }
+
+
+def test_publish_all_is_all_or_nothing_on_any_error(tmp_path: Path) -> None:
+    """A failure while writing the second directory (here an impossible uid, which is
+    not even an OSError) leaves both directories exactly as they were, no temporaries."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    publish(a, {"x": FileSpec(b"a1")})
+    publish(b, {"k": FileSpec(b"b1", 0o600)})
+    before = (_entries(a), _entries(b))
+    with pytest.raises(OverflowError):
+        publish_all([(a, {"x": FileSpec(b"a2")}), (b, {"k": FileSpec(b"b2", 0o600, uid=2**40)})])
+    assert (_entries(a), _entries(b)) == before
+    assert (a / "x").read_bytes() == b"a1" and (b / "k").read_bytes() == b"b1"
+
+
+def test_a_failed_switch_says_exactly_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    publish(a, {"x": FileSpec(b"a1")})
+    publish(b, {"x": FileSpec(b"b1")})
+    real_replace = os.replace
+
+    def failing(src: str | Path, dst: str | Path) -> None:
+        if Path(dst) == b / DATA_LINK:
+            raise OSError(5, "Input/output error", str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr("typhapki.pki.store.os.replace", failing)
+    with pytest.raises(StoreError) as err:
+        publish_all([(a, {"x": FileSpec(b"a2")}), (b, {"x": FileSpec(b"b2")})])
+    monkeypatch.undo()
+    assert f"switched to the new generation: {a}; left as they were: {b}" in str(err.value)
+    assert (a / "x").read_bytes() == b"a2"
+    assert (b / "x").read_bytes() == b"b1"
+    assert not [p for p in b.iterdir() if p.name.startswith("..tmp")]

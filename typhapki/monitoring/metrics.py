@@ -24,6 +24,7 @@ from typhapki import __version__
 from typhapki.errors import StoreError
 from typhapki.monitoring.status import SOURCES, NodeStatus, rotation_stage
 from typhapki.pki.verify import renewal_due_at
+from typhapki.pki.x509compat import valid_from, valid_until
 
 TEXTFILE_NAME = "typhapki.prom"
 
@@ -100,8 +101,8 @@ def _set_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None
         present.labels(role.value, cluster).set(1 if leaf is not None else 0)
         role_valid.labels(role.value, cluster).set(0 if state.problems else 1)
         if leaf is not None:
-            not_before.labels(role.value, cluster).set(leaf.not_valid_before_utc.timestamp())
-            not_after.labels(role.value, cluster).set(leaf.not_valid_after_utc.timestamp())
+            not_before.labels(role.value, cluster).set(valid_from(leaf).timestamp())
+            not_after.labels(role.value, cluster).set(valid_until(leaf).timestamp())
             due.labels(role.value, cluster).set(renewal_due_at(leaf, status.settings).timestamp())
 
     bundle = report.bundle or []
@@ -113,7 +114,7 @@ def _set_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None
             "bundle_not_after_timestamp_seconds",
             "The earliest notAfter of the CAs in the bundle.",
             ("cluster",),
-        ).labels(cluster).set(min(c.not_valid_after_utc for c in bundle).timestamp())
+        ).labels(cluster).set(min(valid_until(c) for c in bundle).timestamp())
     if status.bundle_published_at is not None:
         gauge(
             "bundle_published_timestamp_seconds",

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typhapki.monitoring.processes import Component
 from typhapki.monitoring.status import NodeStatus
 from typhapki.pki.verify import Problem, renewal_due_at
+from typhapki.pki.x509compat import valid_until
 
 RENEWAL_DUE = "due for renewal"  # verify.validity_problem's wording
 
@@ -85,8 +86,8 @@ def evaluate(status: NodeStatus) -> NagiosResult:
         leaf = role_state.leaf
         if leaf is None:
             continue
-        left = (leaf.not_valid_after_utc - status.now).total_seconds() / 86400
-        window = (leaf.not_valid_after_utc - renewal_due_at(leaf, status.settings)).total_seconds()
+        left = (valid_until(leaf) - status.now).total_seconds() / 86400
+        window = (valid_until(leaf) - renewal_due_at(leaf, status.settings)).total_seconds()
         perfdata.append(f"{role.value}_days_left={left:.2f};{window / 86400:.2f};0")
 
     summaries: list[str]
@@ -99,8 +100,6 @@ def evaluate(status: NodeStatus) -> NagiosResult:
         roles = " and ".join(r.value for r in report.roles)
         summaries = [f"{roles} valid"]
         if perfdata:
-            soonest = min(
-                s.leaf.not_valid_after_utc for s in report.roles.values() if s.leaf is not None
-            )
+            soonest = min(valid_until(s.leaf) for s in report.roles.values() if s.leaf is not None)
             summaries[0] += f", first expiry {soonest:%Y-%m-%d}"
     return NagiosResult(state, "; ".join(summaries), perfdata, details)

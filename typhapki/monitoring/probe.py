@@ -26,6 +26,7 @@ from typhapki.errors import ConfigError, UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import Identity, RoleName
 from typhapki.pki.verify import fingerprint, snapshot_paths
+from typhapki.pki.x509compat import valid_until
 from typhapki.safeio import read_regular
 
 DEFAULT_ADDRESS = "127.0.0.1:5473"
@@ -42,7 +43,7 @@ class CertSummary:
 
     @classmethod
     def of(cls, cert: x509.Certificate) -> CertSummary:
-        return cls(fingerprint(cert), cert.not_valid_after_utc)
+        return cls(fingerprint(cert), valid_until(cert))
 
     def as_dict(self) -> dict[str, str]:
         return {

@@ -17,7 +17,7 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
+from typhapki.pki.pem import file_exists, load_certs, load_key, read_file, valid_from
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -119,14 +119,14 @@ def load_issuer(ca_dir: Path) -> Issuer:
         raise RefusedError(f"{paths.cert}: CA {why}; refusing to sign with it")
     if public_key_der(key) != public_key_der(cert.public_key()):
         raise ConfigError(f"{paths.key}: does not match the CA certificate {paths.cert}")
-    now = datetime.now(UTC)
-    if now < cert.not_valid_before_utc:
+    now, starts = datetime.now(UTC), valid_from(cert)
+    if now < starts:
         # Leaves it signed now would not be valid yet either, and would be reissued on
         # every run until the clocks agree: refuse before anything is written.
-        ahead = (cert.not_valid_before_utc - now).total_seconds() / 60
+        ahead = (starts - now).total_seconds() / 60
         raise RefusedError(
             f"{paths.cert}: CA is not valid until "
-            f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
+            f"{starts:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
             "this host's clock, or the clock of the host that made the CA, is wrong"
         )
     if datetime.now(UTC) >= cert.not_valid_after_utc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography import x509
@@ -48,6 +49,18 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def valid_from(cert: x509.Certificate) -> datetime:
+    """notBefore, aware UTC, on cryptography 38 (bookworm) as on the newest release."""
+    aware = getattr(cert, "not_valid_before_utc", None)
+    return aware if isinstance(aware, datetime) else cert.not_valid_before.replace(tzinfo=UTC)
+
+
+def valid_until(cert: x509.Certificate) -> datetime:
+    """notAfter, aware UTC, on cryptography 38 (bookworm) as on the newest release."""
+    aware = getattr(cert, "not_valid_after_utc", None)
+    return aware if isinstance(aware, datetime) else cert.not_valid_after.replace(tzinfo=UTC)
+
+
 def touch_everything(cert: x509.Certificate) -> None:
     """Read every field typhapki relies on, so that later reads cannot raise.
 
@@ -59,9 +72,21 @@ def touch_everything(cert: x509.Certificate) -> None:
     cert.issuer.rfc4514_string()
     if cert.serial_number <= 0:  # Go refuses these since 1.23, cryptography will too
         raise ValueError("serial number is not positive")
-    _ = cert.not_valid_before_utc, cert.not_valid_after_utc
+    _ = valid_from(cert), valid_until(cert)
     cert.public_key()
     cert.fingerprint(hashes.SHA256())
+
+
+def _load_pem_bundle(data: bytes) -> list[x509.Certificate]:
+    """Every certificate of a PEM bundle (built into cryptography >= 39)."""
+    loader = getattr(x509, "load_pem_x509_certificates", None)
+    if loader is not None:
+        return list(loader(data))
+    end = b"-----END CERTIFICATE-----"
+    blocks = data.split(end)[:-1]
+    if not blocks:
+        raise ValueError("no certificate found")
+    return [x509.load_pem_x509_certificate(block + end + b"\n") for block in blocks]
 
 
 def parse_certs(data: bytes, source: str) -> list[x509.Certificate]:
@@ -72,7 +97,7 @@ def parse_certs(data: bytes, source: str) -> list[x509.Certificate]:
         with warnings.catch_warnings():
             # A non-positive serial warns here and is refused below, as one line.
             warnings.simplefilter("ignore")
-            certs = x509.load_pem_x509_certificates(data)
+            certs = _load_pem_bundle(data)
     except ValueError:
         raise ConfigError(f"{source}: corrupt PEM certificate") from None
     except Exception as exc:  # cryptography raises several types for junk

@@ -306,14 +306,31 @@ def _discard(prepared: _Prepared) -> None:
 def _switch(prepared: _Prepared) -> None:
     """Make a prepared generation live: renames only, ``..data`` first."""
     directory = prepared.directory
-    for tmp_link, final in prepared.links:
-        os.replace(directory / tmp_link, directory / final)
+    for done, (tmp_link, final) in enumerate(prepared.links):
+        try:
+            os.replace(directory / tmp_link, directory / final)
+        except OSError as exc:
+            for rest, _ in prepared.links[done:]:
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / rest)
+            if done == 0:  # ..data not switched: the new generation was never live
+                _remove_own_dir(directory / prepared.generation)
+            raise _SwitchError(exc, live=done > 0) from None
     if not prepared.keep_old:
         # The old generation held something that must not come back (an exposed key):
         # no ..previous, so neither rollback nor a reader can make it live again.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(directory / PREVIOUS_LINK)
     _fsync_dir(directory)
+
+
+class _SwitchError(OSError):
+    """A rename of the switch failed; `live` says whether ``..data`` had switched."""
+
+    def __init__(self, original: OSError, live: bool) -> None:
+        super().__init__(original.errno, original.strerror, original.filename)
+        self.original = original
+        self.live = live
 
 
 def _error_text(exc: OSError, fallback: Path) -> str:
@@ -353,15 +370,20 @@ def publish_all(
     switched: list[Path] = []
     for done in prepared:
         try:
-            _switch(done)
+            try:
+                _switch(done)
+            except _SwitchError as failed:
+                if failed.live:
+                    switched.append(done.directory)
+                raise failed.original from None
         except OSError as exc:
             rest = [p.directory for p in prepared if p.directory not in switched]
-            for later in prepared[len(switched) + 1 :]:
+            for later in prepared[prepared.index(done) + 1 :]:
                 _discard(later)
             made_live = ", ".join(map(str, switched)) or "none"
             raise StoreError(
                 f"{_error_text(exc, done.directory)}; switched to the new generation: "
-                f"{made_live}; left as they were: {', '.join(map(str, rest))}"
+                f"{made_live}; left as they were: {', '.join(map(str, rest)) or 'none'}"
             ) from None
         switched.append(done.directory)
     for done in prepared:

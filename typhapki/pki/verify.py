@@ -22,7 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.pem import load_certs, load_key
+from typhapki.pki.pem import load_certs, load_key, valid_from
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
@@ -273,13 +273,13 @@ def check_bundle(
             problems.append(problem(f"{name} in the bundle is not a CA certificate"))
         elif (why := ca_unfit(ca)) is not None:
             problems.append(Problem("bundle", path, f"CA {name} {why}", Fix.ROTATE_CA))
-        elif now < ca.not_valid_before_utc:
+        elif now < valid_from(ca):
             problems.append(
                 Problem(
                     "bundle",
                     path,
                     f"CA {name} is not valid until "
-                    f"{ca.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)",
+                    f"{valid_from(ca):%Y-%m-%dT%H:%M:%SZ} (clock skew?)",
                     Fix.ROTATE_CA,
                 )
             )
@@ -506,6 +506,8 @@ def directory_problems(
     if not stat.S_ISDIR(st.st_mode):
         return []  # reported as a missing file by whoever reads inside it
     out = []
+    if st.st_uid not in (0, os.geteuid()):
+        out.append(f"owned by uid {st.st_uid}, not by root: its owner could swap the keys")
     if st.st_mode & 0o022:
         out.append(f"directory mode {stat.S_IMODE(st.st_mode):04o} lets others write into it")
     if not managed:
