@@ -16,13 +16,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cryptography import x509
-
 from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import check_set
+from typhapki.pki.x509compat import load_pem_certificates
 
 
 def median_us(fn: object, runs: int) -> float:
@@ -45,7 +44,7 @@ def main() -> None:
         both = [RoleName.TYPHA, RoleName.FELIX]
         ensure_set(root / "out", load_issuer(root / "ca"), PkiSettings(), both)
         pem = SetPaths(root / "out").cert(RoleName.TYPHA).read_bytes()
-        lazy = median_us(lambda: x509.load_pem_x509_certificates(pem), args.runs)
+        lazy = median_us(lambda: load_pem_certificates(pem), args.runs)
         eager = median_us(lambda: parse_certs(pem, "typha.crt"), args.runs)
         now = datetime.now(UTC)
         paths = SetPaths(root / "out")

@@ -2,6 +2,7 @@
 # Install everything typhapki, its demo and its tests need on a fresh Debian machine:
 # the system components the tests drive for real, then a virtualenv with the package.
 # Idempotent: a second run only checks. Usage: bash scripts/setup.sh [VENV_DIR]
+# TYPHAPKI_NEWEST=1 (scripts/test.sh) also upgrades every Python dependency to its newest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-${TYPHAPKI_VENV:-.venv}}
@@ -33,5 +34,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+if [ "${TYPHAPKI_NEWEST:-}" = 1 ]; then
+  # CI's newest leg: every dependency at its newest release (no caps in pyproject.toml).
+  "$VENV/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[test]"
+else
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+fi
 echo "setup: system packages and $VENV ready"

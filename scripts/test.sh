@@ -1,15 +1,129 @@
 #!/usr/bin/env bash
-# Set up, then run the linters, the type checker and the whole test suite.
-# This is the command the README gives and the one CI runs.
+# Set up, then everything CI checks, in this order (what `.ci/run` runs):
+#   1. setup        system packages, and .venv with the newest PyPI releases
+#   2. lint         ruff check, ruff format --check, mypy
+#   3. newest leg   the whole suite on the checkout with the newest PyPI releases
+#   4. deb          dpkg-buildpackage (offline, in a copy) and lintian
+#   5. install      apt-get install ./dist/typhapki_*.deb on this machine
+#   6. debian leg   the whole suite AGAIN against the installed package on Debian's own
+#                   python3 libraries: a --system-site-packages venv of /usr/bin/python3
+#                   with only the test tools from PyPI, run from a copy of the tree
+#                   without typhapki/, so `import typhapki` can only find
+#                   /usr/lib/python3/dist-packages (tests/test_legs.py asserts it).
+# Arguments go to both pytest runs (e.g. `bash scripts/test.sh -x tests/pki`).
+# TYPHAPKI_LEGS=newest (or debian) runs one leg only; not allowed under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 VENV=${TYPHAPKI_VENV:-.venv}
-bash scripts/setup.sh "$VENV"
-export PATH="$PWD/$VENV/bin:$PATH"
-echo "== ruff"
+DEB_VENV=${TYPHAPKI_DEB_VENV:-.venv-debian}
+LEGS=${TYPHAPKI_LEGS:-newest debian}
+CI=${CI:-}
+if [ "$CI" = true ] && [ "$LEGS" != "newest debian" ]; then
+  echo "test.sh: CI runs both legs (TYPHAPKI_LEGS=$LEGS refused)" >&2
+  exit 2
+fi
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+TIMINGS=()
+phase_start=0
+phase() {  # phase NAME: print a header, and the time of the previous phase
+  phase_end
+  PHASE=$1
+  phase_start=$SECONDS
+  echo "== $PHASE"
+}
+phase_end() {
+  if [ -n "${PHASE:-}" ]; then
+    TIMINGS+=("$(printf '%-40s %4ds' "$PHASE" $((SECONDS - phase_start)))")
+    PHASE=""
+  fi
+}
+report() {
+  phase_end
+  echo "== timings"
+  printf '   %s\n' "${TIMINGS[@]}"
+  printf '   %-40s %4ds\n' total "$SECONDS"
+}
+trap report EXIT
+
+# pytest exit 5 means "no test collected": fine when arguments selected nothing in this
+# leg, a failure when the whole suite was asked for (something hid every test).
+run_pytest() {
+  local rc=0
+  "$@" || rc=$?
+  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
+    echo "(no test selected in this leg by: ${ARGS[*]})"
+    return 0
+  fi
+  return "$rc"
+}
+ARGS=("$@")
+NARGS=$#
+
+phase "setup"
+TYPHAPKI_NEWEST=1 bash scripts/setup.sh "$VENV"
+SYSTEM_PATH=$PATH
+export PATH="$ROOT/$VENV/bin:$SYSTEM_PATH"
+
+phase "lint: ruff, ruff format --check, mypy"
 ruff check typhapki tests bench
 ruff format --check typhapki tests bench
-echo "== mypy"
 mypy
-echo "== pytest"
-pytest -q -p no:cacheprovider "$@"
+
+if [[ " $LEGS " == *" newest "* ]]; then
+  phase "pytest, newest PyPI releases (checkout)"
+  TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider "$@"
+fi
+
+if [[ " $LEGS " == *" debian "* ]]; then
+  phase "deb: dpkg-buildpackage + lintian"
+  deb=$(bash scripts/build-deb.sh dist)
+  echo "built $deb"
+
+  phase "install: apt-get install ./$(basename "$deb")"
+  apt_log=$(mktemp)
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -q \
+    --reinstall --no-install-recommends "$deb" >"$apt_log" 2>&1; then
+    cat "$apt_log" >&2
+    exit 1
+  fi
+  # What apt pulled in: Debian packages only (the .deb's Depends), nothing from pip.
+  grep -E '^(Setting up|Unpacking) ' "$apt_log" | sed 's/^/   /' || true
+  rm -f "$apt_log"
+  dpkg-query -W -f '${Package} ${Version} ${Status}\n' typhapki
+
+  phase "debian venv: /usr/bin/python3 + test tools from PyPI"
+  if [ ! -x "$DEB_VENV/bin/python" ]; then
+    /usr/bin/python3 -m venv --system-site-packages "$DEB_VENV"
+  fi
+  # The test tools may not replace a Debian library inside the venv: pin what Debian
+  # has (pip fails on a conflict instead of shadowing python3-yaml, say).
+  constraints=$(mktemp)
+  /usr/bin/python3 - >"$constraints" <<'EOF'
+import importlib.metadata as md
+for dist in ("typer", "click", "cryptography", "dnspython", "Jinja2", "MarkupSafe",
+             "PyYAML", "prometheus-client", "cffi", "idna", "rich", "typing_extensions"):
+    try:
+        print(f"{dist}=={md.version(dist)}")
+    except md.PackageNotFoundError:
+        pass
+EOF
+  "$DEB_VENV/bin/python" -m pip install -q -c "$constraints" \
+    pytest hypothesis pre-commit kubernetes-validate
+  rm -f "$constraints"
+
+  phase "pytest, Debian python3 libraries (installed .deb)"
+  copy=$(mktemp -d /tmp/typhapki-debian-leg.XXXXXX)
+  git ls-files -z --cached --others --exclude-standard | sort -zu |
+    while IFS= read -r -d '' f; do
+      if [ -e "$f" ] && [[ $f != typhapki/* ]]; then printf '%s\0' "$f"; fi
+    done | tar --null -T - -cf - | tar -xf - -C "$copy"
+  rc=0
+  # Only the Debian venv on PATH: no `typhapki` of the checkout's venv to find.
+  (cd "$copy" && PATH="$ROOT/$DEB_VENV/bin:$SYSTEM_PATH" \
+    TYPHAPKI_EXPECT_LIBS=debian TYPHAPKI_SOURCE="$ROOT" \
+    run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider "$@") || rc=$?
+  rm -rf "$copy"
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi

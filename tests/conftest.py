@@ -14,6 +14,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Which library set this run tests (scripts/test.sh sets it; tests/test_legs.py checks it):
+# "newest": the checkout in a venv with the newest PyPI releases;
+# "debian": the installed .deb (/usr/bin/typhapki, /usr/lib/python3/dist-packages) on
+#           Debian's python3 libraries, from a copy of tests/ without the typhapki/ source;
+# "": a developer's own run.
+LEG = os.environ.get("TYPHAPKI_EXPECT_LIBS", "")
+DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
+INSTALLED_COMMAND = Path("/usr/bin/typhapki")
+# The source checkout, for tests that build from it (wheel, pre-commit's repository).
+# In the Debian leg ROOT is a copy without typhapki/, and this points at the checkout.
+SOURCE = Path(os.environ.get("TYPHAPKI_SOURCE", str(ROOT))).resolve()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A leg that would silently test the wrong code stops before the first test."""
+    if LEG not in ("", "newest", "debian"):
+        raise pytest.UsageError(f"TYPHAPKI_EXPECT_LIBS={LEG!r}: expected newest or debian")
+    if LEG == "debian":
+        import typhapki
+
+        where = Path(typhapki.__file__).resolve()
+        if not where.is_relative_to(DEBIAN_DIST_PACKAGES):
+            raise pytest.UsageError(
+                f"Debian leg imports typhapki from {where}, not {DEBIAN_DIST_PACKAGES}"
+            )
+
 
 def require(*tools: str) -> None:
     """Skip locally, fail under CI, when a real component is not installed."""
@@ -41,7 +67,10 @@ class CliResult:
 
 
 def typhapki_cmd() -> list[str]:
-    """The installed console script when there is one, else the module."""
+    """The Debian package's /usr/bin/typhapki in the Debian leg; else the console script
+    beside this interpreter (the venv) when there is one, else the module."""
+    if LEG == "debian":
+        return [str(INSTALLED_COMMAND)]
     exe = Path(sys.executable).parent / "typhapki"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
 

@@ -11,10 +11,11 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from types import SimpleNamespace
+from typing import Any, List, Optional, Union, get_args, get_origin
 
 import typer
 
@@ -670,6 +671,8 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
 
     try:
         config = nodeconfig.load(nodeconfig.config_path())
+        if config.path is None:  # no file: skip building click's tree (~60 ms)
+            return {}, None
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
     except TyphapkiError as exc:
         if argv[:1] == ["facts"] or "--help" in argv:
@@ -678,11 +681,147 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
         raise SystemExit(exc.exit_code) from None
 
 
+# --- the fast path of the commands Puppet runs on every agent run ---------------------
+# `check` (an exec's unless) and `facts` (a Facter fact) run on every node every 30
+# minutes. typer >= 0.29 converts each option through pydantic at parse time, which costs
+# ~100 ms per run (docs/performance.md, bench/bench_libsets.py). For a plain command line
+# of these commands, main() hands the callback the same keyword arguments typer would,
+# read from the callback's own typer.Option declarations; anything else (--help, an
+# unknown, repeated or malformed option, a value that does not convert, a missing
+# required option) goes to typer, which parses it and reports it as usual.
+FAST_COMMANDS = ("check", "facts")
+_FAST_TYPES: tuple[type, ...] = (str, Path, int, float)
+
+
+@dataclass(frozen=True)
+class _FastOption:
+    name: str  # the callback's parameter
+    kind: type  # str, Path, int, float or bool (a flag)
+    multiple: bool
+
+
+def _fast_options(
+    callback: Callable[..., Any], obj: Any = None
+) -> tuple[dict[str, _FastOption], dict[str, Any]]:
+    """Option string -> option, and the callback's defaults, from its typer declarations.
+    Raises LookupError for a declaration the fast path does not handle."""
+    options: dict[str, _FastOption] = {}
+    defaults: dict[str, Any] = {}
+    for param in inspect.signature(callback, eval_str=True).parameters.values():
+        info = param.default
+        if param.annotation is typer.Context:
+            defaults[param.name] = SimpleNamespace(args=[], obj=obj)  # what facts reads
+            continue
+        if not isinstance(info, typer.models.OptionInfo):
+            raise LookupError(param.name)
+        kind, multiple = param.annotation, False
+        if get_origin(kind) is Union:  # Optional[X]
+            (kind,) = [a for a in get_args(kind) if a is not type(None)]
+        if get_origin(kind) in (list, List):
+            (kind,) = get_args(kind)
+            multiple = True
+        decls = list(info.param_decls or ())
+        if kind not in (*_FAST_TYPES, bool) or any("/" in d for d in decls) or not decls:
+            raise LookupError(param.name)
+        if kind is bool and (multiple or info.default is not False):
+            raise LookupError(param.name)
+        for decl in decls:
+            options[decl] = _FastOption(param.name, kind, multiple)
+        defaults[param.name] = info.default
+    return options, defaults
+
+
+def _fast_value(option: _FastOption, value: Any) -> Any:
+    """A value as typer would hand it to the callback; ValueError if unsure."""
+    if option.kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(value)
+    if option.kind in (str, Path) and not isinstance(value, str):
+        raise ValueError(value)  # typer 0.7 takes 30 for a path, typer 0.29 refuses it
+    text = str(value)
+    if not text or text.startswith("-"):
+        raise ValueError(text)  # missing, empty or option-like: typer decides
+    return option.kind(text)
+
+
+def fast_parse(
+    argv: list[str], default_map: Mapping[str, Any] | None = None, obj: Any = None
+) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+    """The callback and its keyword arguments for a plain `check`/`facts` command line,
+    or None when typer must parse it. `default_map` and `obj` as click's (the node
+    configuration file's defaults: flags win)."""
+    if not argv or argv[0] not in FAST_COMMANDS:
+        return None
+    callback = next(c.callback for c in app.registered_commands if c.name == argv[0])
+    if callback is None:
+        return None
+    try:
+        options, kwargs = _fast_options(callback, obj)
+        by_name = {o.name: o for o in options.values()}
+        for name, value in dict((default_map or {}).get(argv[0], {})).items():
+            configured = by_name[name]  # KeyError: not an option of ours
+            if configured.multiple:
+                if not isinstance(value, list | tuple):
+                    return None
+                kwargs[name] = [_fast_value(configured, v) for v in value]
+            else:
+                kwargs[name] = _fast_value(configured, value)
+    except (LookupError, ValueError, TypeError):
+        return None
+    given: set[str] = set()
+    args = iter(argv[1:])
+    for token in args:
+        decl, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        option = options.get(decl)
+        if option is None:
+            return None  # --help, a positional or unknown word, -abc
+        if option.name in given and not option.multiple:
+            return None
+        if option.kind is bool:
+            if eq:
+                return None
+            kwargs[option.name] = True
+            given.add(option.name)
+            continue
+        if not eq:
+            value = next(args, "")
+        try:
+            converted = _fast_value(option, value)
+        except ValueError:
+            return None
+        if option.multiple:  # flags replace the configured list, as with click
+            earlier = kwargs[option.name] if option.name in given else []
+            kwargs[option.name] = [*(earlier or []), converted]
+        else:
+            kwargs[option.name] = converted
+        given.add(option.name)
+    if any(v is ... for v in kwargs.values()):
+        return None  # a required option is missing
+    return callback, kwargs
+
+
 def main() -> int:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
+    tests compare both paths with the same default_map (tests/test_cli_fast_path.py).
+    """
     try:
         defaults, config_error = _node_defaults(sys.argv[1:])
-        app(standalone_mode=True, default_map=defaults, obj=CliState(config_error))
+        state = CliState(config_error)
+        if not os.environ.get("TYPHAPKI_NO_FAST_PATH"):
+            fast = fast_parse(sys.argv[1:], defaults, state)
+            if fast is not None:
+                callback, kwargs = fast
+                try:
+                    callback(**kwargs)
+                except typer.Exit as exc:
+                    return int(exc.exit_code)
+                return 0
+        app(standalone_mode=True, default_map=defaults, obj=state)
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)

@@ -160,8 +160,12 @@ def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
     if any(not isinstance(item, str) for item in items):
         raise ConfigError(f"{path}: {key}: expected a list of single values")
     try:
-        for item in items:
-            param.type.convert(item, param, None)
+        if getattr(param, "type", None) is not None:  # click's types (typer 0.7 ... 0.28)
+            for item in items:
+                param.type.convert(item, param, None)
+        else:  # typer >= 0.29: no click type, its own (pydantic) coercion of the value
+            runtime = param.get_runtime_param()
+            runtime.coerce(items if param.multiple else items[0], param=param, ctx=None)
     except BadParameter as exc:
         raise ConfigError(f"{path}: {key}: {exc.message}") from None
     return value

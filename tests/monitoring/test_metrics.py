@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error, require, run_cli
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
+from typhapki.pki.x509compat import valid_until
 
 
 def promtool_check(text: str) -> None:
@@ -57,7 +58,6 @@ def test_healthy_set(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
     assert got['typhapki_set_problems{cluster=""}'] == 0
     leaf = SetPaths(issued).cert(RoleName.TYPHA)
     from typhapki.pki.pem import load_certs
-    from typhapki.pki.x509compat import valid_until
 
     cert = load_certs(leaf, "typha")[0]
     key = 'typhapki_cert_not_after_timestamp_seconds{cluster="",role="typha"}'

@@ -41,6 +41,7 @@ from typhapki.pki.settings import (
     PkiSettings,
     RoleName,
 )
+from typhapki.pki.x509compat import load_pem_certificates, valid_until
 
 # The session-wide build of the peers, as a fixture of this module.
 go_peers = gopeers.go_peers
@@ -283,7 +284,7 @@ def test_expired_leaf_is_refused(
     identity = Identity(DEFAULT_TYPHA_CN if role is RoleName.TYPHA else DEFAULT_FELIX_CN, None)
     # Valid for the few minutes the CA's own backdating allows, over a minute ago.
     expired = build_leaf(issuer, key, role, identity, not_after=now - timedelta(minutes=1), now=now)
-    assert expired.not_valid_after_utc < now
+    assert valid_until(expired) < now
     cert = write_pair(tmp_path / "expired", role.value, expired, key)
     key_path = cert.with_suffix(".key")
 
@@ -320,7 +321,7 @@ def test_rotation_bundle_accepts_leaves_from_either_ca(
     ensure_set(sets["old"], old, PkiSettings(), BOTH, trusted=[new.cert])
     ensure_set(sets["new"], new, PkiSettings(), BOTH, trusted=[old.cert])
     for out in sets.values():
-        bundle = x509.load_pem_x509_certificates(SetPaths(out).bundle.read_bytes())
+        bundle = load_pem_certificates(SetPaths(out).bundle.read_bytes())
         assert {c.subject for c in bundle} == {old.cert.subject, new.cert.subject}
 
     for typha_from, out in sets.items():

@@ -17,6 +17,7 @@ from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import fingerprint
+from typhapki.pki.x509compat import valid_until
 from typhapki.puppet.facts import FactRequest, file_state, gather
 
 
@@ -55,7 +56,7 @@ def test_valid_set_is_described_like_the_files_on_disk(issued: Path, ca_dir: Pat
         assert info["issuer"] == ca.subject.rfc4514_string()
         assert info["issuer_sha256_fingerprint"] == fingerprint(ca)
         assert info["renewal_due"] is False
-        assert info["not_after"] == f"{leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+        assert info["not_after"] == f"{valid_until(leaf):%Y-%m-%dT%H:%M:%SZ}"
         assert info["valid"] is True
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require
+from tests.conftest import SOURCE, require
 from tests.puppet.test_lint import (  # noqa: F401 - the dnsmasq_server fixture
     CLUSTERS,
     RECORDS,
@@ -56,13 +56,13 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> HookRepo:
     snapshot = base / "typhapki"
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
+        cwd=SOURCE,
         check=True,
         capture_output=True,
         timeout=60,
     ).stdout.decode()
     for name in filter(None, listed.split("\0")):
-        source = ROOT / name
+        source = SOURCE / name
         if source.is_file():  # deleted-but-tracked files are skipped
             (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, snapshot / name)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
 from typhapki.errors import UsageError
+from typhapki.pki.x509compat import valid_until
 
 
 def sign(
@@ -41,6 +42,6 @@ def sign(
         print(
             f"{cert_out}: {roles[0].value} certificate serial {leaf.serial_number:x} "
             f"({settings.identity(roles[0]).describe()}), valid until "
-            f"{leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+            f"{valid_until(leaf):%Y-%m-%dT%H:%M:%SZ}"
         )
     return 0

@@ -52,11 +52,21 @@ DEFAULT_PREFIX_V6 = 64
 
 
 def _default_templates() -> Path:
-    """The repository's ferm_templates/, or the copy a wheel installs under share/."""
-    in_tree = Path(__file__).resolve().parents[2] / "ferm_templates"
-    if in_tree.is_dir():
-        return in_tree
-    return Path(sys.prefix) / "share" / "typhapki" / "ferm_templates"
+    """Where the bundled STYLE.ferm.j2 templates are, first found of:
+
+    - the repository's ferm_templates/ (a checkout, an editable install);
+    - PREFIX/share/typhapki/ferm_templates for the prefix the package is installed
+      under (PREFIX/lib/python3*/{site,dist}-packages/typhapki: a wheel in a venv, the
+      .deb's /usr/lib/python3/dist-packages -> /usr/share/typhapki/ferm_templates);
+    - sys.prefix/share/typhapki/ferm_templates.
+    """
+    here = Path(__file__).resolve().parents
+    share = Path("share") / "typhapki" / "ferm_templates"
+    candidates = [here[2] / "ferm_templates"]
+    if len(here) > 5:
+        candidates.append(here[5] / share)
+    candidates.append(Path(sys.prefix) / share)
+    return next((c for c in candidates if c.is_dir()), candidates[-1])
 
 
 TEMPLATES_DIR = _default_templates()

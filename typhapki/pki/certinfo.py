@@ -12,6 +12,7 @@ from cryptography import x509
 
 from typhapki.pki.profiles import key_type_of
 from typhapki.pki.verify import eku_names, fingerprint, is_ca, subject_cn, uri_sans
+from typhapki.pki.x509compat import valid_from, valid_until
 
 
 def _iso(when: datetime) -> str:
@@ -27,7 +28,7 @@ def describe(cert: x509.Certificate, now: datetime) -> dict[str, Any]:
     except x509.ExtensionNotFound:
         dns, ips = [], []
     key_type = key_type_of(cert.public_key())
-    left = (cert.not_valid_after_utc - now).total_seconds() / 86400
+    left = (valid_until(cert) - now).total_seconds() / 86400
     return {
         "subject": cert.subject.rfc4514_string(),
         "common_name": subject_cn(cert),
@@ -40,8 +41,8 @@ def describe(cert: x509.Certificate, now: datetime) -> dict[str, Any]:
         "serial": format(cert.serial_number, "x"),
         "sha256_fingerprint": fingerprint(cert),
         "key_type": key_type.value if key_type else type(cert.public_key()).__name__,
-        "not_before": _iso(cert.not_valid_before_utc),
-        "not_after": _iso(cert.not_valid_after_utc),
+        "not_before": _iso(valid_from(cert)),
+        "not_after": _iso(valid_until(cert)),
         "days_left": round(left, 2),
         "expired": left <= 0,
     }

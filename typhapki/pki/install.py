@@ -39,6 +39,7 @@ from typhapki.pki.verify import (
     renewal_due_at,
     snapshot_paths,
 )
+from typhapki.pki.x509compat import valid_until
 from typhapki.safeio import read_regular
 
 STAGING_DIR = ".typhapki-staging"  # inside OUT, 0700; never mounted into a pod
@@ -63,10 +64,9 @@ def _judge_bundle(bundle: Sequence[x509.Certificate], source: Path, now: datetim
         name = ca.subject.rfc4514_string()
         if not is_ca(ca):
             raise RefusedError(f"{source}: {name} is not a CA certificate; nothing installed")
-        if now >= ca.not_valid_after_utc:
+        if now >= valid_until(ca):
             raise RefusedError(
-                f"{source}: CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}; "
-                "nothing installed"
+                f"{source}: CA {name} expired at {valid_until(ca):%Y-%m-%d}; nothing installed"
             )
 
 

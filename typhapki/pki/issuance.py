@@ -43,6 +43,7 @@ from typhapki.pki.verify import (
     is_ca,
     judge_role,
 )
+from typhapki.pki.x509compat import valid_until
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -129,9 +130,9 @@ def load_issuer(ca_dir: Path) -> Issuer:
             f"{starts:%Y-%m-%dT%H:%M:%SZ} ({ahead:.0f} minutes from now): "
             "this host's clock, or the clock of the host that made the CA, is wrong"
         )
-    if datetime.now(UTC) >= cert.not_valid_after_utc:
+    if datetime.now(UTC) >= valid_until(cert):
         raise RefusedError(
-            f"{paths.cert}: CA expired at {cert.not_valid_after_utc:%Y-%m-%d}; rotate it "
+            f"{paths.cert}: CA expired at {valid_until(cert):%Y-%m-%d}; rotate it "
             "(docs/rotation.md)"
         )
     return Issuer(cert, key)
@@ -229,7 +230,7 @@ def verify_issued(
     state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
     judge_role(state, settings, bundle, signing_ca, now)
     leaf = chain[0]
-    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    lifetime = valid_until(leaf) - valid_from(leaf)
     if lifetime > timedelta(days=settings.days) + LIFETIME_SLACK:
         state.problems.append(
             Problem(
@@ -241,14 +242,14 @@ def verify_issued(
         )
     # A signer may sign past its own CA's end (cfssl does): the set would stop working
     # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
-    usable_until = min(leaf.not_valid_after_utc, signing_ca.not_valid_after_utc)
+    usable_until = min(valid_until(leaf), valid_until(signing_ca))
     if not state.problems and usable_until - now <= settings.renew_window(lifetime):
         state.problems.append(
             Problem(
                 role.value,
                 state.cert_path,
                 f"its CA {signing_ca.subject.rfc4514_string()} expires "
-                f"{signing_ca.not_valid_after_utc:%Y-%m-%d}, inside the renewal window: "
+                f"{valid_until(signing_ca):%Y-%m-%d}, inside the renewal window: "
                 "rotate the CA first (docs/rotation.md)",
                 Fix.ROTATE_CA,
             )

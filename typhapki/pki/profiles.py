@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.pki.settings import Identity, KeyType, RoleName
+from typhapki.pki.x509compat import valid_from
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -141,7 +142,7 @@ def build_leaf(
         .issuer_name(issuer.cert.subject)
         .public_key(public)
         .serial_number(random_serial())
-        .not_valid_before(max(now - BACKDATE, issuer.cert.not_valid_before_utc))
+        .not_valid_before(max(now - BACKDATE, valid_from(issuer.cert)))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(

@@ -40,6 +40,7 @@ from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs, parse_certs, read_file
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport, check_set, find_issuer, fingerprint, is_ca
+from typhapki.pki.x509compat import valid_from, valid_until
 
 if TYPE_CHECKING:
     from typhapki.pki.issuance import Change
@@ -357,12 +358,10 @@ def describe_rotation(report: SetReport) -> dict[str, Any]:
         if signers <= {fingerprint(bundle[0])}:
             stage = Stage.NONE
     elif len(bundle) == 2:
-        first, second = sorted(
-            bundle, key=lambda c: (c.not_valid_before_utc, c.not_valid_after_utc)
-        )
-        if (first.not_valid_before_utc, first.not_valid_after_utc) != (
-            second.not_valid_before_utc,
-            second.not_valid_after_utc,
+        first, second = sorted(bundle, key=lambda c: (valid_from(c), valid_until(c)))
+        if (valid_from(first), valid_until(first)) != (
+            valid_from(second),
+            valid_until(second),
         ):
             old_fp, new_fp = fingerprint(first), fingerprint(second)
             out["old_ca"], out["new_ca"] = old_fp, new_fp

@@ -26,6 +26,7 @@ from typhapki.pki.pem import load_certs, load_key, valid_from
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
+from typhapki.pki.x509compat import valid_until, verify_directly_issued_by
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
 UNTRUSTED_DATA = "..data-untrusted"
@@ -188,7 +189,7 @@ def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     if ca_unfit(ca) is not None or signature_hash_name(cert) in WEAK_SIGNATURE_HASHES:
         return False
     try:
-        cert.verify_directly_issued_by(ca)
+        verify_directly_issued_by(cert, ca)
     except (ValueError, TypeError, Exception):  # InvalidSignature and friends
         return False
     return True
@@ -214,21 +215,21 @@ def unsigned_reason(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> 
 
 def renewal_due_at(cert: x509.Certificate, settings: PkiSettings) -> datetime:
     """This node's renewal moment for `cert` (spread by node name, inside the window)."""
-    return settings.renewal_moment(cert.not_valid_before_utc, cert.not_valid_after_utc)
+    return settings.renewal_moment(valid_from(cert), valid_until(cert))
 
 
 def validity_problem(cert: x509.Certificate, settings: PkiSettings, now: datetime) -> str | None:
-    if now < cert.not_valid_before_utc:
-        return f"not valid until {cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
-    if now >= cert.not_valid_after_utc:
-        return f"expired at {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+    if now < valid_from(cert):
+        return f"not valid until {valid_from(cert):%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
+    if now >= valid_until(cert):
+        return f"expired at {valid_until(cert):%Y-%m-%dT%H:%M:%SZ}"
     due = renewal_due_at(cert, settings)
     if now >= due:
         # Dates, not a countdown: the Facter fact carries this line and must not change
         # on every agent run while nothing on the node changes.
         return (
             f"due for renewal since {due:%Y-%m-%dT%H:%M:%SZ} "
-            f"(expires {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})"
+            f"(expires {valid_until(cert):%Y-%m-%dT%H:%M:%SZ})"
         )
     return None
 
@@ -283,12 +284,12 @@ def check_bundle(
                     Fix.ROTATE_CA,
                 )
             )
-        elif now >= ca.not_valid_after_utc:
+        elif now >= valid_until(ca):
             problems.append(
                 Problem(
                     "bundle",
                     path,
-                    f"CA {name} expired at {ca.not_valid_after_utc:%Y-%m-%d}",
+                    f"CA {name} expired at {valid_until(ca):%Y-%m-%d}",
                     Fix.ROTATE_CA,
                 )
             )

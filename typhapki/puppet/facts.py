@@ -33,6 +33,7 @@ from typhapki.pki.verify import (
     fingerprint,
     renewal_due_at,
 )
+from typhapki.pki.x509compat import valid_from, valid_until
 
 FACT_NAME = "typhapki"
 
@@ -96,7 +97,7 @@ def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[s
                 "renewal_due_at": _iso(due),
                 "renewal_window_start": _iso(
                     dataclasses.replace(settings, node_name=None).renewal_moment(
-                        leaf.not_valid_before_utc, leaf.not_valid_after_utc
+                        valid_from(leaf), valid_until(leaf)
                     )
                 ),
                 "issuer_sha256_fingerprint": (

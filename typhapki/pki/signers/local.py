@@ -9,12 +9,13 @@ from cryptography import x509
 from typhapki.errors import RefusedError
 from typhapki.pki.profiles import Issuer, build_leaf
 from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.x509compat import valid_until
 
 
 def leaf_not_after(issuer: Issuer, settings: PkiSettings, now: datetime) -> datetime:
     """Clamp the leaf to its CA, and refuse when even that would be due at once."""
     wanted = now + timedelta(days=settings.days)
-    ca_end = issuer.cert.not_valid_after_utc
+    ca_end = valid_until(issuer.cert)
     not_after = min(wanted, ca_end)
     lifetime = not_after - now
     window = settings.renew_window(timedelta(days=settings.days))

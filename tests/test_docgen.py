@@ -1,0 +1,125 @@
+"""The man page and bash completion generated from the command tree (typhapki.docgen),
+rendered by man-db and driven by bash-completion as a user's shell would.
+
+Every leg checks the generator on its own typer; the Debian leg also checks the files
+the .deb installed (/usr/share/man/man1/typhapki.1.gz, the completion)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LEG, require
+from typhapki import docgen
+
+INSTALLED_MAN = Path("/usr/share/man/man1/typhapki.1.gz")
+INSTALLED_COMPLETION = Path("/usr/share/bash-completion/completions/typhapki")
+BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
+
+
+def render(page: Path) -> str:
+    """`man -l` as a user runs it; groff's warnings (bad roff) fail the test."""
+    require("man")
+    proc = subprocess.run(
+        ["man", "--warnings", "-l", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MANWIDTH": "100", "MANPAGER": "cat", "LC_ALL": "C.UTF-8"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    return proc.stdout
+
+
+def complete(script: Path, line: str) -> list[str]:
+    """COMPREPLY for the command line `line` (completing its last word)."""
+    require("bash")
+    if not BASH_COMPLETION.exists():
+        require("bash-completion-is-missing")  # skips locally, fails under CI
+    words = line.split(" ")
+    bash = (
+        f"source {BASH_COMPLETION}; source {script}; "
+        'COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); '
+        'COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; _typhapki; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    proc = subprocess.run(
+        ["bash", "-c", bash, "bash", *words], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [w for w in proc.stdout.splitlines() if w]
+
+
+def leaf_commands() -> list[str]:
+    return [" ".join(c.path) for c in docgen.commands()]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("docgen")
+    assert docgen.main(["man", str(base / "typhapki.1")]) == 0
+    assert docgen.main(["bash", str(base / "typhapki")]) == 0
+    return base / "typhapki.1", base / "typhapki"
+
+
+def check_man_page(page: Path) -> None:
+    text = render(page)
+    assert text.startswith("TYPHAPKI(1)")
+    for cmd in leaf_commands():
+        assert f"typhapki {cmd}" in text, cmd
+    for command in docgen.commands():
+        for opt in command.options:
+            assert opt.names[0] in text, (command.path, opt.names)
+    assert "EXIT STATUS" in text
+
+
+def check_completion(script: Path) -> None:
+    assert "check" in complete(script, "typhapki ch")
+    assert complete(script, "typhapki ca ") == ["init", "--help"]
+    assert complete(script, "typhapki check --ro") == ["--role"]
+    assert complete(script, "typhapki check --out /tmp --role ") == ["typha", "felix", "both"]
+    assert "--stage" in complete(script, "typhapki rotate-ca --st")
+    assert complete(script, "typhapki ferm --mode ") == ["strict", "relaxed"]
+    assert complete(script, "typhapki ferm --port ") == []
+    for cmd in leaf_commands():
+        assert "--help" in complete(script, f"typhapki {cmd} --"), cmd
+
+
+def test_generated_man_page_renders_every_command_and_option(generated: tuple[Path, Path]) -> None:
+    check_man_page(generated[0])
+
+
+def test_generated_completion_completes_commands_options_and_values(
+    generated: tuple[Path, Path],
+) -> None:
+    check_completion(generated[1])
+
+
+def test_generation_is_deterministic(generated: tuple[Path, Path]) -> None:
+    assert docgen.man_page() == generated[0].read_text()
+    assert docgen.bash_completion() == generated[1].read_text()
+
+
+def _installed_leg() -> None:
+    if LEG != "debian":
+        pytest.skip("the installed package's files are checked in the Debian leg")
+
+
+def test_installed_man_page_is_the_generated_one_and_man_finds_it() -> None:
+    _installed_leg()
+    text = gzip.decompress(INSTALLED_MAN.read_bytes()).decode()
+    assert text == docgen.man_page()
+    check_man_page(INSTALLED_MAN)
+    found = subprocess.run(["man", "-w", "typhapki"], capture_output=True, text=True, timeout=60)
+    assert found.stdout.strip() == str(INSTALLED_MAN), found.stderr
+
+
+def test_installed_completion_is_the_generated_one() -> None:
+    _installed_leg()
+    assert INSTALLED_COMPLETION.read_text() == docgen.bash_completion()
+    check_completion(INSTALLED_COMPLETION)

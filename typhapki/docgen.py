@@ -1,0 +1,265 @@
+"""The man page and the bash completion, generated from the CLI's own command tree.
+
+    python3 -m typhapki.docgen man FILE     # roff, typhapki(1)
+    python3 -m typhapki.docgen bash FILE    # a static bash-completion snippet
+
+The Debian package builds both at build time (debian/rules), so they always describe
+the commands and options of the code they ship with. Only the click objects' public
+attributes are read (name, opts, help, required, is_flag, nargs), which typer 0.7 and
+the newest typer expose alike. The output is deterministic: no date, sorted commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typhapki import __version__
+
+# Values a completion offers for options that take one of a fixed set of words.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "--role": ("typha", "felix", "both"),
+    "--key-type": ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"),
+    "--mode": ("strict", "relaxed"),
+    "--style": ("plain", "function"),
+    "--format": ("hardway", "operator"),
+    "--stage": ("trust-new", "reissue", "drop-old"),
+    "--identity": ("cn", "uri-san"),
+    "--signer": ("local", "cfssl"),
+    "--component": ("typha", "felix"),
+}
+
+EXIT_STATUS = (
+    ("0", "Success: the work is done, or nothing needed doing."),
+    ("1", "Action needed: e.g. `check` found a set that `issue` must renew."),
+    ("2", "Usage or input error: a bad option, file or hiera value."),
+    ("3", "Refused: e.g. replacing a CA without --force, a skipped rotation stage."),
+    ("4", "Filesystem error: a file could not be read or written."),
+    ("5", "The signer failed: e.g. cfssl down, slow or refusing (the live set untouched)."),
+    ("130", "Interrupted."),
+)
+
+
+@dataclass(frozen=True)
+class Opt:
+    names: tuple[str, ...]
+    metavar: str  # "" for a flag
+    help: str
+    required: bool
+    repeatable: bool
+    path: bool  # the value is a file or directory
+
+
+def _is_path(param: Any) -> bool:
+    """click (typer 0.7) has param.type; typer >= 0.28 a type descriptor instead."""
+    kind = getattr(param, "type", None)
+    if kind is not None:
+        return getattr(kind, "name", "") == "path"
+    return "Path" in repr(getattr(getattr(param, "type_descriptor", None), "annotation", ""))
+
+
+@dataclass(frozen=True)
+class Cmd:
+    path: tuple[str, ...]  # ("ca", "init")
+    help: str
+    arguments: tuple[str, ...]  # metavars, e.g. "PATHS..."
+    options: tuple[Opt, ...]
+
+
+def _click_root() -> Any:
+    import typer
+
+    from typhapki.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _first_paragraph(text: str | None) -> str:
+    return (text or "").strip().split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[Cmd]:
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if getattr(command, "hidden", False):
+            continue
+        if hasattr(command, "commands"):
+            yield from _walk(command, (*prefix, name))
+            continue
+        options: list[Opt] = []
+        arguments: list[str] = []
+        for param in command.params:
+            if getattr(param, "param_type_name", "") == "argument":
+                many = param.nargs == -1
+                arguments.append(param.name.upper() + ("..." if many else ""))
+                continue
+            if getattr(param, "hidden", False):
+                continue
+            long_first = sorted(param.opts, key=lambda o: (not o.startswith("--"), o))
+            flag = bool(getattr(param, "is_flag", False))
+            options.append(
+                Opt(
+                    names=tuple(long_first),
+                    metavar="" if flag else param.name.upper(),
+                    help=_first_paragraph(getattr(param, "help", "")),
+                    required=bool(param.required),
+                    repeatable=bool(getattr(param, "multiple", False)),
+                    path=_is_path(param),
+                )
+            )
+        yield Cmd((*prefix, name), _first_paragraph(command.help), tuple(arguments), tuple(options))
+
+
+def commands() -> list[Cmd]:
+    """Every leaf command of the CLI, in name order."""
+    return list(_walk(_click_root()))
+
+
+def _roff(text: str) -> str:
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\\&" + text if text.startswith((".", "'")) else text
+
+
+def _roff_code(text: str) -> str:
+    """`literal` spans of a help text in bold."""
+    parts = text.split("`")
+    return "".join(
+        f"\\fB{_roff(part)}\\fR" if i % 2 else _roff(part) for i, part in enumerate(parts)
+    )
+
+
+def _synopsis(cmd: Cmd) -> str:
+    words = [f"\\fBtyphapki {' '.join(cmd.path)}\\fR"]
+    for opt in cmd.options:
+        if opt.required:
+            words.append(f"\\fB{_roff(opt.names[0])}\\fR \\fI{opt.metavar}\\fR")
+    if any(not o.required for o in cmd.options):
+        words.append("[\\fIOPTIONS\\fR]")
+    words += [f"\\fI{_roff(a)}\\fR" for a in cmd.arguments]
+    return " ".join(words)
+
+
+def man_page() -> str:
+    """typhapki(1) in roff."""
+    root = _click_root()
+    cmds = commands()
+    out = [
+        f'.TH TYPHAPKI 1 "" "typhapki {_roff(__version__)}" "User Commands"',
+        ".SH NAME",
+        "typhapki \\- " + _roff(_first_paragraph(root.help).rstrip(".")),
+        ".SH SYNOPSIS",
+        "\\fBtyphapki\\fR \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
+        ".br",
+        "\\fBtyphapki\\fR [\\fICOMMAND\\fR] \\fB\\-\\-help\\fR",
+        ".SH DESCRIPTION",
+        "typhapki creates the per-cluster CA and, on every node, the Typha server and",
+        "Felix client certificates that Calico's Typha and Felix accept for mutual TLS;",
+        "it checks and renews them, and renders the Typha ferm rule from hiera only",
+        "after a DNS gate in which every cluster node resolved. Puppet runs it from",
+        "\\fBexec\\fR resources (see \\fBEXIT STATUS\\fR) and as a Facter fact.",
+        ".PP",
+        "Errors are one line on standard error, \\fBtyphapki: error: \\fR...,",
+        "naming the file, key, host or URL concerned; never a traceback.",
+        ".SH COMMANDS",
+    ]
+    for cmd in cmds:
+        out += [".SS " + _synopsis(cmd), _roff_code(cmd.help) or "\\&"]
+        for opt in cmd.options:
+            names = ", ".join(f"\\fB{_roff(n)}\\fR" for n in opt.names)
+            value = f" \\fI{opt.metavar}\\fR" if opt.metavar else ""
+            repeatable = opt.repeatable and "repeat" not in opt.help.lower()
+            notes = [w for w, on in (("required", opt.required), ("repeatable", repeatable)) if on]
+            suffix = f" ({', '.join(notes)})" if notes else ""
+            out += [".TP", names + value, (_roff_code(opt.help) or "\\&") + _roff(suffix)]
+    out += [".SH EXIT STATUS"]
+    for code, text in EXIT_STATUS:
+        out += [".TP", f"\\fB{code}\\fR", _roff_code(text)]
+    out += [
+        ".SH ENVIRONMENT",
+        ".TP",
+        "\\fBTYPHAPKI_NAMESERVERS\\fR",
+        "Resolvers of the DNS gate (IP[:PORT], comma separated) when no",
+        "\\fB\\-\\-nameserver\\fR is given; else /etc/resolv.conf.",
+        ".SH FILES",
+        ".TP",
+        "\\fI/usr/share/typhapki/ferm_templates/\\fR",
+        "The jinja2 templates of the ferm rule (\\fBplain\\fR and \\fBfunction\\fR styles);",
+        "\\fBferm \\-\\-templates\\fR \\fIDIR\\fR uses others.",
+        ".SH SEE ALSO",
+        "\\fBferm\\fR(1), \\fBopenssl\\fR(1), \\fBfacter\\fR(8);",
+        "the documentation in /usr/share/doc/typhapki/ (exit-codes.md: the",
+        "exit codes of every command).",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def bash_completion() -> str:
+    """A static bash completion for typhapki (no Python started on TAB)."""
+    cmds = commands()
+    groups = sorted({c.path[0] for c in cmds if len(c.path) > 1})
+    value_opts = sorted({n for c in cmds for o in c.options if o.metavar for n in o.names})
+    dir_opts = [n for n in value_opts if n.endswith(("-dir", "--out", "--from"))]
+    path_opts = {n for c in cmds for o in c.options if o.path for n in o.names}
+    file_opts = [n for n in value_opts if n in path_opts and n not in CHOICES and n not in dir_opts]
+    lines = [
+        "# bash completion for typhapki(1), generated by typhapki.docgen; do not edit.",
+        "_typhapki()",
+        "{",
+        "    local cur prev words cword split",
+        "    _init_completion -s || return",
+        '    local i path="" skip=0',
+        "    for ((i = 1; i < cword; i++)); do",
+        "        if ((skip)); then skip=0; continue; fi",
+        '        case "${words[i]}" in',
+        f"            {' | '.join(value_opts) or '__none__'}) skip=1 ;;",
+        "            -*) ;;",
+        f'            *) if [[ -z $path || " {" ".join(groups)} " == *" $path "* ]]; then',
+        '                   path="${path:+$path }${words[i]}"',
+        "               fi ;;",
+        "        esac",
+        "    done",
+        '    case "$prev" in',
+    ]
+    for name, choices in sorted(CHOICES.items()):
+        if name in value_opts:
+            offer = f'COMPREPLY=($(compgen -W "{" ".join(choices)}" -- "$cur"))'
+            lines.append(f"        {name}) {offer}; return ;;")
+    if dir_opts:
+        lines.append(f"        {' | '.join(dir_opts)}) _filedir -d; return ;;")
+    if file_opts:
+        lines.append(f"        {' | '.join(file_opts)}) _filedir; return ;;")
+    free = [n for n in value_opts if n not in CHOICES and n not in dir_opts + file_opts]
+    if free:  # a name, a number, a duration: nothing to offer
+        lines.append(f"        {' | '.join(free)}) return ;;")
+    lines += ["    esac", "    $split && return", '    case "$path" in']
+    tops = sorted({c.path[0] for c in cmds})
+    lines.append(f'        "") COMPREPLY=($(compgen -W "{" ".join(tops)} --help" -- "$cur")) ;;')
+    for group in groups:
+        subs = sorted(c.path[1] for c in cmds if c.path[0] == group and len(c.path) > 1)
+        words = " ".join([*subs, "--help"])
+        lines.append(f'        {group}) COMPREPLY=($(compgen -W "{words}" -- "$cur")) ;;')
+    for cmd in cmds:
+        names = sorted({n for o in cmd.options for n in o.names if n.startswith("--")})
+        action = f'COMPREPLY=($(compgen -W "{" ".join([*names, "--help"])}" -- "$cur"))'
+        if cmd.arguments:  # positional files (inspect, lint-hiera)
+            action = f"if [[ $cur == -* ]]; then {action}; else _filedir; fi"
+        lines.append(f'        "{" ".join(cmd.path)}") {action} ;;')
+    lines += ["    esac", "} &&", "    complete -F _typhapki typhapki", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("man", "bash"):
+        print("usage: python3 -m typhapki.docgen man|bash FILE", file=sys.stderr)
+        return 2
+    text = man_page() if argv[0] == "man" else bash_completion()
+    Path(argv[1]).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
