@@ -423,6 +423,9 @@ def facts_cmd(
     ferm_output: Optional[str] = typer.Option(
         None, "--ferm-output", help="The managed ferm rule file."
     ),
+    state_dir: Optional[str] = typer.Option(
+        None, "--state-dir", help="Where `ferm` records its runs (default as for ferm)."
+    ),
     hiera: Optional[str] = typer.Option(None, "--hiera", help="Hiera file (with --cluster)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster name in it."),
     typha_cn: Optional[str] = typer.Option(None, "--typha-cn"),
@@ -448,6 +451,7 @@ def facts_cmd(
         ca_dir=ca_dir,
         trust=trust or [],
         ferm_output=ferm_output,
+        state_dir=state_dir,
         hiera=hiera,
         cluster=cluster,
         typha_cn=typha_cn,
@@ -652,6 +656,17 @@ def ferm_cmd(
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="DNS queries in flight (default 200)."
     ),
+    dns_gate: Optional[str] = typer.Option(
+        None,
+        "--dns-gate",
+        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+        "fixed networks only: report the names, write the rule).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm
@@ -668,6 +683,8 @@ def ferm_cmd(
         tuple(nameserver or ()),
         timeout,
         concurrency,
+        dns_gate,
+        state_dir,
     )
     run(lambda: ferm(opts))
 

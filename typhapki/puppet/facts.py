@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +53,7 @@ class FactRequest:
     ca_dir: Path | None = None
     trust: Sequence[Path] = ()
     ferm_output: Path | None = None
+    state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
     # The running components: None probes 127.0.0.1:5473 when calico-typha runs here.
     probe_address: str | None = None
     probe: bool = True
@@ -127,16 +129,24 @@ def _bundle_fact(report: SetReport, now: datetime) -> dict[str, Any]:
     }
 
 
+MAX_FERM_RULE_BYTES = 1024 * 1024
+
+
 def file_state(path: Path) -> dict[str, Any]:
-    """A managed file's state without interpreting it: path, exists, sha256, mtime."""
+    """A managed file's state without interpreting it: path, exists, sha256, mtime.
+
+    Read as a regular file only, size-capped: a FIFO there must not hang Facter."""
+    from typhapki.safeio import UnreadableFileError, read_regular
+
     fact: dict[str, Any] = {"path": str(path), "exists": False}
     try:
-        data = path.read_bytes()
+        data = read_regular(path, "ferm rule", MAX_FERM_RULE_BYTES)
         mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return fact
-    except OSError as exc:
-        fact["error"] = f"{path}: {exc.strerror or exc}"
+    except (UnreadableFileError, OSError) as exc:
+        if not os.path.lexists(path):
+            return fact
+        fact["exists"] = True
+        fact["error"] = str(exc) if isinstance(exc, UnreadableFileError) else f"{path}: {exc}"
         return fact
     fact.update(
         {
@@ -147,6 +157,32 @@ def file_state(path: Path) -> dict[str, Any]:
         }
     )
     return fact
+
+
+def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | None:
+    """The last `typhapki ferm` runs, from ferm.json: small and bounded (no host list).
+
+    None when there is no state file and the node is not known to manage the rule
+    (most nodes: they have no Typha rule at all); otherwise the state, or its error.
+    """
+    from typhapki.firewall.state import StateError, read_state
+    from typhapki.firewall.state import state_dir as default_state_dir
+
+    directory = default_state_dir(state_dir)
+    try:
+        state = read_state(directory)
+    except StateError as exc:
+        if not wanted and "missing" in str(exc):
+            return None
+        return {"error": str(exc)}
+    last = state.last_success
+    return {
+        "cluster": state.cluster,
+        "dns_gate": state.dns_gate,
+        "hosts_failed": state.hosts_failed,
+        # A timestamp, not an age: the fact changes only when a run changes it.
+        "last_success": _iso(datetime.fromtimestamp(last, UTC)) if last is not None else None,
+    }
 
 
 def _rotation_fact(report: SetReport) -> dict[str, Any]:
@@ -281,6 +317,9 @@ def gather(
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
+        gate = ferm_gate_fact(request.state_dir, wanted=request.ferm_output is not None)
+        if gate is not None:
+            fact["ferm_gate"] = gate
     except Exception as exc:  # the fact must never crash the Facter run
         errors.append(f"{type(exc).__name__}: {exc}")
     fact["ok"] = not errors and bool(fact.get("set", {}).get("valid"))
