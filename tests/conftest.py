@@ -101,6 +101,20 @@ def assert_one_line_error(result: CliResult, code: int, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commands that record state (`ferm` writes ferm.json) never touch /var/lib/typhapki:
+    every process a test starts inherits this variable. A test that looks at the state
+    sets its own directory."""
+    old = os.environ.get("TYPHAPKI_STATE_DIR")
+    os.environ["TYPHAPKI_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("TYPHAPKI_STATE_DIR", None)
+    else:
+        os.environ["TYPHAPKI_STATE_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def _no_node_config(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the machine's /etc/typhapki/typhapki.yaml: each names its own."""

@@ -423,6 +423,9 @@ def facts_cmd(
     ferm_output: Optional[str] = typer.Option(
         None, "--ferm-output", help="The managed ferm rule file."
     ),
+    state_dir: Optional[str] = typer.Option(
+        None, "--state-dir", help="Where `ferm` records its runs (default as for ferm)."
+    ),
     hiera: Optional[str] = typer.Option(None, "--hiera", help="Hiera file (with --cluster)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster name in it."),
     typha_cn: Optional[str] = typer.Option(None, "--typha-cn"),
@@ -448,6 +451,7 @@ def facts_cmd(
         ca_dir=ca_dir,
         trust=trust or [],
         ferm_output=ferm_output,
+        state_dir=state_dir,
         hiera=hiera,
         cluster=cluster,
         typha_cn=typha_cn,
@@ -485,11 +489,16 @@ def manifests_cmd(
     wiring: bool = typer.Option(
         False, "--wiring", help="Print hostPath + env patches for calico-typha/-node."
     ),
+    wiring_dir: Optional[Path] = typer.Option(
+        None,
+        "--wiring-dir",
+        help="Write the patches to DIR/typha.yaml and DIR/node.yaml (one per target).",
+    ),
 ) -> None:
     """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
     from typhapki.commands.manifests import manifests
 
-    run(lambda: manifests(out, fmt, namespace, identity, wiring))
+    run(lambda: manifests(out, fmt, namespace, identity, wiring, wiring_dir))
 
 
 @app.command("rotate-ca")
@@ -509,15 +518,38 @@ def rotate_ca_cmd(
         False, "--allow-rollback", help="Allow going back one stage."
     ),
     json_out: bool = JSON,
+    hiera: Optional[Path] = HIERA,
+    cluster: Optional[str] = CLUSTER,
 ) -> None:
     """Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage."""
     from typhapki.commands.rotate_ca import rotate_ca
 
     run(
         lambda: rotate_ca(
-            stage, ca_dir, new_ca_dir, out, role, pki, check, allow_rollback, json_out
+            stage,
+            ca_dir,
+            new_ca_dir,
+            out,
+            role,
+            pki,
+            check,
+            allow_rollback,
+            json_out,
+            hiera,
+            cluster,
         )
     )
+
+
+@app.command("restarted")
+def restarted_cmd(
+    out: Path = OUT,
+    component: str = typer.Option(..., "--component", help="typha or felix."),
+) -> None:
+    """Clear OUT/.restart-COMPONENT once that component was restarted."""
+    from typhapki.commands.restarted import restarted
+
+    run(lambda: restarted(out, component))
 
 
 @app.command("metrics")
@@ -624,6 +656,17 @@ def ferm_cmd(
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="DNS queries in flight (default 200)."
     ),
+    dns_gate: Optional[str] = typer.Option(
+        None,
+        "--dns-gate",
+        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+        "fixed networks only: report the names, write the rule).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm
@@ -640,6 +683,8 @@ def ferm_cmd(
         tuple(nameserver or ()),
         timeout,
         concurrency,
+        dns_gate,
+        state_dir,
     )
     run(lambda: ferm(opts))
 

@@ -246,7 +246,7 @@ def test_newline_in_a_network_is_refused(hiera: Path, lab_dns: Dnsmasq, tmp_path
                 "      cluster_nodes:\n        - n1.lab.test\n        - n2.lab.test\n", ""
             ),
             "lab",
-            ("kubernetes::clusters.main.lab: cluster_nodes is missing",),
+            ("kubernetes::clusters.main.lab: no cluster_nodes, but a strict rule",),
         ),
         (
             HIERA.replace(

@@ -137,7 +137,7 @@ def test_uncovered_addresses_are_named() -> None:
     lines = uncovered(
         {"a.test": ("10.0.0.1", "fd00::1"), "b.test": ("10.1.0.1",)}, ["10.0.0.0/16", "fd00::/64"]
     )
-    assert lines == ["b.test: address 10.1.0.1 is outside the cluster's networks"]
+    assert lines == [("b.test", "b.test: address 10.1.0.1 is outside the cluster's networks")]
 
 
 @pytest.mark.parametrize(

@@ -206,3 +206,47 @@ def test_rule_allows_cluster_nodes_and_blocks_others(
     assert lab.connects(lab.allowed, 6)
     assert not lab.connects(lab.blocked, 4)
     assert not lab.connects(lab.blocked, 6)
+
+
+@pytest.mark.parametrize("case", ["warn", "no-cluster_nodes"])
+def test_rule_of_fixed_networks_without_dns_dependency(
+    case: str, lab: Lab, dnsmasq_server: Callable[..., Dnsmasq], tmp_path: Path
+) -> None:
+    """issue 11: a relaxed rule of fixed networks is written although a node does not
+    resolve (warn), or with no cluster_nodes at all, and ferm enforces exactly it."""
+    dns = dnsmasq_server({"node1.netns.test": list(lab.addresses[lab.allowed])})
+    nodes = (
+        "      cluster_nodes: [node1.netns.test, not-yet-in-dns.netns.test]\n"
+        if case == "warn"
+        else ""
+    )
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(
+        "kubernetes::clusters:\n"
+        "  lab:\n"
+        "    netns:\n"
+        "      ipv6dualstack: true\n"
+        f"{nodes}"
+        "      typha:\n"
+        "        mode: relaxed\n"
+        "        dns_gate: warn\n"
+        '        networks: ["10.250.1.0/24", "fd00:5473:1::/64"]\n'
+    )
+    out = tmp_path / "10_calico-typha"
+    result = run_cli(
+        "ferm", "--hiera", hiera, "--cluster", "netns", "--nameserver", dns.arg,
+        "--output", out, "--state-dir", tmp_path / "state",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    if case == "warn":
+        assert "(warn): not-yet-in-dns.netns.test: NXDOMAIN" in result.stderr
+    else:
+        assert result.stderr == ""
+
+    saved = apply_ferm(lab, out.read_text(), tmp_path)
+    for source in ("10.250.1.0/24", "fd00:5473:1::/64"):
+        assert f"-A INPUT -s {source} -p tcp -m tcp --dport {PORT} -j ACCEPT" in saved
+    assert lab.connects(lab.allowed, 4)
+    assert lab.connects(lab.allowed, 6)
+    assert not lab.connects(lab.blocked, 4)
+    assert not lab.connects(lab.blocked, 6)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.hostnames import (
+    MIN_PREFIX_V4,
+    MIN_PREFIX_V6,
+    not_a_node,
     validate_cidr,
     validate_ferm_variable,
     validate_host,
     validate_ip,
     validate_port,
+    validate_source_network,
 )
 
 FERM_SYNTAX = [";", "(", ")", "{", "}", "@", "$", "#", "'", '"', " ", "\t", "\n", "\r", "\\", ","]
@@ -141,3 +149,61 @@ def test_invalid_ports(raw: object) -> None:
 
 def test_valid_port() -> None:
     assert validate_port(5473) == 5473
+
+
+# --- sources a rule may allow (issue 8, class 2) ------------------------------------------
+
+_SPECIAL_V4 = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"]
+_SPECIAL_V6 = ["::/96", "::ffff:0:0/96", "fe80::/10", "fec0::/10", "ff00::/8"]
+
+
+@st.composite
+def networks(draw: st.DrawFn) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    v6 = draw(st.booleans())
+    address = draw(st.ip_addresses(v=6 if v6 else 4))
+    prefix = draw(st.integers(0, 128 if v6 else 32))
+    return ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(network=networks())
+def test_source_networks_within_the_limits_and_clear_of_special_ranges(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+) -> None:
+    limit = MIN_PREFIX_V4 if network.version == 4 else MIN_PREFIX_V6
+    specials = [
+        ipaddress.ip_network(s) for s in (_SPECIAL_V4 if network.version == 4 else _SPECIAL_V6)
+    ]
+    expected_ok = network.prefixlen >= limit and not any(network.overlaps(s) for s in specials)
+    try:
+        got = validate_source_network(network.with_prefixlen, "networks[0]")
+    except ConfigError as exc:
+        assert not expected_ok, exc
+        assert str(exc).startswith("networks[0]: ")
+        return
+    assert expected_ok, network
+    assert got == network.with_prefixlen
+    assert not_a_node(str(network.network_address)) is None
+    assert not_a_node(str(network.broadcast_address)) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "label"),
+    [
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("127.0.0.53", "loopback"),
+        ("::1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("224.0.0.251", "multicast"),
+        ("ff02::1", "multicast"),
+        ("255.255.255.255", "broadcast"),
+        ("::ffff:10.64.0.1", "IPv4-mapped"),
+        ("10.64.0.1", None),
+        ("2620:0:861::1", None),
+        ("fd00::1", None),
+    ],
+)
+def test_not_a_node(address: str, label: str | None) -> None:
+    assert not_a_node(address) == label

@@ -235,11 +235,6 @@ def test_no_clusters_key(tmp_path: Path) -> None:
         ),
         (
             "      cluster_nodes:\n        - a.example.test\n        - b.example.test\n",
-            "",
-            "kubernetes::clusters.main.staging: cluster_nodes is missing",
-        ),
-        (
-            "      cluster_nodes:\n        - a.example.test\n        - b.example.test\n",
             "      cluster_nodes: []\n",
             "kubernetes::clusters.main.staging.cluster_nodes: is empty",
         ),

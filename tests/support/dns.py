@@ -30,8 +30,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    import dns.message
 
 from tests.conftest import require
 
@@ -349,3 +353,101 @@ def scripted_dns() -> Iterator[Callable[..., ScriptedDns]]:
     yield factory
     for server in started:
         server.__exit__(None, None, None)
+
+
+Handler = Callable[["dns.message.Message"], "dns.message.Message | None"]
+
+
+class AnswerDns:
+    """A UDP DNS server on 127.0.0.1 whose answers a test writes with dnspython.
+
+    `handler(query)` returns the response message (any records, for any owner name,
+    any flags), or None to stay silent; it can be swapped between examples. With
+    `tcp="close"` a TCP listener on the same port accepts and closes every connection
+    at once: together with a TC answer, the server that made `ferm` print `Aborted!`.
+    """
+
+    def __init__(self, handler: Handler, tcp: str | None = None) -> None:
+        self.handler = handler
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = int(self.sock.getsockname()[1])
+        self.tcp: socket.socket | None = None
+        if tcp == "close":
+            self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.tcp.bind(("127.0.0.1", self.port))
+            self.tcp.listen(64)
+            self.tcp.settimeout(0.1)
+        self.queries = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._serve_udp, daemon=True)]
+        if self.tcp is not None:
+            self._threads.append(threading.Thread(target=self._serve_tcp, daemon=True))
+
+    @property
+    def nameserver(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    @property
+    def arg(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> AnswerDns:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.sock.close()
+        if self.tcp is not None:
+            self.tcp.close()
+
+    def _serve_udp(self) -> None:
+        import dns.message
+
+        while not self._stop.is_set():
+            try:
+                wire, peer = self.sock.recvfrom(4096)
+            except (TimeoutError, OSError):
+                continue
+            self.queries += 1
+            try:
+                query = dns.message.from_wire(wire)
+                response = self.handler(query)
+            except Exception:  # a test's handler bug must show as a timeout, not a hang
+                continue
+            if response is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.sendto(response.to_wire(), peer)
+
+    def _serve_tcp(self) -> None:
+        assert self.tcp is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.tcp.accept()
+            except (TimeoutError, OSError):
+                continue
+            # Read the query first, so the hang-up is a clean close (FIN), not a reset.
+            conn.settimeout(2)
+            with contextlib.suppress(OSError):
+                conn.recv(4096)
+            conn.close()  # then hang up: no answer over TCP
+
+
+def answer(
+    query: dns.message.Message, records: Sequence[tuple[str, str, str]]
+) -> dns.message.Message:
+    """A NOERROR response to `query` carrying `records`: (owner, type, data) each,
+    e.g. ("other.test.", "A", "10.0.0.1") or ("a.test.", "CNAME", "b.test.")."""
+    import dns.message
+    import dns.rrset
+
+    response = dns.message.make_response(query)
+    for owner, rdtype, data in records:
+        response.answer.append(dns.rrset.from_text(owner, 60, "IN", rdtype, data))
+    return response

@@ -17,6 +17,7 @@ class RawFactOptions:
     ca_dir: str | None = None
     trust: Sequence[str] = ()
     ferm_output: str | None = None
+    state_dir: str | None = None
     hiera: str | None = None
     cluster: str | None = None
     typha_cn: str | None = None
@@ -99,6 +100,7 @@ def facts(raw: RawFactOptions) -> int:
         ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
         trust=[Path(t) for t in raw.trust],
         ferm_output=ferm_output,
+        state_dir=Path(raw.state_dir) if raw.state_dir else None,
         probe_address=raw.probe_address or None,
         probe=not raw.no_probe,
         errors=errors,

@@ -4,7 +4,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, UsageError
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+
+DNS_GATES = ("enforce", "warn")
+DEFAULT_DNS_GATE = "enforce"
 
 
 @dataclass(frozen=True)
@@ -22,17 +25,27 @@ class FermOptions:
     nameservers: tuple[str, ...] = ()
     timeout: float | None = None
     concurrency: int | None = None
+    dns_gate: str | None = None
+    state_dir: Path | None = None
 
 
 def ferm(opts: FermOptions) -> int:
     """Render the cluster's Typha rule behind the DNS gate; write, print or check it.
 
-    Exit 0: printed, written, unchanged, or (--check) already up to date. Exit 1: the
-    DNS gate failed (one line per failing host, nothing written) or --check found the
-    file out of date. Exit 2: bad hiera, template or option.
+    Exit 0: printed, written, unchanged, or (--check) already up to date; with
+    ``dns_gate: warn``, also when names did not resolve (one warning line per host).
+    Exit 1: the DNS gate failed (one line per failing host, nothing written) or
+    --check found the file out of date. Exit 2: bad hiera, template or option, or
+    ``warn`` asked for a rule built from node addresses.
     """
     from typhapki.firewall import ferm as rules
-    from typhapki.firewall.dnsgate import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, resolve_all
+    from typhapki.firewall.dnsgate import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_TIMEOUT,
+        GateResult,
+        resolve_all,
+    )
+    from typhapki.firewall.state import record_run, state_dir
     from typhapki.puppet.hiera import load_cluster
     from typhapki.puppet.lint import nameservers_from
 
@@ -41,6 +54,7 @@ def ferm(opts: FermOptions) -> int:
     for flag, value, choices in (
         ("--mode", opts.mode, rules.MODES),
         ("--style", opts.style, rules.STYLES),
+        ("--dns-gate", opts.dns_gate, DNS_GATES),
     ):
         if value is not None and value not in choices:
             raise UsageError(f"{flag}: expected one of {', '.join(choices)}, got {value!r}")
@@ -52,69 +66,144 @@ def ferm(opts: FermOptions) -> int:
     mode = opts.mode or typha.mode or rules.DEFAULT_MODE
     style = opts.style or typha.style or rules.DEFAULT_STYLE
     port = opts.port or typha.port or rules.DEFAULT_PORT
+    dns_gate = opts.dns_gate or typha.dns_gate or DEFAULT_DNS_GATE
+    # Fixed sources: the rule does not depend on any node's addresses.
+    fixed = mode == "relaxed" and bool(typha.networks or typha.network_variable)
+    if mode == "relaxed" and typha.networks and typha.network_variable:
+        raise ConfigError(f"{cluster.where}.typha: give networks or network_variable, not both")
+    if not cluster.cluster_nodes and not fixed:
+        raise ConfigError(
+            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them "
+            "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
+        )
+    if dns_gate == "warn" and not fixed:
+        where = "--dns-gate warn" if opts.dns_gate else f"{cluster.where}.typha.dns_gate: warn"
+        raise UsageError(
+            f"{where}: refused for a {_built_from(mode)}: a name that does not resolve "
+            "would drop its addresses silently (warn needs mode: relaxed with networks "
+            "or network_variable)"
+        )
     rules.check_templates(opts.templates, style)
     servers = nameservers_from(list(opts.nameservers))
 
-    gate = resolve_all(
-        cluster.cluster_nodes,
-        nameservers=servers,
-        require_ipv6=cluster.ipv6dualstack,
-        concurrency=DEFAULT_CONCURRENCY if opts.concurrency is None else opts.concurrency,
-        timeout=DEFAULT_TIMEOUT if opts.timeout is None else opts.timeout,
-    )
-    problems = gate.failure_lines()
-    if gate.ok and mode == "relaxed" and typha.networks:
+    if cluster.cluster_nodes:
+        gate = resolve_all(
+            cluster.cluster_nodes,
+            nameservers=servers,
+            require_ipv6=cluster.ipv6dualstack,
+            concurrency=DEFAULT_CONCURRENCY if opts.concurrency is None else opts.concurrency,
+            timeout=DEFAULT_TIMEOUT if opts.timeout is None else opts.timeout,
+        )
+    else:
+        gate = GateResult()  # nothing to resolve: the rule is made of fixed networks
+    problems = [(f.host, f.line()) for f in gate.failures.values()]
+    if mode == "relaxed" and typha.networks:
         # A node outside the hiera networks would be dropped as silently as by @resolve.
-        problems = rules.uncovered(gate.addresses, typha.networks)
-    if problems:
-        for line in problems:
+        problems += rules.uncovered(gate.addresses, typha.networks)
+    problems.sort()
+    failed_hosts = sorted({host for host, _ in problems})
+    succeeded = False
+
+    def record() -> None:
+        warning = record_run(
+            state_dir(opts.state_dir),
+            cluster=cluster.name,
+            mode=mode,
+            dns_gate=dns_gate,
+            succeeded=succeeded,
+            failed_hosts=failed_hosts,
+            output=opts.output,
+        )
+        if warning is not None:
+            print(warning, file=sys.stderr)
+
+    total = len(cluster.cluster_nodes)
+    if problems and dns_gate == "enforce":
+        for _, line in problems:
             print(f"typhapki: DNS gate: {line}", file=sys.stderr)
-        total = len(cluster.cluster_nodes)
         print(
             f"typhapki: DNS gate failed for cluster {cluster.name}: {len(problems)} problem(s) "
             f"among {total} cluster_nodes; nothing written",
             file=sys.stderr,
         )
+        record()
         return EXIT_NEEDS_ACTION
-
-    if mode == "strict":
-        sources = rules.strict_sources(gate.all_addresses(), len(cluster.cluster_nodes))
-    else:
-        sources = rules.relaxed_sources(
-            gate.all_addresses(),
-            networks=typha.networks,
-            variable=typha.network_variable,
-            prefix_v4=typha.prefix_v4 or rules.DEFAULT_PREFIX_V4,
-            prefix_v6=typha.prefix_v6 or rules.DEFAULT_PREFIX_V6,
+    if problems:
+        for _, line in problems:
+            print(f"typhapki: DNS gate (warn): {line}", file=sys.stderr)
+        print(
+            f"typhapki: DNS gate (warn) for cluster {cluster.name}: {len(failed_hosts)} of "
+            f"{total} cluster_nodes failed; the rule does not depend on them and is rendered",
+            file=sys.stderr,
         )
-    text = rules.render(
-        cluster=cluster.name,
-        group=cluster.group,
-        mode=mode,
-        style=style,
-        port=port,
-        sources=sources,
-        templates=opts.templates,
-    )
-    if opts.output is None:
-        sys.stdout.write(text)
-        return EXIT_OK
-    return _write_or_check(opts.output, text.encode(), opts.check)
+
+    try:
+        if mode == "strict":
+            sources = rules.strict_sources(gate.all_addresses(), total)
+        elif fixed:
+            sources = rules.relaxed_sources(
+                (), networks=typha.networks, variable=typha.network_variable
+            )
+        else:
+            sources = rules.relaxed_sources(
+                gate.all_addresses(),
+                prefix_v4=typha.prefix_v4 or rules.DEFAULT_PREFIX_V4,
+                prefix_v6=typha.prefix_v6 or rules.DEFAULT_PREFIX_V6,
+            )
+        text = rules.render(
+            cluster=cluster.name,
+            group=cluster.group,
+            mode=mode,
+            style=style,
+            port=port,
+            sources=sources,
+            templates=opts.templates,
+        )
+        if opts.output is None:
+            sys.stdout.write(text)
+            code = EXIT_OK
+        else:
+            code = _write_or_check(opts.output, text.encode(), opts.check)
+        succeeded = True  # rendered, and written, unchanged, printed or compared
+    finally:
+        record()
+    return code
+
+
+def _built_from(mode: str) -> str:
+    if mode == "strict":
+        return "strict rule (built from the node addresses)"
+    return "relaxed rule derived from the node addresses (no networks or network_variable)"
 
 
 def _write_or_check(output: Path, content: bytes, check: bool) -> int:
+    import os
+    import stat
+
     from typhapki.errors import StoreError
     from typhapki.pki.store import write_file_atomic
 
     if check:
+        # lstat: never open a FIFO or a device standing where the rule should be.
         try:
-            current = output.read_bytes()
+            st = os.lstat(output)
         except FileNotFoundError:
             print(f"{output}: missing, ferm rule needs writing")
             return EXIT_NEEDS_ACTION
         except OSError as exc:
             raise StoreError(f"{output}: {exc.strerror or exc}") from None
-        if current == content and (output.stat().st_mode & 0o7777) == 0o644:
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            # Never opened (a FIFO would block); the write refuses to replace it too.
+            print(f"{output}: not a regular file: remove it, typhapki will not replace it")
+            return EXIT_NEEDS_ACTION
+        from typhapki.safeio import UnreadableFileError, read_regular
+
+        try:
+            current = read_regular(output, "ferm rule", max(len(content), 1) * 2 + 4096)
+        except UnreadableFileError:
+            print(f"{output}: unreadable or too large, ferm rule needs rewriting")
+            return EXIT_NEEDS_ACTION
+        if current == content and (st.st_mode & 0o7777) == 0o644:
             print(f"{output}: up to date")
             return EXIT_OK
         print(f"{output}: out of date, ferm rule needs rewriting")

@@ -44,13 +44,8 @@ def lint_hiera(
         return EXIT_OK if report.ok else EXIT_NEEDS_ACTION
     for finding in report.findings:
         print(finding.message)
-    checked = "checked offline" if offline else f"checked, {report.resolved} names resolved"
-    where = f"{len(files)} file{'s' if len(files) != 1 else ''}"
     if report.ok:
-        print(f"{report.entries} host entries in {where} {checked}: all good")
+        print(report.summary(len(files)))
         return EXIT_OK
-    print(
-        f"{len(report.findings)} of {report.entries} host entries in {where} failed ({checked})",
-        file=sys.stderr,
-    )
+    print(report.summary(len(files)), file=sys.stderr)
     return EXIT_NEEDS_ACTION

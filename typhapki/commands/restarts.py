@@ -1,8 +1,8 @@
-"""Which components must restart after a change, and the markers that say so.
+"""The components to restart after a change, as `issue --json` and `install --json` name them.
 
-INTERFACES.md §1: the marker files (`OUT/.restart-typha`, `OUT/.restart-felix`) are
-written by one shared function in the pki layer (`typhapki.pki.restarts`, owned by the
-runbooks work). Until that lands, this only computes the components to name.
+The marker files themselves (`OUT/.restart-typha`, `OUT/.restart-felix`) are written by
+the pki layer (`typhapki.pki.restarts.record_restarts`) in the same locked run that
+published the files (INTERFACES.md §1).
 """
 
 from __future__ import annotations
@@ -15,19 +15,12 @@ from typhapki.pki.issuance import Change
 
 def components(changes: Sequence[Change]) -> list[str]:
     """Typha reads its set and the bundle; Felix reads its set and the bundle."""
-    out: set[str] = set()
-    for change in changes:
-        if change.action == "fixed permissions":
-            continue
-        if change.scope == "bundle":
-            out.update(("typha", "felix"))
-        else:
-            out.add(change.scope)
-    return sorted(out)
+    from typhapki.pki.restarts import components_to_restart
+
+    return [c.value for c in components_to_restart(ch.scope for ch in changes if ch.restarts)]
 
 
 def record_restarts(out: Path, changes: Sequence[Change]) -> list[str]:
-    """The components to restart after `changes`; their markers, once the layer has them."""
-    names = components(changes)
-    # Hook: wired to typhapki.pki.restarts once it is in main (INTERFACES.md §1).
-    return names
+    """The components to restart after `changes` (their markers are already on disk)."""
+    del out  # the pki layer wrote the markers under the lock
+    return components(changes)

@@ -17,11 +17,15 @@ def rotate_ca(
     check: bool,
     allow_rollback: bool,
     as_json: bool,
+    hiera: Path | None = None,
+    cluster: str | None = None,
 ) -> int:
     """Bring OUT to a CA rotation stage; with --check only say whether it is there."""
     from typhapki.pki.rotation import Stage, check_stage, rotate
+    from typhapki.puppet.cluster_options import with_cluster_options
 
     target = Stage.parse(stage)
+    opts = with_cluster_options(opts, hiera, cluster)  # the same sources as `issue`
     settings = build_settings(opts)
     roles = parse_roles(role)
     if check:

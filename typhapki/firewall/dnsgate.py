@@ -11,6 +11,12 @@ AAAA records; with ``require_ipv6`` (a dual-stack cluster) it needs both. Any qu
 that ends in SERVFAIL, REFUSED or a timeout fails the host even when the other family
 answered: a partial answer would silently drop addresses from the rule. Names are
 queried as given (absolute, no search domains): cluster_nodes hold FQDNs.
+
+Only answer records owned by the queried name, or by a name of its CNAME chain, count;
+records for any other name are ignored. An address that cannot be a node's source
+(loopback, unspecified, multicast, broadcast, link-local, IPv4-mapped: see
+hostnames.not_a_node) fails its host, as a literal or as an answer: one bad record
+fails the whole host rather than being dropped from it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from enum import StrEnum
 from typing import Any, cast
 
 from typhapki.errors import UsageError
-from typhapki.firewall.hostnames import parse_ip, validate_host
+from typhapki.firewall.hostnames import not_a_node, parse_ip, validate_host
 
 DEFAULT_PORT = 53
 DEFAULT_CONCURRENCY = 200
@@ -46,6 +52,7 @@ class Reason(StrEnum):
     REFUSED = "REFUSED"
     TIMEOUT = "timeout"
     ERROR = "DNS error"
+    NOT_A_NODE = "not a node address"
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,8 @@ class _Answer:
 
 
 _QTYPES = {"A": 1, "AAAA": 28}
+_CNAME = 5
+_MAX_CNAME_CHAIN = 16
 
 
 def _question_wire(host: str, rdtype_text: str) -> bytes:
@@ -276,13 +285,22 @@ class _Querier:
 
         try:
             response = await self._client(where).exchange(question, (where, port), self.timeout)
-            if response.flags & dns.flags.TC:  # too big for UDP: ask again over TCP
-                request = dns.message.make_query(host, rdtype_text)
-                response = await dns.asyncquery.tcp(request, where, timeout=self.timeout, port=port)
         except (TimeoutError, dns.exception.Timeout):
             return _Answer(reason=Reason.TIMEOUT, detail=rdtype_text)
         except (dns.exception.DNSException, OSError) as exc:
             return _Answer(reason=Reason.ERROR, detail=f"{rdtype_text}: {exc}")
+        if response.flags & dns.flags.TC:  # too big for UDP: ask again over TCP
+            request = dns.message.make_query(host, rdtype_text)
+            try:
+                response = await dns.asyncquery.tcp(request, where, timeout=self.timeout, port=port)
+            except (TimeoutError, dns.exception.Timeout):
+                return _Answer(reason=Reason.TIMEOUT, detail=f"{rdtype_text} over TCP")
+            except Exception as exc:
+                # A server that closes the connection makes dnspython raise EOFError,
+                # which click would print as a bare "Aborted!": name the host instead.
+                closed = isinstance(exc, EOFError)
+                text = "connection closed" if closed else str(exc) or type(exc).__name__
+                return _Answer(reason=Reason.ERROR, detail=f"{rdtype_text} over TCP: {text}")
         rcode = response.rcode()
         if rcode == dns.rcode.NXDOMAIN:
             return _Answer(reason=Reason.NXDOMAIN)
@@ -292,11 +310,47 @@ class _Querier:
             return _Answer(reason=Reason.REFUSED, detail=rdtype_text)
         if rcode != dns.rcode.NOERROR:
             return _Answer(reason=Reason.ERROR, detail=f"{rdtype_text}: {dns.rcode.to_text(rcode)}")
-        rdtype = _QTYPES[rdtype_text]
-        records = {
-            rdata.address for rrset in response.answer if rrset.rdtype == rdtype for rdata in rrset
-        }
-        return _Answer(records=tuple(sorted(records, key=_address_key)))
+        return _Answer(records=_owned_records(response, host, _QTYPES[rdtype_text]))
+
+
+def _owned_records(response: Any, host: str, rdtype: int) -> tuple[str, ...]:
+    """The addresses of type `rdtype` owned by `host` or by a name of its CNAME chain.
+
+    The chain is followed from the queried name, one CNAME per name, at most
+    _MAX_CNAME_CHAIN links; a record for any other name is ignored, whatever the
+    server (or a spoofer) put in the answer section.
+    """
+    import dns.name
+    import dns.rdataclass
+
+    owner = dns.name.from_text(host)
+    chain = {owner}
+    cnames = {
+        rrset.name: rrset[0].target
+        for rrset in response.answer
+        if rrset.rdtype == _CNAME and rrset.rdclass == dns.rdataclass.IN and len(rrset) == 1
+    }
+    while owner in cnames and len(chain) <= _MAX_CNAME_CHAIN:
+        owner = cnames[owner]
+        if owner in chain:
+            break  # a CNAME loop: nothing beyond it
+        chain.add(owner)
+    records = {
+        str(ipaddress.ip_address(rdata.address))  # canonical text, as literals have
+        for rrset in response.answer
+        if rrset.rdtype == rdtype and rrset.rdclass == dns.rdataclass.IN and rrset.name in chain
+        for rdata in rrset
+    }
+    return tuple(sorted(records, key=_address_key))
+
+
+def _not_a_node(records: Iterable[str]) -> _Answer | None:
+    """A failure naming the first address that cannot be a cluster node, else None."""
+    for address in records:
+        label = not_a_node(address)
+        if label is not None:
+            return _Answer(reason=Reason.NOT_A_NODE, detail=f"{address} is {label}")
+    return None
 
 
 async def _resolve_host(querier: _Querier, host: str, require_ipv6: bool) -> _Answer:
@@ -313,7 +367,7 @@ async def _resolve_host(querier: _Querier, host: str, require_ipv6: bool) -> _An
         return _Answer(reason=Reason.NO_AAAA)
     if require_ipv6 and not a.records:
         return _Answer(reason=Reason.NO_A)
-    return _Answer(records=a.records + aaaa.records)
+    return _not_a_node(a.records + aaaa.records) or _Answer(records=a.records + aaaa.records)
 
 
 async def resolve_all_async(
@@ -336,12 +390,14 @@ async def resolve_all_async(
     unique = sorted({validate_host(h, "DNS gate") for h in hosts})
     addresses: dict[str, tuple[str, ...]] = {}
     names: list[str] = []
-    for host in unique:
-        if parse_ip(host) is not None:
-            addresses[host] = (host,)
-        else:
-            names.append(host)
     failures: dict[str, HostFailure] = {}
+    for host in unique:
+        if parse_ip(host) is None:
+            names.append(host)
+        elif (bad := _not_a_node([host])) is not None:
+            failures[host] = HostFailure(host, Reason.NOT_A_NODE, bad.detail)
+        else:
+            addresses[host] = (host,)
     if names:
         servers = nameservers if nameservers else system_nameservers()
         querier = _Querier(servers, concurrency, timeout, retries)

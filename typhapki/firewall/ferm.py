@@ -13,9 +13,12 @@ block) or ``function`` (``&R_SERVICE(tcp, PORT, (...))`` of Puppet ferm modules)
 a family without sources gets no rule at all (nothing is opened to it).
 
 Templates are jinja2 (StrictUndefined, no autoescape), ``STYLE.ferm.j2`` in
-ferm_templates/ or a directory given by the user. Every value handed to a template is
-validated again here, whatever the caller did: a template only ever sees IPs, CIDRs,
-a ferm variable name, a port number and cluster/group names of a fixed alphabet.
+ferm_templates/ or a directory given by the user, rendered in jinja2's sandbox (no
+attribute or method of Python objects beyond plain data) and read as regular files
+only. Every value handed to a template is validated again here, whatever the caller
+did: a template only ever sees IPs, CIDRs, a ferm variable name, a port number and
+cluster/group names of a fixed alphabet; every source is at most /8 (IPv4) or /32
+(IPv6) wide and clear of loopback, link-local, multicast and the like.
 The output is deterministic: no timestamps, sources in numeric order.
 """
 
@@ -27,13 +30,16 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.hostnames import (
-    validate_cidr,
+    MIN_PREFIX_V4,
+    MIN_PREFIX_V6,
     validate_ferm_variable,
     validate_ip,
     validate_port,
+    validate_source_network,
 )
 
 MODES = ("strict", "relaxed")
@@ -94,10 +100,10 @@ def strict_sources(addresses: Iterable[str], host_count: int) -> Sources:
 
 def derived_subnets(addresses: Iterable[str], prefix_v4: int, prefix_v6: int) -> tuple[str, ...]:
     """The /prefix subnets holding `addresses`, deduplicated and collapsed."""
-    if not 1 <= prefix_v4 <= 32:
-        raise ConfigError(f"prefix_v4: expected 1-32, got {prefix_v4}")
-    if not 1 <= prefix_v6 <= 128:
-        raise ConfigError(f"prefix_v6: expected 1-128, got {prefix_v6}")
+    if not MIN_PREFIX_V4 <= prefix_v4 <= 32:
+        raise ConfigError(f"prefix_v4: expected {MIN_PREFIX_V4}-32, got {prefix_v4}")
+    if not MIN_PREFIX_V6 <= prefix_v6 <= 128:
+        raise ConfigError(f"prefix_v6: expected {MIN_PREFIX_V6}-128, got {prefix_v6}")
     v4: list[ipaddress.IPv4Network] = []
     v6: list[ipaddress.IPv6Network] = []
     for address in addresses:
@@ -110,7 +116,7 @@ def derived_subnets(addresses: Iterable[str], prefix_v4: int, prefix_v6: int) ->
         *ipaddress.collapse_addresses(v4),
         *ipaddress.collapse_addresses(v6),
     ]
-    return tuple(n.with_prefixlen for n in collapsed)
+    return tuple(validate_source_network(n.with_prefixlen, "derived subnet") for n in collapsed)
 
 
 def relaxed_sources(
@@ -126,7 +132,7 @@ def relaxed_sources(
     if networks and variable:
         raise ConfigError("relaxed mode: give networks or a ferm variable, not both")
     if networks:
-        unique = {validate_cidr(n, "networks") for n in networks}
+        unique = {validate_source_network(n, "networks") for n in networks}
         return Sources(tuple(sorted(unique, key=_network_key)), note="the cluster's networks")
     if variable:
         return Sources(
@@ -139,15 +145,17 @@ def relaxed_sources(
     )
 
 
-def uncovered(addresses: dict[str, tuple[str, ...]], networks: Iterable[str]) -> list[str]:
-    """Lines naming each resolved address that no network contains (relaxed + networks)."""
-    nets = [ipaddress.ip_network(validate_cidr(n, "networks")) for n in networks]
+def uncovered(
+    addresses: dict[str, tuple[str, ...]], networks: Iterable[str]
+) -> list[tuple[str, str]]:
+    """(host, line) for each resolved address that no network contains (relaxed + networks)."""
+    nets = [ipaddress.ip_network(validate_source_network(n, "networks")) for n in networks]
     lines = []
     for host in sorted(addresses):
         for address in addresses[host]:
             ip = ipaddress.ip_address(address)
             if not any(ip.version == n.version and ip in n for n in nets):
-                lines.append(f"{host}: address {address} is outside the cluster's networks")
+                lines.append((host, f"{host}: address {address} is outside the cluster's networks"))
     return lines
 
 
@@ -155,13 +163,50 @@ def template_dir(templates: Path | None) -> Path:
     return TEMPLATES_DIR if templates is None else templates
 
 
+MAX_TEMPLATE_BYTES = 256 * 1024
+
+
 def check_templates(templates: Path | None, style: str) -> None:
-    """Fail early (before any DNS) when the template of `style` is missing."""
+    """Fail early (before any DNS) when the template of `style` is missing or unreadable."""
     directory = template_dir(templates)
     if not directory.is_dir():
         raise ConfigError(f"{directory}: templates directory not found")
-    if not (directory / f"{style}.ferm.j2").is_file():
+    if not (directory / f"{style}.ferm.j2").exists():
         raise ConfigError(f"{directory}: no template {style}.ferm.j2")
+    _read_template(directory, f"{style}.ferm.j2")
+
+
+def _read_template(directory: Path, name: str) -> str:
+    """A template's text: a regular file of the directory, UTF-8, size-capped."""
+    from typhapki.safeio import read_regular
+
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(f"{directory}: template name {name!r} is outside the directory")
+    path = directory / name
+    data = read_regular(path, "template", MAX_TEMPLATE_BYTES)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: template is not UTF-8 text") from None
+
+
+def _environment(directory: Path) -> Any:
+    """A sandboxed jinja2 environment whose loader reads regular files only (a FIFO
+    named like a template must not hang the run)."""
+    import jinja2
+    import jinja2.sandbox
+
+    def load(name: str) -> tuple[str, str, Any]:
+        return _read_template(directory, name), str(directory / name), lambda: False
+
+    return jinja2.sandbox.SandboxedEnvironment(
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def render(
@@ -186,7 +231,7 @@ def render(
             raise ConfigError(f"{what}: {name!r} is not a valid {what} name")
     port = validate_port(port, "port")
     # Defence in depth: whatever built `sources`, only IPs/CIDRs or a $NAME go through.
-    checked = tuple(validate_cidr(s, "source") for s in sources.addresses)
+    checked = tuple(validate_source_network(s, "source") for s in sources.addresses)
     variable = validate_ferm_variable(sources.variable, "variable") if sources.variable else None
     if bool(checked) == bool(variable):
         raise ConfigError("a rule needs either source addresses or a ferm variable")
@@ -195,14 +240,7 @@ def render(
 
     directory = template_dir(templates)
     check_templates(templates, style)
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(directory)),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = _environment(directory)
     context = {
         "cluster": cluster,
         "group": group,
@@ -215,13 +253,20 @@ def render(
         "sources_note": note,
     }
     try:
-        text = env.get_template(f"{style}.ferm.j2").render(context)
+        text = str(env.get_template(f"{style}.ferm.j2").render(context))
+    except ConfigError:
+        raise  # an included template that is not a readable regular file
     except jinja2.TemplateError as exc:
         where = getattr(exc, "filename", None) or f"{directory}/{style}.ferm.j2"
         line = getattr(exc, "lineno", None)
         at = f":{line}" if line else ""
         message = " ".join(str(exc.message or exc).split())
         raise ConfigError(f"{where}{at}: template error: {message}") from None
+    except Exception as exc:  # 1/0, a self-include (RecursionError)...: still one line
+        message = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ConfigError(
+            f"{directory}/{style}.ferm.j2: template error: {type(exc).__name__}: {message}"
+        ) from None
     return text if text.endswith("\n") else text + "\n"
 
 

@@ -15,6 +15,12 @@ import re
 from typhapki.errors import ConfigError
 
 MAX_NAME_LENGTH = 253
+# The widest source a rule may allow (docs/security.md, "Firewall and DNS"). /8 is the
+# largest private block (10.0.0.0/8); /32 is the usual IPv6 allocation to a whole
+# organisation (an RIR's minimum to an LIR). Anything wider opens Typha to much of
+# the internet or is a typo (prefix_v4: 1 would render 0.0.0.0/0 from any address).
+MIN_PREFIX_V4 = 8
+MIN_PREFIX_V6 = 32
 # fullmatch, never "$": "$" would also match before a trailing newline.
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _FERM_VARIABLE = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
@@ -29,6 +35,41 @@ def shown(value: object) -> str:
 
 def _where(where: str) -> str:
     return f"{where}: " if where else ""
+
+
+_IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Ranges whose addresses cannot be a cluster node's source address, most specific
+# first (the first match names the range in messages). Explicit lists rather than
+# ipaddress' is_* properties: those changed meaning between Python releases.
+_NOT_NODES: tuple[tuple[_IPNetwork, str], ...] = tuple(
+    (ipaddress.ip_network(net), label)
+    for net, label in (
+        ("0.0.0.0/32", "unspecified"),
+        ("0.0.0.0/8", "'this network' (0.0.0.0/8)"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("224.0.0.0/4", "multicast"),
+        ("255.255.255.255/32", "broadcast"),
+        ("240.0.0.0/4", "reserved (240.0.0.0/4)"),
+        ("::/128", "unspecified"),
+        ("::1/128", "loopback"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("::/96", "IPv4-compatible (deprecated)"),
+        ("fe80::/10", "link-local"),
+        ("fec0::/10", "site-local (deprecated)"),
+        ("ff00::/8", "multicast"),
+    )
+)
+
+
+def not_a_node(address: str) -> str | None:
+    """Why an address cannot be a cluster node (loopback, multicast, ...), else None."""
+    ip = ipaddress.ip_address(address)
+    for network, label in _NOT_NODES:
+        if ip.version == network.version and ip in network:
+            return label
+    return None
 
 
 def parse_ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -90,6 +131,26 @@ def validate_cidr(value: object, where: str = "") -> str:
             ) from None
         return network.with_prefixlen
     raise ConfigError(f"{_where(where)}{shown(value)} is not a valid CIDR network")
+
+
+def validate_source_network(value: object, where: str = "") -> str:
+    """A CIDR a rule may allow: at most /MIN_PREFIX wide, and clear of every range that
+    holds no node (loopback, link-local, multicast, ...; see `not_a_node`)."""
+    text = validate_cidr(value, where)
+    network = ipaddress.ip_network(text)
+    limit = MIN_PREFIX_V4 if network.version == 4 else MIN_PREFIX_V6
+    if network.prefixlen < limit:
+        raise ConfigError(
+            f"{_where(where)}{text} is wider than /{limit}: it would open Typha to far more "
+            f"than a cluster (the limit is /{MIN_PREFIX_V4} for IPv4, /{MIN_PREFIX_V6} for IPv6)"
+        )
+    for special, label in _NOT_NODES:
+        if special.version == network.version and network.overlaps(special):
+            raise ConfigError(
+                f"{_where(where)}{text} overlaps {special.with_prefixlen} ({label}): "
+                "no cluster node has such an address"
+            )
+    return text
 
 
 def validate_ferm_variable(value: object, where: str = "") -> str:

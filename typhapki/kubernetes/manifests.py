@@ -22,6 +22,7 @@ Secret ``data``.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -389,11 +390,12 @@ class WiringPatch:
     name: str
     namespace: str
     patch: dict[str, Any]
+    file_name: str  # what --wiring-dir writes it as: typha.yaml, node.yaml
 
-    def command(self) -> str:
+    def command(self, patch_file: str | None = None) -> str:
         return (
             f"kubectl -n {self.namespace} patch {self.kind.lower()} {self.name} "
-            "--type strategic --patch-file FILE"
+            f"--type strategic --patch-file {patch_file or self.file_name}"
         )
 
 
@@ -406,11 +408,15 @@ def wiring_patches(
     typha_dirs = [BUNDLE_DIR, ROLES[RoleName.TYPHA].directory]
     felix_dirs = [BUNDLE_DIR, ROLES[RoleName.FELIX].directory]
     out = []
-    for (api, kind, name), role, dirs in (
-        (TYPHA_WORKLOAD, RoleName.TYPHA, typha_dirs),
-        (NODE_WORKLOAD, RoleName.FELIX, felix_dirs),
+    # hostPath must be absolute and free of `..` whatever --out was (the API refuses
+    # `..`, and a relative path means nothing to the kubelet).
+    host_out = Path(os.path.abspath(host_out))
+    for (api, kind, name), role, dirs, file_name in (
+        (TYPHA_WORKLOAD, RoleName.TYPHA, typha_dirs, "typha.yaml"),
+        (NODE_WORKLOAD, RoleName.FELIX, felix_dirs, "node.yaml"),
     ):
-        out.append(WiringPatch(api, kind, name, ns, _pod_patch(name, env[role], host_out, dirs)))
+        patch = _pod_patch(name, env[role], host_out, dirs)
+        out.append(WiringPatch(api, kind, name, ns, patch, file_name))
     return out
 
 

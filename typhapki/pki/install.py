@@ -28,6 +28,7 @@ from typhapki.pki.issuance import BUNDLE_HINT, RESTART_HINT, Change
 from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import PrivateKey, cert_pem, generate_key, key_pem, key_type_of
+from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.store import FileSpec, ensure_dir, publish_all, write_file_atomic
 from typhapki.pki.store import locked as store_locked
@@ -75,6 +76,7 @@ def _judge_pair(
     chain: list[x509.Certificate],
     key: PrivateKey,
     cert_source: Path,
+    key_source: Path,
     settings: PkiSettings,
     bundle: Sequence[x509.Certificate],
     now: datetime,
@@ -86,7 +88,7 @@ def _judge_pair(
     """
     # Judged without the renewal window: only expiry and not-yet-valid refuse here.
     lenient = dataclasses.replace(settings, renew_before=timedelta(0), node_name=None)
-    state = RoleState(role, cert_source, cert_source.with_suffix(".key"), chain, key)
+    state = RoleState(role, cert_source, key_source, chain, key)
     judge_role(state, lenient, bundle, None, now)
     if state.problems:
         problem = state.problems[0]
@@ -172,8 +174,10 @@ def _publish(paths: SetPaths, candidates: Sequence[Candidate]) -> list[Change]:
     # The bundle first, as `issue` does: a new CA is trusted before a leaf uses it.
     ordered = sorted(candidates, key=lambda c: c.scope != "bundle")
     # One transaction: a full disk leaves every managed file as it was.
-    publish_all([(c.directory, c.files) for c in ordered])
-    return [c.change for c in ordered]
+    changes = [c.change for c in ordered]
+    with restarts_recorded(paths.out, [c.scope for c in changes if c.restarts]):
+        publish_all([(c.directory, c.files) for c in ordered])
+    return changes
 
 
 def install_shipped(
@@ -202,7 +206,7 @@ def install_shipped(
         cert_path, key_path = src.cert(role), src.key(role)
         chain = _read_certs(cert_path, f"shipped {role.value} certificate")
         key = parse_key(read_regular(key_path, f"shipped {role.value} key"), str(key_path))
-        warnings += _judge_pair(role, chain, key, cert_path, settings, bundle, now)
+        warnings += _judge_pair(role, chain, key, cert_path, key_path, settings, bundle, now)
         pairs.append((role, chain[0], key))
     paths = SetPaths(out)
     with store_locked(paths.lock):
@@ -301,7 +305,8 @@ def install_certificate(
                     f"{cert_file}: certificate is not for the key in {where}; "
                     "run `typhapki request` and have that CSR signed; nothing installed"
                 )
-        warnings = _judge_pair(role, chain, key, cert_file, settings, bundle, now)
+        key_source = staged if staged.exists() else paths.key(role)
+        warnings = _judge_pair(role, chain, key, cert_file, key_source, settings, bundle, now)
         candidates = [
             c
             for c in (

@@ -27,6 +27,7 @@ from typhapki.pki.profiles import (
     key_pem,
     public_key_der,
 )
+from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
@@ -199,6 +200,11 @@ class Change:
             "sha256_fingerprint": self.fingerprint,
         }
 
+    @property
+    def restarts(self) -> bool:
+        """Whether a component must restart to load it (new permissions need none)."""
+        return self.action != "fixed permissions"
+
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
@@ -277,8 +283,12 @@ def ensure_set(
     roles: Sequence[RoleName],
     trusted: Sequence[x509.Certificate] = (),
     now: datetime | None = None,
+    keep_leaves: bool = False,
 ) -> list[Change]:
     """Make the set under `out` valid and fresh; return what changed (nothing when it was).
+
+    With `keep_leaves` (CA rotation, stage trust-new) only the bundle is brought up to
+    date and a missing pair is issued: an existing leaf or key is never touched.
 
     Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees
     a CSR. Every certificate needed is signed and verified before the first file is
@@ -306,7 +316,7 @@ def ensure_set(
         planned: list[_Planned] = []
         for role in roles:
             state = report.roles[role]
-            if not state.problems:
+            if not state.problems or (keep_leaves and file_exists(state.cert_path)):
                 continue
             layout = ROLES[role]
             key_spec = settings.key_files
@@ -353,6 +363,7 @@ def ensure_set(
                 # The old generation holds a key others could read: no copy is kept.
                 drop_previous.append(paths.role_dir(plan.role))
             changes.append(plan.change)
-        if items:
-            publish_all(items, drop_previous)
+        with restarts_recorded(out, [c.scope for c in changes if c.restarts]):
+            if items:
+                publish_all(items, drop_previous)
     return changes

@@ -289,7 +289,12 @@ def rotate(
         before = observe(paths, cas)
         if (why := refusal(before, target, allow_rollback)) is not None:
             raise RefusedError(f"{out}: {why}")
-        changes = ensure_set(out, issuer, settings, roles, trusted, now)
+        # Stage 1 only adds the new CA to the bundle: the leaves stay byte for byte (a
+        # leaf reissued from settings that differ from its own, say without the cluster's
+        # URI SANs, would lock Felix out at Typha's next restart). Only rolling back from
+        # new-CA leaves reissues them, by the old CA.
+        keep = target is Stage.TRUST_NEW and "new" not in before.leaves.values()
+        changes = ensure_set(out, issuer, settings, roles, trusted, now, keep_leaves=keep)
         after = observe(paths, cas)
     return RotationResult(before.stage, after.stage, changes)
 
@@ -324,6 +329,12 @@ def check_stage(
     report = check_set(
         paths, settings, roles, now or datetime.now(UTC), wanted_bundle(signing, trusted), signing
     )
+    if target is Stage.TRUST_NEW and "new" not in seen.leaves.values():
+        # What trust-new would not change is not its business: only the bundle and a
+        # missing pair (otherwise Puppet's `unless` would never be satisfied).
+        missing = {r.value for r, s in report.roles.items() if s.leaf is None}
+        lines.extend(p.line() for p in report.problems if p.scope == "bundle" or p.scope in missing)
+        return lines
     lines.extend(p.line() for p in report.problems)
     return lines
 

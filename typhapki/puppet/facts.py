@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 from typhapki import __version__
 from typhapki.pki.certinfo import describe
@@ -50,6 +53,7 @@ class FactRequest:
     ca_dir: Path | None = None
     trust: Sequence[Path] = ()
     ferm_output: Path | None = None
+    state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
     # The running components: None probes 127.0.0.1:5473 when calico-typha runs here.
     probe_address: str | None = None
     probe: bool = True
@@ -125,16 +129,24 @@ def _bundle_fact(report: SetReport, now: datetime) -> dict[str, Any]:
     }
 
 
+MAX_FERM_RULE_BYTES = 1024 * 1024
+
+
 def file_state(path: Path) -> dict[str, Any]:
-    """A managed file's state without interpreting it: path, exists, sha256, mtime."""
+    """A managed file's state without interpreting it: path, exists, sha256, mtime.
+
+    Read as a regular file only, size-capped: a FIFO there must not hang Facter."""
+    from typhapki.safeio import UnreadableFileError, read_regular
+
     fact: dict[str, Any] = {"path": str(path), "exists": False}
     try:
-        data = path.read_bytes()
+        data = read_regular(path, "ferm rule", MAX_FERM_RULE_BYTES)
         mtime = path.stat().st_mtime
-    except FileNotFoundError:
-        return fact
-    except OSError as exc:
-        fact["error"] = f"{path}: {exc.strerror or exc}"
+    except (UnreadableFileError, OSError) as exc:
+        if not os.path.lexists(path):
+            return fact
+        fact["exists"] = True
+        fact["error"] = str(exc) if isinstance(exc, UnreadableFileError) else f"{path}: {exc}"
         return fact
     fact.update(
         {
@@ -147,6 +159,32 @@ def file_state(path: Path) -> dict[str, Any]:
     return fact
 
 
+def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | None:
+    """The last `typhapki ferm` runs, from ferm.json: small and bounded (no host list).
+
+    None when there is no state file and the node is not known to manage the rule
+    (most nodes: they have no Typha rule at all); otherwise the state, or its error.
+    """
+    from typhapki.firewall.state import StateError, read_state
+    from typhapki.firewall.state import state_dir as default_state_dir
+
+    directory = default_state_dir(state_dir)
+    try:
+        state = read_state(directory)
+    except StateError as exc:
+        if not wanted and "missing" in str(exc):
+            return None
+        return {"error": str(exc)}
+    last = state.last_success
+    return {
+        "cluster": state.cluster,
+        "dns_gate": state.dns_gate,
+        "hosts_failed": state.hosts_failed,
+        # A timestamp, not an age: the fact changes only when a run changes it.
+        "last_success": _iso(datetime.fromtimestamp(last, UTC)) if last is not None else None,
+    }
+
+
 def _rotation_fact(report: SetReport) -> dict[str, Any]:
     """Which CA rotation stage the bundle and leaves show (docs/rotation.md)."""
     if report.bundle is None or len(report.bundle) < 2:
@@ -156,6 +194,42 @@ def _rotation_fact(report: SetReport) -> dict[str, Any]:
 
     info = describe_rotation(report)
     return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
+
+
+def _judged_as_rotation(
+    report: SetReport,
+    settings: PkiSettings,
+    request: FactRequest,
+    now: datetime,
+    ca: x509.Certificate,
+) -> SetReport | None:
+    """The set judged as a CA rotation in progress, when the bundle on disk shows one.
+
+    The facts.d wrapper names one CA directory and is not told about the rotation. A
+    bundle on disk holding that CA and exactly one other, with every leaf signed by the
+    same one of the two, is rotation stage 1 or 2 (docs/rotation.md): the set is then
+    judged against that bundle and that signing CA, as `rotate-ca --check` would, and
+    is healthy when valid. Anything else keeps the ordinary verdict.
+    """
+    from typhapki.pki.issuance import wanted_bundle
+    from typhapki.pki.verify import find_issuer
+
+    disk = report.bundle or []
+    if len(disk) != 2 or fingerprint(ca) not in {fingerprint(c) for c in disk}:
+        return None
+    signers = {
+        fingerprint(issuer)
+        for state in report.roles.values()
+        if state.leaf is not None and (issuer := find_issuer(state.leaf, disk)) is not None
+    }
+    if len(signers) != 1:
+        return None
+    [signing] = [c for c in disk if fingerprint(c) in signers]
+    others = [c for c in disk if fingerprint(c) not in signers]
+    judged = check_set(
+        report.paths, settings, request.roles, now, wanted_bundle(signing, others), signing
+    )
+    return judged if judged.ok else None
 
 
 def _set_fact(
@@ -175,6 +249,8 @@ def _set_fact(
             # Still describe the set, judged without the CA.
             errors.append(str(exc))
     report = check_set(SetPaths(request.out), settings, request.roles, now, bundle, signing)
+    if signing is not None and not report.ok:
+        report = _judged_as_rotation(report, settings, request, now, signing) or report
     return {
         "out": str(request.out),
         "ca_dir": str(request.ca_dir) if request.ca_dir is not None else None,
@@ -241,6 +317,9 @@ def gather(
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
+        gate = ferm_gate_fact(request.state_dir, wanted=request.ferm_output is not None)
+        if gate is not None:
+            fact["ferm_gate"] = gate
     except Exception as exc:  # the fact must never crash the Facter run
         errors.append(f"{type(exc).__name__}: {exc}")
     fact["ok"] = not errors and bool(fact.get("set", {}).get("valid"))

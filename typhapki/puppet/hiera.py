@@ -12,7 +12,8 @@ Shape (REFERENCE.md section 4)::
     kubernetes::clusters:
       GROUP:
         CLUSTER:
-          cluster_nodes: [host, ...]               # required, at least one
+          cluster_nodes: [host, ...]               # at least one; may be absent only
+                                                   # for a relaxed rule of fixed networks
           control_plane_nodes: [host, ...]         # optional
           ipv6dualstack: true|false                # optional, default false
           typha: {...}                             # optional, see TyphaSettings
@@ -22,8 +23,12 @@ mapping of the defaults, any other value (list, scalar, null) replaces the defau
 
 Safety: the YAML is composed into nodes and built here by hand, so no tag (``!!python``,
 any ``!tag``, even ``!!str``) is ever honoured: a tag is an error. Anchors and aliases
-are allowed within small limits (aliases per file, nodes after expansion), which stops
-alias bombs and recursive aliases. Every value keeps its file, line and key path, so
+are allowed within small limits (aliases per file, nodes after expansion, merged keys
+counted before they are expanded), which stops alias bombs, merge-key bombs and
+recursive aliases. Nesting is limited (MAX_DEPTH), checked on the event stream before
+anything is composed: libyaml's composer recurses in C (deep nesting crashes it) and
+its parser slows down quadratically with depth. Files are read as regular files only
+(a FIFO is an error, never a hang). Every value keeps its file, line and key path, so
 every message names where to fix it.
 """
 
@@ -37,24 +42,30 @@ from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.hostnames import (
+    MIN_PREFIX_V4,
+    MIN_PREFIX_V6,
+    not_a_node,
+    parse_ip,
     shown,
-    validate_cidr,
     validate_ferm_variable,
     validate_host,
     validate_port,
+    validate_source_network,
 )
 
 CLUSTERS_KEY = "kubernetes::clusters"
 DEFAULTS_KEY = "kubernetes::clusters_defaults"
 
 MAX_ALIASES = 100  # per file
-MAX_NODES = 100_000  # per file, after alias expansion
+MAX_NODES = 100_000  # per file, after alias and merge-key expansion
+MAX_DEPTH = 64  # nesting of mappings and lists, after alias expansion (hiera needs ~6)
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
 # Group and cluster names end up in messages and in the header comment of a rule.
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
 _MODES = ("strict", "relaxed")
 _STYLES = ("plain", "function")
+_DNS_GATES = ("enforce", "warn")
 
 
 @dataclass
@@ -102,6 +113,7 @@ class TyphaSettings:
     prefix_v4: int | None = None
     prefix_v6: int | None = None
     ferm_output: str | None = None
+    dns_gate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,10 +123,11 @@ class Cluster:
     group: str
     name: str
     source: Path
-    cluster_nodes: tuple[str, ...]
+    cluster_nodes: tuple[str, ...]  # empty: none in hiera (a relaxed rule of fixed networks)
     control_plane_nodes: tuple[str, ...]
     ipv6dualstack: bool
     typha: TyphaSettings = field(default_factory=TyphaSettings)
+    where: str = ""  # file:line: key path of the cluster, for messages
 
 
 @dataclass(frozen=True)
@@ -158,11 +171,15 @@ class HostProblem:
 
 def _yaml_files(path: Path) -> list[Path]:
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        # Every *.yaml entry but directories: a FIFO or a device named like hiera data is
+        # reported by load_yaml_file, not skipped silently.
+        files = sorted(
+            p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and not p.is_dir()
+        )
         if not files:
             raise ConfigError(f"{path}: no *.yaml or *.yml files in this directory")
         return files
-    if path.is_file():
+    if path.exists():
         return [path]
     raise ConfigError(f"{path}: no such hiera file or directory")
 
@@ -192,6 +209,9 @@ class _Builder:
         if id(node) in stack:
             raise self.fail(line, path, "recursive alias")
         stack = (*stack, id(node))
+        collection = isinstance(node, yaml.MappingNode | yaml.SequenceNode)
+        if collection and len(stack) > MAX_DEPTH:  # aliases can nest deeper than the text
+            raise self.fail(line, "", f"nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, yaml.MappingNode):
             items: dict[str, YNode] = {}
             for key_node, value_node in self._pairs(node, path):
@@ -216,6 +236,8 @@ class _Builder:
             value = self._constructor.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             raise self.fail(line, path, f"bad value: {_one_line(exc)}") from None
+        except (ValueError, OverflowError) as exc:  # an integer of 5,000 digits, ...
+            raise self.fail(line, path, f"bad value: {shown(str(exc))}") from None
         if isinstance(value, bytes | bytearray) or not isinstance(
             value, str | int | float | bool | type(None)
         ):
@@ -227,7 +249,7 @@ class _Builder:
         """Key/value node pairs, with YAML merge keys (``<<: *defaults``) expanded."""
         import yaml
 
-        merged: list[tuple[Any, Any]] = []
+        merged: dict[str, tuple[Any, Any]] = {}
         own: list[tuple[Any, Any]] = []
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -239,20 +261,25 @@ class _Builder:
                         raise self.fail(
                             source.start_mark.line + 1, path, "'<<' merges mappings only"
                         )
+                    # Charge the merged keys to the budget before looking at them: a
+                    # large anchor merged into many mappings is a bomb of its own.
+                    self.nodes += len(source.value)
+                    if self.nodes > MAX_NODES:
+                        raise self.fail(
+                            source.start_mark.line + 1,
+                            path,
+                            f"more than {MAX_NODES} values after '<<' merges (merge-key bomb?)",
+                        )
                     for pair in source.value:
-                        if not any(self._same_key(pair[0], k) for k, _ in merged):
-                            merged.append(pair)
+                        merged.setdefault(self._key(pair[0], path), pair)
             else:
                 own.append((key_node, value_node))
         # Explicit keys win over merged ones, as in YAML merge semantics.
         yield from own
-        for key_node, value_node in merged:
-            if not any(self._same_key(key_node, k) for k, _ in own):
-                yield key_node, value_node
-
-    @staticmethod
-    def _same_key(a: Any, b: Any) -> bool:
-        return bool(a.value == b.value)
+        own_keys = {self._key(k, path) for k, _ in own}
+        for key, pair in merged.items():
+            if key not in own_keys:
+                yield pair
 
     def _key(self, key_node: Any, path: str) -> str:
         import yaml
@@ -280,8 +307,15 @@ def _refuse_tags_and_count_aliases(text: str, file: Path) -> None:
 
     aliases = 0
     documents = 0
+    depth = 0
     for event in yaml.parse(text, Loader=_loader()):
         line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{file}:{line}: nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
         if isinstance(event, yaml.DocumentStartEvent):
             documents += 1
             if documents > 1:
@@ -301,15 +335,12 @@ def load_yaml_file(file: Path) -> YNode | None:
     """One hiera file as a YNode tree (None for an empty file)."""
     import yaml
 
+    from typhapki.safeio import read_regular
+
     try:
-        size = file.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConfigError(f"{file}: larger than {MAX_FILE_BYTES} bytes")
-        text = file.read_bytes().decode("utf-8")
+        text = read_regular(file, "hiera file", MAX_FILE_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{file}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}") from None
     try:
         _refuse_tags_and_count_aliases(text, file)
         node = yaml.compose(text, Loader=_loader())
@@ -320,6 +351,8 @@ def load_yaml_file(file: Path) -> YNode | None:
         raise ConfigError(f"{file}{line}: malformed YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{file}: malformed YAML: {_one_line(exc)}") from None
+    except RecursionError:  # pragma: no cover - MAX_DEPTH stops this before compose
+        raise ConfigError(f"{file}: nested too deeply") from None
     if node is None:
         return None
     return _Builder(file).build(node, "")
@@ -435,12 +468,14 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
         raise ConfigError(f"{file}: {CLUSTERS_KEY}: no cluster {shown(name)} (known: {known})")
     group, cluster_node = clusters[name]
     settings = _expect_mapping(merged_cluster_node(doc, cluster_node))
-    where = cluster_node.where
 
+    # cluster_nodes may be absent (or null, to unset a default): the ferm command then
+    # accepts only a relaxed rule of fixed networks, and says so.
     nodes_node = settings.get("cluster_nodes")
-    if nodes_node is None:
-        raise ConfigError(f"{where}: cluster_nodes is missing")
-    cluster_nodes = _host_list(nodes_node, required=True)
+    if nodes_node is None or nodes_node.value is None:
+        cluster_nodes: tuple[str, ...] = ()
+    else:
+        cluster_nodes = _host_list(nodes_node, required=True)
     cp_node = settings.get("control_plane_nodes")
     control_plane = _host_list(cp_node, required=False) if cp_node is not None else ()
 
@@ -462,6 +497,7 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
         control_plane_nodes=control_plane,
         ipv6dualstack=ipv6dualstack,
         typha=typha,
+        where=cluster_node.where,
     )
 
 
@@ -563,14 +599,19 @@ def _typha_value(key: str, item: YNode) -> Any:
             raise ConfigError(
                 f"{item.where}: expected a non-empty list of CIDR networks, got {_type_name(value)}"
             )
-        return tuple(validate_cidr(n.value, n.where) for n in value)
+        return tuple(validate_source_network(n.value, n.where) for n in value)
     if key == "network_variable":
         return validate_ferm_variable(value, item.where)
     if key in ("prefix_v4", "prefix_v6"):
-        top = 32 if key == "prefix_v4" else 128
-        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top:
+        low, top = (MIN_PREFIX_V4, 32) if key == "prefix_v4" else (MIN_PREFIX_V6, 128)
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= top:
             return value
-        raise ConfigError(f"{item.where}: expected a prefix length 1-{top}, got {shown(value)}")
+        raise ConfigError(
+            f"{item.where}: expected a prefix length {low}-{top} (wider would open Typha "
+            f"to far more than a cluster), got {shown(value)}"
+        )
+    if key == "dns_gate":
+        return _expect_choice(item, _DNS_GATES)
     if key == "ferm_output":
         text = _expect_str(item)
         if not text or "\n" in text or "\0" in text:
@@ -622,8 +663,14 @@ def iter_host_entries(path: Path) -> list[HostEntry]:
         for key in _HOST_KEYS:
             node = root.value.get(key)
             if node is None:
-                if key == "cluster_nodes" and root is not defaults and not has_default_nodes:
-                    # A cluster without cluster_nodes: reported by check_host_entries.
+                if (
+                    key == "cluster_nodes"
+                    and root is not defaults
+                    and not has_default_nodes
+                    and not _fixed_networks(root, defaults)
+                ):
+                    # A cluster without cluster_nodes, and no networks for a relaxed rule
+                    # without them: reported by check_host_entries.
                     entries.append(HostEntry(root.file, f"{root.path}.{key}", root.line, _MISSING))
                 continue
             if isinstance(node.value, list) and node.value:
@@ -631,6 +678,19 @@ def iter_host_entries(path: Path) -> list[HostEntry]:
             else:
                 entries.append(HostEntry(node.file, node.path, node.line, node.value))
     return entries
+
+
+def _fixed_networks(cluster: YNode, defaults: YNode | None) -> bool:
+    """Whether a cluster's typha: (or the defaults') names networks or a ferm variable."""
+    for root in (cluster, defaults):
+        typha = root.value.get("typha") if root is not None else None
+        if (
+            typha is not None
+            and isinstance(typha.value, dict)
+            and ("networks" in typha.value or "network_variable" in typha.value)
+        ):
+            return True
+    return False
 
 
 class _Missing:
@@ -664,6 +724,10 @@ def check_host_entries(entries: list[HostEntry]) -> list[HostProblem]:
             host = validate_host(entry.value, entry.where)
         except ConfigError as exc:
             problems.append(HostProblem(entry, str(exc)))
+            continue
+        label = not_a_node(host) if parse_ip(host) is not None else None
+        if label is not None:
+            problems.append(HostProblem(entry, f"{entry.where}: {host} is {label}: not a node"))
             continue
         owner = entry.key_path.rsplit("[", 1)[0]
         key = (entry.file, owner, host)

@@ -56,7 +56,9 @@ class Finding:
 class LintReport:
     files: list[Path]
     entries: int = 0  # host entries seen
-    resolved: int = 0  # distinct names sent to DNS
+    invalid: int = 0  # entries refused before DNS (not a hostname or IP, duplicates)
+    queried: int = 0  # distinct names sent to DNS
+    resolved: int = 0  # of those, the names that passed the gate
     offline: bool = False
     findings: list[Finding] = field(default_factory=list)
 
@@ -64,12 +66,30 @@ class LintReport:
     def ok(self) -> bool:
         return not self.findings
 
+    def summary(self, files: int) -> str:
+        """One line: how many entries failed and why, and what DNS said."""
+        where = f"{files} file{'s' if files != 1 else ''}"
+        dns = (
+            "offline, no DNS"
+            if self.offline
+            else f"{self.resolved} of {self.queried} distinct names resolved"
+        )
+        if self.ok:
+            return f"{self.entries} host entries in {where} checked ({dns}): all good"
+        unresolved = len(self.findings) - self.invalid
+        return (
+            f"{len(self.findings)} of {self.entries} host entries in {where} failed: "
+            f"{self.invalid} invalid, {unresolved} not resolving ({dns})"
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "offline": self.offline,
             "files": [str(f) for f in self.files],
             "entries": self.entries,
+            "invalid": self.invalid,
+            "queried": self.queried,
             "resolved": self.resolved,
             "problems": [f.as_json() for f in self.findings],
         }
@@ -175,6 +195,7 @@ def lint(
         report.entries += sum(1 for e in entries if e.key_path.endswith("]"))
         problems = check_host_entries(entries)
         bad = {id(p.entry) for p in problems}
+        report.invalid += len(problems)
         for problem in problems:
             e = problem.entry
             report.findings.append(Finding(e.file, e.key_path, e.line, "invalid", problem.line()))
@@ -197,8 +218,9 @@ def lint(
 
     names_v6 = sorted({x.host for x in located if x.ipv6 and parse_ip(x.host) is None})
     names = sorted({x.host for x in located if parse_ip(x.host) is None} - set(names_v6))
-    report.resolved = len(names) + len(names_v6)
+    report.queried = len(names) + len(names_v6)
     failures = _resolve(names, names_v6, nameservers, progress, timeout)
+    report.resolved = report.queried - len(failures)
     for x in located:
         failure = failures.get(x.host)
         if failure is not None:

@@ -1,0 +1,98 @@
+"""`manifests --wiring-dir`: one patch per target, applied by real kubectl to Calico's objects.
+
+`kubectl patch --local` computes what the API server would store after a
+strategic-merge patch, without a cluster: the env must land in the workload's own
+container (calico-typha in the Deployment, calico-node in the DaemonSet, not its init
+containers), the mounts must have volumes, and hostPath must be absolute whatever
+`--out` was.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, run_cli, typhapki_cmd
+from tests.test_docs import WORKLOADS, assert_tls_wiring, kubectl_patch_local
+
+TYPHA_OBJ = WORKLOADS[("deployment", "calico-typha")]
+NODE_OBJ = WORKLOADS[("daemonset", "calico-node")]
+
+
+def _container(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    [c] = [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert isinstance(c, dict)
+    return c
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<ref>") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("identity", ["cn", "uri-san"])
+def test_each_patch_lands_in_its_own_workload(tmp_path: Path, ca_dir: Path, identity: str) -> None:
+    extra = (
+        ["--typha-uri-san", "spiffe://c1/typha", "--felix-uri-san", "spiffe://c1/felix"]
+        if identity == "uri-san"
+        else []
+    )
+    out = tmp_path / "pki"
+    assert run_cli("issue", "--ca-dir", ca_dir, "--out", out, *extra).returncode == 0
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    # A relative --out, from another directory: hostPath must still be absolute.
+    proc = subprocess.run(
+        [*typhapki_cmd(), "manifests",
+         "--out", "pki", "--wiring-dir", str(patches), "--identity", identity],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in patches.iterdir()) == ["node.yaml", "typha.yaml"]
+    assert "--patch-file" in proc.stdout
+    for path in patches.iterdir():
+        assert len(list(yaml.safe_load_all(path.read_text()))) == 1, path  # one document
+
+    typha = kubectl_patch_local(TYPHA_OBJ, "strategic", patches / "typha.yaml")
+    node = kubectl_patch_local(NODE_OBJ, "strategic", patches / "node.yaml")
+    assert_tls_wiring(yaml.safe_load(TYPHA_OBJ.read_text()), typha)
+    assert_tls_wiring(yaml.safe_load(NODE_OBJ.read_text()), node)
+
+    typha_env = _env(_container(typha, "calico-typha"))
+    node_env = _env(_container(node, "calico-node"))
+    client_key = "TYPHA_CLIENTURISAN" if identity == "uri-san" else "TYPHA_CLIENTCN"
+    server_key = "FELIX_TYPHAURISAN" if identity == "uri-san" else "FELIX_TYPHACN"
+    assert typha_env[client_key] == ("spiffe://c1/felix" if extra else "calico-node")
+    assert node_env[server_key] == ("spiffe://c1/typha" if extra else "calico-typha")
+    assert typha_env["TYPHA_SERVERKEYFILE"] == "/calico-typha-certs/typha.key"
+    assert node_env["FELIX_TYPHACERTFILE"] == "/calico-node-certs/calico-node.crt"
+    # The merge kept what was there.
+    assert typha_env["TYPHA_LOGSEVERITYSCREEN"] == "info"
+    assert node_env["FELIX_TYPHAK8SSERVICENAME"] == "<ref>"
+    node_volumes = {v["name"]: v for v in node["spec"]["template"]["spec"]["volumes"]}
+    assert "cni-bin-dir" in node_volumes
+    for obj, dirs in ((typha, ["calico-typha-ca", "calico-typha-certs"]),
+                      (node, ["calico-typha-ca", "calico-node-certs"])):  # fmt: skip
+        volumes = {v["name"]: v for v in obj["spec"]["template"]["spec"]["volumes"]}
+        for d in dirs:
+            assert volumes[d]["hostPath"] == {"path": str(out / d), "type": "Directory"}
+
+
+def test_rewrite_is_idempotent_and_needs_a_directory(tmp_path: Path, issued: Path) -> None:
+    first = run_cli("manifests", "--out", issued, "--wiring-dir", tmp_path)
+    second = run_cli("manifests", "--out", issued, "--wiring-dir", tmp_path)
+    assert first.returncode == second.returncode == 0
+    assert first.stdout.count(": written;") == 2
+    assert second.stdout.count(": unchanged;") == 2
+    missing = run_cli("manifests", "--out", issued, "--wiring-dir", tmp_path / "nope")
+    assert missing.returncode == 2
+    assert "--wiring-dir" in missing.stderr
+
+
+def test_objects_are_calicos() -> None:
+    assert TYPHA_OBJ.is_relative_to(ROOT)
+    assert yaml.safe_load(TYPHA_OBJ.read_text())["kind"] == "Deployment"
+    assert yaml.safe_load(NODE_OBJ.read_text())["kind"] == "DaemonSet"

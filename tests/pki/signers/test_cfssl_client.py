@@ -1,0 +1,93 @@
+"""The cfssl client's answer handling, over any bytes a server might send."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from typhapki.errors import ConfigError, SignerError, UsageError
+from typhapki.pki.signers import cfssl as client
+from typhapki.pki.signers.cfssl import CfsslConfig, CfsslSigner, read_auth_key, validate_url
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    status=st.sampled_from([200, 201, 400, 401, 404, 500, 502, 503]),
+    body=st.one_of(
+        st.binary(max_size=200),
+        JSON.map(lambda v: json.dumps(v).encode()),
+        st.fixed_dictionaries({"success": st.booleans(), "result": JSON, "errors": JSON}).map(
+            lambda v: json.dumps(v).encode()
+        ),
+    ),
+)
+def test_any_answer_is_a_result_or_one_of_two_errors(status: int, body: bytes) -> None:
+    signer = CfsslSigner(CfsslConfig(url="http://127.0.0.1:1"))
+    url = "http://127.0.0.1:1/api/v1/cfssl/sign"
+    try:
+        result = signer._result(url, status, body)
+    except SignerError as exc:
+        assert str(exc).startswith(url)
+        assert "\n" not in str(exc)
+        return
+    except client._Retryable:
+        assert status >= 500
+        return
+    assert isinstance(result, dict)
+    assert json.loads(body)["success"] is True
+    try:
+        certs = signer._certificates(url, result)
+    except SignerError as exc:
+        assert str(exc).startswith(url)
+    else:
+        assert certs
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("ftp://pki", "http(s)://"),
+        ("https://", "http(s)://"),
+        ("https://pki:99999", "malformed"),
+        ("https://user:pw@pki", "no credentials"),
+        ("https://pki/?q=1", "no credentials"),
+    ],
+)
+def test_bad_urls(url: str, needle: str) -> None:
+    with pytest.raises(UsageError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        validate_url(url)
+
+
+def test_url_keeps_a_path_prefix() -> None:
+    assert (
+        validate_url("https://pki.example.org:8888/cfssl/") == "https://pki.example.org:8888/cfssl"
+    )
+
+
+def test_auth_key_file_rules(tmp_path: Path) -> None:
+    key = tmp_path / "k"
+    key.write_text(" 00ff \n")
+    key.chmod(0o640)
+    assert read_auth_key(key) == b"\x00\xff"
+    key.chmod(0o604)
+    with pytest.raises(ConfigError, match="readable by everyone"):
+        read_auth_key(key)
+    key.chmod(0o600)
+    for text in ("", "zz", "0"):
+        key.write_text(text)
+        with pytest.raises(ConfigError, match=str(key)):
+            read_auth_key(key)
+    with pytest.raises(ConfigError, match="directory"):
+        read_auth_key(tmp_path)

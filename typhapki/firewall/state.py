@@ -1,0 +1,179 @@
+"""The ferm state file: what the last `typhapki ferm` runs found (INTERFACES.md section 4).
+
+Every `ferm` run that reaches the DNS gate records, in ``STATE_DIR/ferm.json``::
+
+    {"version": 1, "cluster": "NAME", "mode": "strict|relaxed", "dns_gate": "enforce|warn",
+     "last_attempt": UNIX, "last_success": UNIX|null, "hosts_failed": N,
+     "failed_hosts": ["name", ... at most 50], "output": "PATH"|null}
+
+``last_success`` is the last run that rendered a rule (written, unchanged, printed or
+compared); a failed run keeps the previous value. Facts and metrics read it, so a
+node whose gate fails, or whose names do not resolve under ``dns_gate: warn``, shows
+up in PuppetDB and Prometheus. The file is written atomically (0644) and never under
+/etc/ferm (ferm would include it). A missing or corrupt file is reported by readers
+as such (StateError), never a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from typhapki.errors import ConfigError
+
+STATE_ENV = "TYPHAPKI_STATE_DIR"
+DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
+STATE_FILE = "ferm.json"
+VERSION = 1
+MAX_TIMESTAMP = 253402300799  # 9999-12-31: a larger "timestamp" is corruption
+MAX_FAILED_LISTED = 50
+MAX_STATE_BYTES = 64 * 1024
+
+
+class StateError(ConfigError):
+    """The state file is missing, unreadable or not what `record_run` writes."""
+
+
+@dataclass(frozen=True)
+class FermState:
+    version: int
+    cluster: str
+    mode: str
+    dns_gate: str
+    last_attempt: int
+    last_success: int | None
+    hosts_failed: int
+    failed_hosts: tuple[str, ...]
+    output: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failed_hosts"] = list(self.failed_hosts)
+        return data
+
+
+def state_dir(option: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """--state-dir, else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki."""
+    if option is not None:
+        return option
+    env = os.environ if environ is None else environ
+    value = env.get(STATE_ENV, "")
+    return Path(value) if value else DEFAULT_STATE_DIR
+
+
+def _int(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and nullable:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TIMESTAMP:
+        return value
+    raise StateError(f"{key}: expected an integer 0-{MAX_TIMESTAMP}, got {value!r:.40}")
+
+
+def _str(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and nullable:
+        return None
+    if isinstance(value, str):
+        return value
+    raise StateError(f"{key}: expected a string, got {value!r:.40}")
+
+
+def parse_state(data: object) -> FermState:
+    """A decoded state document, checked field by field."""
+    if not isinstance(data, dict):
+        raise StateError("not a JSON object")
+    if data.get("version") != VERSION:
+        raise StateError(f"version: expected {VERSION}, got {data.get('version')!r:.40}")
+    failed = data.get("failed_hosts")
+    if not isinstance(failed, list) or not all(isinstance(h, str) for h in failed):
+        raise StateError("failed_hosts: expected a list of names")
+    return FermState(
+        version=VERSION,
+        cluster=_str(data, "cluster"),
+        mode=_str(data, "mode"),
+        dns_gate=_str(data, "dns_gate"),
+        last_attempt=_int(data, "last_attempt"),
+        last_success=_int(data, "last_success", nullable=True),
+        hosts_failed=_int(data, "hosts_failed"),
+        failed_hosts=tuple(failed),
+        output=_str(data, "output", nullable=True),
+    )
+
+
+def read_state(directory: Path) -> FermState:
+    """The recorded state; StateError naming the file when missing or corrupt."""
+    from typhapki.safeio import read_regular
+
+    path = directory / STATE_FILE
+    if not path.exists() and not path.is_symlink():
+        raise StateError(f"{path}: missing (no ferm run has reached the DNS gate here)")
+    raw = read_regular(path, "ferm state file", MAX_STATE_BYTES)
+    try:
+        return parse_state(json.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise StateError(f"{path}: corrupt: {' '.join(str(exc).split())[:120]}") from None
+    except StateError as exc:
+        raise StateError(f"{path}: corrupt: {exc}") from None
+
+
+def record_run(
+    directory: Path,
+    *,
+    cluster: str,
+    mode: str,
+    dns_gate: str,
+    succeeded: bool,
+    failed_hosts: Sequence[str],
+    output: Path | None,
+    now: float | None = None,
+) -> str | None:
+    """Write the state of this run; None, or a warning line when it could not be written.
+
+    A state file that cannot be written never fails the run itself: the rule is what
+    matters, and the warning says facts and metrics will not see this run.
+    """
+    now_int = int(time.time() if now is None else now)
+    previous: int | None = None
+    with contextlib.suppress(ConfigError):
+        previous = read_state(directory).last_success
+    failed = sorted(set(failed_hosts))
+    state = FermState(
+        version=VERSION,
+        cluster=cluster,
+        mode=mode,
+        dns_gate=dns_gate,
+        last_attempt=now_int,
+        last_success=now_int if succeeded else previous,
+        hosts_failed=len(failed),
+        failed_hosts=tuple(failed[:MAX_FAILED_LISTED]),
+        output=str(output) if output is not None else None,
+    )
+    content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
+    path = directory / STATE_FILE
+    tmp = directory / f".{STATE_FILE}.{secrets.token_hex(6)}"
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, content)
+            os.fchmod(fd, 0o644)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return (
+            f"typhapki: warning: ferm state {path}: {exc.strerror or exc} "
+            "(facts and metrics will not see this run)"
+        )
+    return None

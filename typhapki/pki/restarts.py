@@ -1,0 +1,134 @@
+"""Restart markers: which component must restart to load files a run changed.
+
+Typha reads its own pair and the CA bundle once, at start; Felix reads its own pair and
+the bundle on every reconnect (a restart forces it). When `issue`, `install` or
+`rotate-ca` changes a file a component reads, it records `OUT/.restart-typha` and/or
+`OUT/.restart-felix` here, atomically, holding one line: the live generation's name
+(the newest generation among the directories that component reads). The marker stays
+until the restart happened and `typhapki restarted --out OUT --component C` (or
+`rm -f`) removes it, so a restart that failed is retried by the next Puppet run:
+
+    exec { 'typhapki-restart-typha':
+      command => "${restart_typha} && typhapki restarted --out ${out} --component typha",
+      onlyif  => "test -e ${out}/.restart-typha", ... }
+
+Every writer calls `record_restarts` with the scopes it changed, so the rule of who
+reads what lives here only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from enum import Enum
+from pathlib import Path
+
+from typhapki.errors import StoreError, UsageError
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import RoleName
+from typhapki.pki.store import current_generation, write_file_atomic
+
+
+class Component(Enum):
+    """A process that reads the set: Typha, or Felix (calico-node)."""
+
+    TYPHA = "typha"
+    FELIX = "felix"
+
+    @classmethod
+    def parse(cls, value: str) -> Component:
+        try:
+            return cls(value)
+        except ValueError:
+            raise UsageError(f"--component must be typha or felix, not {value!r}") from None
+
+
+# Which components read the files of each scope a Change names.
+READERS: dict[str, frozenset[Component]] = {
+    "bundle": frozenset({Component.TYPHA, Component.FELIX}),
+    RoleName.TYPHA.value: frozenset({Component.TYPHA}),
+    RoleName.FELIX.value: frozenset({Component.FELIX}),
+}
+
+_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
+
+
+def marker_path(out: Path, component: Component) -> Path:
+    return out / f".restart-{component.value}"
+
+
+def components_to_restart(scopes: Iterable[str]) -> list[Component]:
+    """The components that read any of `scopes` ("bundle", "typha", "felix"), in order."""
+    wanted: set[Component] = set()
+    for scope in scopes:
+        wanted |= READERS[scope]
+    return [c for c in Component if c in wanted]
+
+
+def live_generation(out: Path, component: Component) -> str:
+    """The newest live generation among the directories `component` reads."""
+    paths = SetPaths(out)
+    names = [
+        g
+        for g in (
+            current_generation(paths.bundle_dir),
+            current_generation(paths.role_dir(_ROLE[component])),
+        )
+        if g is not None
+    ]
+    return max(names) if names else "unknown"
+
+
+@contextlib.contextmanager
+def restarts_recorded(out: Path, scopes: Iterable[str]) -> Iterator[list[Component]]:
+    """Mark the components that read the changed `scopes`, around the publish it wraps.
+
+    A missing marker is created *before* the files switch, so a full disk fails the run
+    while nothing has changed yet (and a switch never happens without its marker); it
+    is removed again when the publish fails. After the switch each marker is rewritten
+    with the live generation's name (best effort: "pending" stays true if that fails).
+    """
+    components = components_to_restart(scopes)
+    created: list[Path] = []
+    try:
+        for component in components:
+            path = marker_path(out, component)
+            if not os.path.lexists(path):
+                try:
+                    write_file_atomic(path, b"pending\n", 0o644)
+                except StoreError as exc:
+                    raise StoreError(
+                        f"{exc}; nothing was changed (the live files are as they were)"
+                    ) from None
+                created.append(path)
+        yield components
+    except BaseException:
+        for path in created:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    for component in components:
+        line = f"{live_generation(out, component)}\n".encode()
+        with contextlib.suppress(StoreError):
+            write_file_atomic(marker_path(out, component), line, 0o644)
+
+
+def record_restarts(out: Path, scopes: Iterable[str]) -> list[Component]:
+    """Mark the components that read the changed `scopes` (files already published)."""
+    with restarts_recorded(out, scopes) as components:
+        return components
+
+
+def pending_restarts(out: Path) -> list[Component]:
+    """The components whose marker is present."""
+    return [c for c in Component if os.path.lexists(marker_path(out, c))]
+
+
+def clear_restart(out: Path, component: Component) -> bool:
+    """Remove the marker after the restart; True when there was one."""
+    try:
+        os.unlink(marker_path(out, component))
+    except FileNotFoundError:
+        return False
+    return True
