@@ -182,8 +182,14 @@ def restart_status(out: Path, component: Component, processes: Sequence[Process]
     published = max(times) if times else None
     mine = component_processes(component, processes)
     first = min(mine, key=lambda p: p.started_at, default=None)
+    # /proc gives a start time truncated to a clock tick (10 ms): the process started
+    # somewhere in [started_at, started_at + tick). One that started in the very tick of the
+    # publish read its certificate after starting, so after the switch: not pending.
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
     pending = (
-        first is not None and published is not None and first.started_at < published.timestamp()
+        first is not None
+        and published is not None
+        and first.started_at + tick <= published.timestamp()
     )
     return RestartStatus(
         component=component,
