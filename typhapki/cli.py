@@ -711,13 +711,14 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
 
 # --- the fast path of the commands Puppet runs on every agent run ---------------------
 # `check` (an exec's unless) and `facts` (a Facter fact) run on every node every 30
-# minutes. typer >= 0.29 converts each option through pydantic at parse time, which costs
-# ~100 ms per run (docs/performance.md, bench/bench_libsets.py). For a plain command line
-# of these commands, main() hands the callback the same keyword arguments typer would,
-# read from the callback's own typer.Option declarations; anything else (--help, an
-# unknown, repeated or malformed option, a value that does not convert, a missing
-# required option) goes to typer, which parses it and reports it as usual.
-FAST_COMMANDS = ("check", "facts")
+# minutes, `metrics` (the systemd timer) every 5. typer >= 0.29 converts each option
+# through pydantic at parse time, which costs ~100 ms per run (docs/performance.md,
+# bench/bench_libsets.py). For a plain command line of these commands, main() hands the
+# callback the same keyword arguments typer would, read from the callback's own
+# typer.Option declarations; anything else (--help, an unknown, repeated or malformed
+# option, a value that does not convert, a missing required option) goes to typer,
+# which parses it and reports it as usual.
+FAST_COMMANDS = ("check", "facts", "metrics")
 _FAST_TYPES: tuple[type, ...] = (str, Path, int, float)
 
 
@@ -778,7 +779,7 @@ def _fast_value(option: _FastOption, value: Any) -> Any:
 def fast_parse(
     argv: list[str], default_map: Mapping[str, Any] | None = None, obj: Any = None
 ) -> tuple[Callable[..., Any], dict[str, Any]] | None:
-    """The callback and its keyword arguments for a plain `check`/`facts` command line,
+    """The callback and its keyword arguments for a plain `check`/`facts`/`metrics` line,
     or None when typer must parse it. `default_map` and `obj` as click's (the node
     configuration file's defaults: flags win)."""
     if not argv or argv[0] not in FAST_COMMANDS:
