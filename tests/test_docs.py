@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import require
+from tests.conftest import SOURCE, require
 from tests.support.dns import Dnsmasq, start_dnsmasq
 from tests.support.docblocks import (
     ROOT,
@@ -135,7 +135,9 @@ class Docs:
             ):
                 (root / sub).mkdir(parents=True, exist_ok=True)
             checkout = root / "work" / "typhapki"
-            shutil.copytree(ROOT, checkout, ignore=_COPY_IGNORE, symlinks=True)
+            # The source checkout: in the Debian leg ROOT is a copy without typhapki/, and a
+            # README block that builds and installs the .deb must build the real package.
+            shutil.copytree(SOURCE, checkout, ignore=_COPY_IGNORE, symlinks=True)
             _git_checkout(checkout)
             hiera = ROOT / "hiera_sample"
             for target in (root / "etc" / "puppet" / "hieradata", root / "work/typhapki/hieradata"):

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.conftest import require, require_root, run_cli
-from tests.support.puppet import MODULE, SYSTEM_MODULES, VENV_BIN, PuppetNode, quiet
+from tests.support.puppet import MODULE, SYSTEM_MODULES, TYPHAPKI, PuppetNode, quiet
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
@@ -235,7 +235,7 @@ def test_agent_converges_from_the_server_then_changes_nothing(
     assert "198.51.100.7" not in rule
     assert run_cli("check", "--quiet", env=node.env()).returncode == 0
     assert node.log("ferm-reloads") == ["reload"]
-    assert (node.facts_d / "typhapki").read_text().endswith(f"exec {VENV_BIN / 'typhapki'} facts\n")
+    assert (node.facts_d / "typhapki").read_text().endswith(f"exec {TYPHAPKI} facts\n")
 
     second = _agent(puppetserver, agent)
     assert second.returncode == 0, (second.stdout, second.stderr)
