@@ -41,6 +41,10 @@ class StateError(ConfigError):
     """The state file is missing, unreadable or not what `record_run` writes."""
 
 
+class StateMissing(StateError):
+    """No state file: no `ferm` run has reached the DNS gate on this node."""
+
+
 @dataclass(frozen=True)
 class FermState:
     version: int
@@ -114,7 +118,7 @@ def read_state(directory: Path) -> FermState:
 
     path = directory / STATE_FILE
     if not path.exists() and not path.is_symlink():
-        raise StateError(f"{path}: missing (no ferm run has reached the DNS gate here)")
+        raise StateMissing(f"{path}: missing (no ferm run has reached the DNS gate here)")
     raw = read_regular(path, "ferm state file", MAX_STATE_BYTES)
     try:
         return parse_state(json.loads(raw.decode("utf-8")))
@@ -122,6 +126,25 @@ def read_state(directory: Path) -> FermState:
         raise StateError(f"{path}: corrupt: {' '.join(str(exc).split())[:120]}") from None
     except StateError as exc:
         raise StateError(f"{path}: corrupt: {exc}") from None
+
+
+@dataclass(frozen=True)
+class StateRead:
+    """What a reader that must not fail (metrics) found: the state, or why there is none."""
+
+    state: FermState | None
+    missing: bool = False
+    error: str | None = None
+
+
+def read_state_quietly(directory: Path) -> StateRead:
+    """read_state, with a missing or corrupt file as a value instead of an exception."""
+    try:
+        return StateRead(read_state(directory))
+    except StateMissing as exc:
+        return StateRead(None, missing=True, error=str(exc))
+    except StateError as exc:
+        return StateRead(None, error=str(exc))
 
 
 def record_run(

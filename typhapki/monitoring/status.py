@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from typhapki.monitoring.fermstate import FermStateRead, read_ferm_state
+from typhapki.firewall.state import StateRead, read_state_quietly, state_dir
 from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
@@ -53,7 +53,7 @@ class NodeStatus:
     bundle_published_at: datetime | None = None
     restarts: dict[Component, RestartStatus] = field(default_factory=dict)
     probe: ProbeResult | None = None
-    ferm: FermStateRead | None = None
+    ferm: StateRead | None = None
     errors: dict[str, str] = field(default_factory=dict)
     cluster: str = ""
 
@@ -93,11 +93,11 @@ def collect(
     _collect_probe(status, request)
     if request.ferm_state:
         try:
-            status.ferm = read_ferm_state(request.state_dir)
-        except Exception as exc:  # read_ferm_state does not raise; belt and braces
+            status.ferm = read_state_quietly(state_dir(request.state_dir))
+        except Exception as exc:  # read_state_quietly does not raise; belt and braces
             status.error("ferm", _message(exc))
         else:
-            if status.ferm.error is not None:
+            if status.ferm.error is not None and not status.ferm.missing:
                 status.error("ferm", status.ferm.error)
     ferm_cluster = status.ferm.state.cluster if status.ferm and status.ferm.state else None
     status.cluster = request.cluster or ferm_cluster or ""

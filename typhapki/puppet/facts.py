@@ -165,15 +165,15 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
     None when there is no state file and the node is not known to manage the rule
     (most nodes: they have no Typha rule at all); otherwise the state, or its error.
     """
-    from typhapki.firewall.state import StateError, read_state
+    from typhapki.firewall.state import StateError, StateMissing, read_state
     from typhapki.firewall.state import state_dir as default_state_dir
 
     directory = default_state_dir(state_dir)
     try:
         state = read_state(directory)
+    except StateMissing as exc:
+        return None if not wanted else {"error": str(exc)}
     except StateError as exc:
-        if not wanted and "missing" in str(exc):
-            return None
         return {"error": str(exc)}
     last = state.last_success
     return {
