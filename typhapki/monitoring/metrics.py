@@ -1,27 +1,24 @@
 """The node's status as Prometheus metrics, for node_exporter's textfile collector.
 
-prometheus_client builds the exposition format and writes the file atomically
-(`write_to_textfile`: a temporary file in the same directory, then a rename), as the
-prometheus-community textfile collectors do. Conventions (REFERENCE §8): base units,
+prometheus_client builds the exposition format (its metric families and exposition,
+loaded without the library's HTTP half: exposition.py), as the prometheus-community
+textfile collectors do; the file is written atomically (a temporary file in the same
+directory, fsynced, then a rename). Conventions (REFERENCE §8): base units,
 timestamps as Unix seconds so PromQL computes the time left at query time, and few,
 bounded labels (role, component, cluster, source, status): never a serial or a path.
 
-prometheus_client is imported here only, and this module only by `metrics`: its
-import (http.server and friends) is not paid by `check` or `facts`.
+prometheus_client is loaded here only, and this module only by `metrics`: `check`
+and `facts` never pay for it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
 from pathlib import Path
-from typing import Protocol
-
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from typing import Any
 
 from typhapki import __version__
 from typhapki.errors import StoreError
+from typhapki.monitoring.exposition import exposition, gauge_family
 from typhapki.monitoring.status import SOURCES, NodeStatus, rotation_stage
 from typhapki.pki.verify import renewal_due_at
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -29,20 +26,56 @@ from typhapki.pki.x509compat import valid_from, valid_until
 TEXTFILE_NAME = "typhapki.prom"
 
 
-class _GaugeFactory(Protocol):
-    def __call__(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge: ...
-
-
 FERM_STATE_STATUSES = ("ok", "missing", "corrupt")
 
 
-def build_registry(status: NodeStatus) -> CollectorRegistry:
-    """A fresh registry holding every typhapki series for `status`."""
-    registry = CollectorRegistry(auto_describe=False)
-    cluster = status.cluster
+class Gauge:
+    """One gauge family, filled as prometheus_client's Gauge is: `labels(...).set(v)`,
+    or `set(v)` without labels; a label set given twice keeps its last value."""
 
-    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
-        return Gauge(f"typhapki_{name}", doc, labels, registry=registry)
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> None:
+        self.name, self.doc, self.labelnames = name, doc, labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def labels(self, *values: str) -> _Child:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(values)} label values for {self.labelnames}")
+        return _Child(self, tuple(str(v) for v in values))
+
+    def set(self, value: float) -> None:
+        self.labels().set(value)
+
+    def family(self) -> Any:
+        family = gauge_family(self.name, self.doc, self.labelnames)
+        for labels, value in self.values.items():
+            family.add_metric(list(labels), value)
+        return family
+
+
+class _Child:
+    def __init__(self, gauge: Gauge, labels: tuple[str, ...]) -> None:
+        self._gauge, self._labels = gauge, labels
+
+    def set(self, value: float) -> None:
+        self._gauge.values[self._labels] = float(value)
+
+
+class _GaugeFactory:
+    """Makes the gauges of one run, in the order they are exposed."""
+
+    def __init__(self) -> None:
+        self.gauges: list[Gauge] = []
+
+    def __call__(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        gauge = Gauge(f"typhapki_{name}", doc, labels)
+        self.gauges.append(gauge)
+        return gauge
+
+
+def build_gauges(status: NodeStatus) -> list[Gauge]:
+    """Every typhapki series for `status`, in exposition order."""
+    gauge = _GaugeFactory()
+    cluster = status.cluster
 
     gauge("info", "typhapki's version, always 1.", ("version",)).labels(__version__).set(1)
     gauge("last_run_timestamp_seconds", "When typhapki metrics last ran.").set(
@@ -61,7 +94,7 @@ def build_registry(status: NodeStatus) -> CollectorRegistry:
     _restart_metrics(status, gauge, cluster)
     _probe_metrics(status, gauge, cluster)
     _ferm_metrics(status, gauge)
-    return registry
+    return gauge.gauges
 
 
 def _set_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:
@@ -227,21 +260,18 @@ def _ferm_metrics(status: NodeStatus, gauge: _GaugeFactory) -> None:
 
 def render(status: NodeStatus) -> bytes:
     """The Prometheus text format."""
-    return bytes(generate_latest(build_registry(status)))
+    return exposition(g.family() for g in build_gauges(status))
 
 
 def write_textfile(directory: Path, status: NodeStatus) -> Path:
     """Write DIRECTORY/typhapki.prom atomically; the old file stays on any failure."""
+    from typhapki.pki.store import write_file_atomic
+
     path = directory / TEXTFILE_NAME
-    registry = build_registry(status)
+    content = render(status)
     if not directory.is_dir():
         raise StoreError(f"{directory}: textfile directory does not exist")
-    try:
-        write_to_textfile(str(path), registry)
-    except OSError as exc:
-        # prometheus_client names its temporary file PATH.PID.THREAD; never leave one.
-        for leftover in glob.glob(f"{glob.escape(str(path))}.{os.getpid()}.*"):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
-        raise StoreError(f"{exc.filename or path}: {exc.strerror or exc}") from None
+    # node_exporter reads *.prom only: the temporary file (.typhapki.prom.<random>) is
+    # never read half-written.
+    write_file_atomic(path, content, 0o644)
     return path
