@@ -49,16 +49,16 @@ def _load_light() -> tuple[ModuleType, ModuleType]:
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(f"{PACKAGE} is not installed as a package")
 
-    def ours(name: str) -> bool:
-        return name == PACKAGE or name.startswith(f"{PACKAGE}.")
-
-    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if ours(name)}
+    prefix = f"{PACKAGE}."
+    saved = {n: m for n, m in sys.modules.items() if n == PACKAGE or n.startswith(prefix)}
+    for name in saved:
+        del sys.modules[name]
     sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)  # never executed
     try:
         core = importlib.import_module(f"{PACKAGE}.metrics_core")
         openmetrics = importlib.import_module(f"{PACKAGE}.openmetrics.exposition")
     finally:
-        for name in [name for name in sys.modules if ours(name)]:
+        for name in [n for n in sys.modules if n == PACKAGE or n.startswith(prefix)]:
             del sys.modules[name]
         sys.modules.update(saved)
     if not hasattr(core, "GaugeMetricFamily") or not hasattr(openmetrics, "generate_latest"):
