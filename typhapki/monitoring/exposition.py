@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -35,7 +34,6 @@ from typing import Any
 
 PACKAGE = "prometheus_client"
 _EOF = b"# EOF\n"
-_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _modules: tuple[ModuleType, ModuleType] | None = None
 
 
@@ -88,7 +86,7 @@ def _load_full() -> tuple[ModuleType, ModuleType]:
 
 def gauge_family(name: str, documentation: str, labels: Sequence[str]) -> Any:
     """A prometheus_client GaugeMetricFamily."""
-    if not _NAME.fullmatch(name) or not all(_NAME.fullmatch(label) for label in labels):
+    if not all(n.isascii() and n.isidentifier() for n in (name, *labels)):
         # No colons (OpenMetrics 1.0 escapes them; Prometheus keeps them for recording
         # rules), no UTF-8 names: exactly what both formats print alike.
         raise ValueError(f"{name}: not a plain metric or label name: {list(labels)}")

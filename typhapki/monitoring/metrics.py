@@ -3,7 +3,7 @@
 prometheus_client builds the exposition format (its metric families and exposition,
 loaded without the library's HTTP half: exposition.py), as the prometheus-community
 textfile collectors do; the file is written atomically (a temporary file in the same
-directory, fsynced, then a rename). Conventions (REFERENCE §8): base units,
+directory, then a rename). Conventions (REFERENCE §8): base units,
 timestamps as Unix seconds so PromQL computes the time left at query time, and few,
 bounded labels (role, component, cluster, source, status): never a serial or a path.
 
@@ -272,6 +272,7 @@ def write_textfile(directory: Path, status: NodeStatus) -> Path:
     if not directory.is_dir():
         raise StoreError(f"{directory}: textfile directory does not exist")
     # node_exporter reads *.prom only: the temporary file (.typhapki.prom.<random>) is
-    # never read half-written.
-    write_file_atomic(path, content, 0o644)
+    # never read half-written. Not fsynced, like prometheus_client's write_to_textfile:
+    # the timer rewrites the file within minutes of a crash.
+    write_file_atomic(path, content, 0o644, durable=False)
     return path

@@ -63,7 +63,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, spec: FileSpec) -> None:
+def _write_file(path: Path, spec: FileSpec, durable: bool = True) -> None:
     # Created 0600 and owned by us first, so a key is never readable by others,
     # not even between open() and chmod().
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -77,7 +77,8 @@ def _write_file(path: Path, spec: FileSpec) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -100,12 +101,14 @@ def _replace_symlink(directory: Path, name: str, target: str) -> None:
         raise
 
 
-def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
+def write_file_atomic(path: Path, content: bytes, mode: int = 0o644, durable: bool = True) -> bool:
     """Replace one file atomically, only when its content changes; True when written.
 
     A temporary file in the same directory is written, fsynced and renamed over
     `path`, so a reader (ferm, Puppet) sees the old bytes or the new, never a mix;
     on any error the old file stays as it was and the temporary file is removed.
+    `durable=False` skips both fsyncs, for a file rewritten every few minutes (the
+    metrics textfile): still atomic for readers, not across a power cut.
     """
     try:
         st = os.lstat(path)
@@ -129,9 +132,10 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644) -> bool:
             return False
     tmp = path.parent / f".{path.name}.{_TMP_PREFIX}{secrets.token_hex(6)}"
     try:
-        _write_file(tmp, FileSpec(content, mode))
+        _write_file(tmp, FileSpec(content, mode), durable)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if durable:
+            _fsync_dir(path.parent)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
