@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 SOURCES = ("settings", "set", "processes", "probe", "ferm")
 
 
-@dataclass(frozen=True)
+# eq and repr are never used, and each generated method costs the timer's every run.
+@dataclass(frozen=True, eq=False, repr=False)
 class StatusRequest:
     out: Path
     roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX)
@@ -43,7 +44,7 @@ class StatusRequest:
     state_dir: Path | None = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class NodeStatus:
     now: datetime
     out: Path
