@@ -233,29 +233,29 @@ def _ferm_metrics(status: NodeStatus, gauge: _GaugeFactory) -> None:
     state = read.state
     if state is None:
         return
-    cluster = state.cluster or ""
+    # firewall.state.parse_state has checked every field: strings and integers, only
+    # last_success may be null.
+    cluster = state.cluster
     gauge(
         "ferm_last_success_timestamp_seconds",
         "When `typhapki ferm` last rendered the rule (written or unchanged); 0 never.",
         ("cluster",),
     ).labels(cluster).set(state.last_success or 0)
-    if state.last_attempt is not None:
-        gauge(
-            "ferm_last_attempt_timestamp_seconds",
-            "When `typhapki ferm` last ran up to its DNS gate.",
-            ("cluster",),
-        ).labels(cluster).set(state.last_attempt)
-    if state.hosts_failed is not None:
-        gauge(
-            "ferm_hosts_failed",
-            "Cluster nodes that failed the DNS gate in the last `typhapki ferm` run.",
-            ("cluster",),
-        ).labels(cluster).set(state.hosts_failed)
+    gauge(
+        "ferm_last_attempt_timestamp_seconds",
+        "When `typhapki ferm` last ran up to its DNS gate.",
+        ("cluster",),
+    ).labels(cluster).set(state.last_attempt)
+    gauge(
+        "ferm_hosts_failed",
+        "Cluster nodes that failed the DNS gate in the last `typhapki ferm` run.",
+        ("cluster",),
+    ).labels(cluster).set(state.hosts_failed)
     gauge(
         "ferm_info",
         "The ferm rule's mode and DNS gate policy, always 1.",
         ("cluster", "mode", "dns_gate"),
-    ).labels(cluster, state.mode or "", state.dns_gate or "").set(1)
+    ).labels(cluster, state.mode, state.dns_gate).set(1)
 
 
 def render(status: NodeStatus) -> bytes:
