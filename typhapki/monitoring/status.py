@@ -29,8 +29,11 @@ SOURCES = ("settings", "set", "processes", "probe", "ferm")
 
 
 # eq and repr are never used, and each generated method costs the timer's every run.
+# So does a missing docstring: dataclass() would make one from inspect.signature().
 @dataclass(frozen=True, eq=False, repr=False)
 class StatusRequest:
+    """What to gather: the set, its settings' sources, the probe and the ferm state."""
+
     out: Path
     roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX)
     ca_dir: Path | None = None
@@ -46,6 +49,8 @@ class StatusRequest:
 
 @dataclass(eq=False, repr=False)
 class NodeStatus:
+    """What was gathered; `errors` maps a source (SOURCES) to what went wrong there."""
+
     now: datetime
     out: Path
     settings: PkiSettings
