@@ -724,6 +724,8 @@ _FAST_TYPES: tuple[type, ...] = (str, Path, int, float)
 
 @dataclass(frozen=True)
 class _FastOption:
+    """One option of a fast-path command, read from its typer declaration."""
+
     name: str  # the callback's parameter
     kind: type  # str, Path, int, float or bool (a flag)
     multiple: bool

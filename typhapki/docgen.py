@@ -45,6 +45,8 @@ EXIT_STATUS = (
 
 @dataclass(frozen=True)
 class Opt:
+    """One option of a command, as the man page and completion show it."""
+
     names: tuple[str, ...]
     metavar: str  # "" for a flag
     help: str
@@ -63,6 +65,8 @@ def _is_path(param: Any) -> bool:
 
 @dataclass(frozen=True)
 class Cmd:
+    """One command of the tree, with its options."""
+
     path: tuple[str, ...]  # ("ca", "init")
     help: str
     arguments: tuple[str, ...]  # metavars, e.g. "PATHS..."

@@ -57,6 +57,8 @@ class Reason(StrEnum):
 
 @dataclass(frozen=True)
 class HostFailure:
+    """A cluster node that failed the DNS gate, and why."""
+
     host: str
     reason: Reason
     detail: str = ""  # e.g. which record type, the rcode name of an unusual answer
@@ -129,6 +131,8 @@ def system_nameservers() -> list[Nameserver]:
 
 @dataclass(frozen=True)
 class _Answer:
+    """The addresses one query returned, or its failure."""
+
     records: tuple[str, ...] = ()
     reason: Reason | None = None  # None: NOERROR (records may be empty: no data)
     detail: str = ""

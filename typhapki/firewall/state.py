@@ -47,6 +47,8 @@ class StateMissing(StateError):
 
 @dataclass(frozen=True)
 class FermState:
+    """What `record_run` writes to ferm.json, field by field."""
+
     version: int
     cluster: str
     mode: str

@@ -28,6 +28,8 @@ class NagiosState(IntEnum):
 
 @dataclass(frozen=True)
 class NagiosResult:
+    """One monitoring-plugins result: state, status line, perfdata and details."""
+
     state: NagiosState
     summary: str
     perfdata: list[str]

@@ -38,6 +38,8 @@ SETTLE_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class CertSummary:
+    """A certificate as the probe reports it: fingerprint and notAfter."""
+
     fingerprint: str
     not_after: datetime
 
@@ -54,6 +56,8 @@ class CertSummary:
 
 @dataclass(frozen=True)
 class ProbeResult:
+    """What a handshake with the local Typha as this node's Felix found."""
+
     address: str
     accepted: bool  # the handshake succeeded both ways, as Felix's would
     error: str | None  # why not, in words an operator acts on

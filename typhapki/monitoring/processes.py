@@ -36,6 +36,8 @@ COMPONENT_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FEL
 
 @dataclass(frozen=True)
 class Process:
+    """A process found in /proc, with its start time."""
+
     pid: int
     name: str
     argv: tuple[str, ...]

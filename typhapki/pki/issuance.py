@@ -180,6 +180,8 @@ def load_wanted_bundle(
 
 @dataclass(frozen=True)
 class Change:
+    """One file `issue` changed, and why."""
+
     scope: str  # "bundle", "typha", "felix"
     path: Path
     action: str  # "issued", "reissued", "rewrote", "fixed permissions"
@@ -270,6 +272,8 @@ def verify_issued(
 
 @dataclass(frozen=True)
 class _Planned:
+    """A role's files to publish, and the change they make."""
+
     role: RoleName
     files: dict[str, FileSpec]
     change: Change

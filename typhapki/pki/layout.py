@@ -21,6 +21,8 @@ LOCK_FILE = ".typhapki.lock"
 
 @dataclass(frozen=True)
 class RoleLayout:
+    """Where a role's certificate and key live in the output directory."""
+
     role: RoleName
     directory: str  # also the pod mount path: /<directory>
     cert_file: str
@@ -65,6 +67,8 @@ class SetPaths:
 
 @dataclass(frozen=True)
 class CaPaths:
+    """The files of a CA directory."""
+
     ca_dir: Path
 
     @property

@@ -251,6 +251,8 @@ def refusal(current: Observation, target: Stage, allow_rollback: bool) -> str | 
 
 @dataclass(frozen=True)
 class RotationResult:
+    """What one `rotate-ca` stage did."""
+
     before: Stage
     after: Stage
     changes: list[Change]

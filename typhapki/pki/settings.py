@@ -190,6 +190,8 @@ def parse_key_mode(value: str | int) -> int:
 
 @dataclass(frozen=True)
 class KeyFileOwnership:
+    """Owner, group and mode of a private key file."""
+
     uid: int | None = None
     gid: int | None = None
     mode: int = 0o600

@@ -53,6 +53,8 @@ class Fix(StrEnum):
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing `check` finds wrong, with the file and the fix."""
+
     scope: str  # "bundle", "typha", "felix"
     path: Path
     message: str
@@ -66,6 +68,8 @@ class Problem:
 
 @dataclass
 class RoleState:
+    """One role's certificate and key as found on disk, and their problems."""
+
     role: RoleName
     cert_path: Path
     key_path: Path
@@ -81,6 +85,8 @@ class RoleState:
 
 @dataclass
 class SetReport:
+    """The whole set as `check` judges it: the bundle and every role."""
+
     paths: SetPaths
     bundle: list[x509.Certificate] | None
     bundle_problems: list[Problem]

@@ -159,6 +159,8 @@ class HostEntry:
 
 @dataclass(frozen=True)
 class HostProblem:
+    """A `cluster_nodes` entry that is not a usable host name."""
+
     entry: HostEntry
     message: str
 

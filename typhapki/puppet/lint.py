@@ -54,6 +54,8 @@ class Finding:
 
 @dataclass
 class LintReport:
+    """What `lint-hiera` found in one hiera file."""
+
     files: list[Path]
     entries: int = 0  # host entries seen
     invalid: int = 0  # entries refused before DNS (not a hostname or IP, duplicates)
