@@ -44,12 +44,19 @@ typhapki ferm --hiera hiera_sample --cluster "$CLUSTER" --mode strict --style pl
   --nameserver "127.0.0.1:$port" --output "$WORK/10_calico-typha"
 cat "$WORK/10_calico-typha"
 step "real ferm parses it (ferm --noexec --lines)"
-ferm --noexec --lines "$WORK/10_calico-typha" 2>/dev/null | grep -E 'dport 5473|^\*|COMMIT' | head -20
+# Whole outputs into files, then their first lines: `cmd | head` fails the script under
+# pipefail whenever head exits before cmd has written everything (SIGPIPE, exit 141).
+ferm --noexec --lines "$WORK/10_calico-typha" 2>/dev/null |
+  grep -E 'dport 5473|^\*|COMMIT' >"$WORK/ferm.shown"
+sed -n 1,20p "$WORK/ferm.shown"
 step "relaxed rule (mutual TLS on): subnets, no per-host list"
 typhapki ferm --hiera hiera_sample --cluster "$CLUSTER" --mode relaxed --style plain \
   --nameserver "127.0.0.1:$port"
 step "Kubernetes objects (hardway), keys elided here"
-typhapki manifests --out "$WORK/out" --format hardway | grep -vE '^\s+(typha|calico-node)\.key:' | head -30
+typhapki manifests --out "$WORK/out" --format hardway |
+  grep -vE '^\s+(typha|calico-node)\.key:' >"$WORK/manifests.shown"
+sed -n 1,30p "$WORK/manifests.shown"
 step "Facter fact"
-typhapki facts --out "$WORK/out" | head -30
+typhapki facts --out "$WORK/out" >"$WORK/facts.json"
+sed -n 1,30p "$WORK/facts.json"
 printf '\ndemo done: files under %s\n' "$WORK"
