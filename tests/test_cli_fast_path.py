@@ -1,4 +1,4 @@
-"""`check` and `facts` skip typer's parser on a plain command line (cli.fast_parse): the
+"""`check`, `facts` and `metrics` skip typer's parser on a plain command line (cli.fast_parse): the
 command body must receive exactly what typer would have given it, and every other
 command line must go to typer."""
 
@@ -33,9 +33,11 @@ def _recorder(*args: Any) -> int:
 def record_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     import typhapki.commands.check
     import typhapki.commands.facts
+    import typhapki.commands.metrics
 
     monkeypatch.setattr(typhapki.commands.check, "check", _recorder)
     monkeypatch.setattr(typhapki.commands.facts, "facts", _recorder)
+    monkeypatch.setattr(typhapki.commands.metrics, "metrics", _recorder)
 
 
 def _option_strings(command: str) -> list[str]:
@@ -125,6 +127,7 @@ def test_fast_path_hands_the_body_what_typer_would(
         ["check", "--out", "/srv/pki", "--trust", "/a.crt", "--trust", "/b.crt", "--days", "90"],
         ["facts", "--out", "/srv/pki", "--ca-dir", "/etc/typhapki/ca", "--ferm-output", "/f"],
         ["facts", "--out", "/srv/pki", "--hiera", "/h", "--cluster", "c", "--days", "junk"],
+        ["metrics", "--out", "/srv/pki", "--textfile-dir", "/var/lib/prometheus/node-exporter"],
     ],
 )
 def test_what_puppet_and_facter_pass_takes_the_fast_path(argv: list[str]) -> None:
