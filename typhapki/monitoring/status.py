@@ -10,7 +10,6 @@ source, so `metrics` can turn it into a series instead of failing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,40 +27,56 @@ if TYPE_CHECKING:
 SOURCES = ("settings", "set", "processes", "probe", "ferm")
 
 
-# eq and repr are never used, and each generated method costs the timer's every run.
-# So does a missing docstring: dataclass() would make one from inspect.signature().
-@dataclass(frozen=True, eq=False, repr=False)
+# Built once per run by `metrics` (every five minutes, on every node) and `check
+# --nagios`. dataclass() compiles each generated method at import, ~3 M instructions a
+# class on Python 3.11 (a NamedTuple: 1.5 M), as much as the rest of this module: these
+# two are plain classes (bench/bench_metrics.py).
 class StatusRequest:
-    """What to gather: the set, its settings' sources, the probe and the ferm state."""
+    """What to gather: the set, its settings' sources, the probe and the ferm state.
 
-    out: Path
-    roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX)
-    ca_dir: Path | None = None
-    trust: Sequence[Path] = ()
-    cluster: str | None = None
-    # None: probe 127.0.0.1:5473 only when a calico-typha process runs on this node
-    # (most nodes run no Typha); an address: always probe it.
-    probe_address: str | None = None
-    probe: bool = True
-    ferm_state: bool = True
-    state_dir: Path | None = None
+    probe_address None: probe 127.0.0.1:5473 only when a calico-typha process runs on
+    this node (most nodes run no Typha); an address: always probe it.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        roles: Sequence[RoleName] = (RoleName.TYPHA, RoleName.FELIX),
+        ca_dir: Path | None = None,
+        trust: Sequence[Path] = (),
+        cluster: str | None = None,
+        probe_address: str | None = None,
+        probe: bool = True,
+        ferm_state: bool = True,
+        state_dir: Path | None = None,
+    ) -> None:
+        self.out = out
+        self.roles = roles
+        self.ca_dir = ca_dir
+        self.trust = trust
+        self.cluster = cluster
+        self.probe_address = probe_address
+        self.probe = probe
+        self.ferm_state = ferm_state
+        self.state_dir = state_dir
 
 
-@dataclass(eq=False, repr=False)
 class NodeStatus:
     """What was gathered; `errors` maps a source (SOURCES) to what went wrong there."""
 
-    now: datetime
-    out: Path
-    settings: PkiSettings
-    report: SetReport | None = None
-    rotation: dict[str, Any] | None = None
-    bundle_published_at: datetime | None = None
-    restarts: dict[Component, RestartStatus] = field(default_factory=dict)
-    probe: ProbeResult | None = None
-    ferm: StateRead | None = None
-    errors: dict[str, str] = field(default_factory=dict)
-    cluster: str = ""
+    def __init__(self, now: datetime, out: Path, settings: PkiSettings) -> None:
+        self.now = now
+        self.out = out
+        self.settings = settings
+        self.report: SetReport | None = None
+        self.rotation: dict[str, Any] | None = None
+        self.bundle_published_at: datetime | None = None
+        self.restarts: dict[Component, RestartStatus] = {}
+        self.probe: ProbeResult | None = None
+        self.ferm: StateRead | None = None
+        self.errors: dict[str, str] = {}
+        self.cluster = ""
 
     def error(self, source: str, message: str) -> None:
         assert source in SOURCES
