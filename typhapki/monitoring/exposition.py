@@ -48,16 +48,21 @@ def _load_light() -> tuple[ModuleType, ModuleType]:
         raise ImportError(f"{PACKAGE} is not installed as a package")
 
     prefix = f"{PACKAGE}."
-    saved = {n: m for n, m in sys.modules.items() if n == PACKAGE or n.startswith(prefix)}
-    for name in saved:
-        del sys.modules[name]
+    saved: dict[str, ModuleType] = {}
+    if PACKAGE in sys.modules:  # the tests' case; scanning sys.modules costs ~0.5 M instructions
+        saved = {n: m for n, m in sys.modules.items() if n == PACKAGE or n.startswith(prefix)}
+        for name in saved:
+            del sys.modules[name]
+    before = set(sys.modules)
     sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)  # never executed
     try:
         core = importlib.import_module(f"{PACKAGE}.metrics_core")
         openmetrics = importlib.import_module(f"{PACKAGE}.openmetrics.exposition")
     finally:
-        for name in [n for n in sys.modules if n == PACKAGE or n.startswith(prefix)]:
-            del sys.modules[name]
+        # What the load added under the package (the standard modules it pulled in stay).
+        for name in sys.modules.keys() - before:
+            if name == PACKAGE or name.startswith(prefix):
+                del sys.modules[name]
         sys.modules.update(saved)
     if not hasattr(core, "GaugeMetricFamily") or not hasattr(openmetrics, "generate_latest"):
         raise ImportError(f"{PACKAGE}: unknown layout")
