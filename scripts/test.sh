@@ -2,6 +2,7 @@
 # Set up, then everything CI checks, in this order (what `.ci/run` runs):
 #   1. setup        system packages, and .venv with the newest PyPI releases
 #   2. lint         ruff check, ruff format --check, mypy
+#      demo         the README's first command, `bash scripts/demo.sh`, as written
 #   3. newest leg   the whole suite on the checkout with the newest PyPI releases
 #   4. deb          dpkg-buildpackage (offline, in a copy) and lintian
 #   5. install      apt-get install ./dist/typhapki_*.deb on this machine
@@ -70,6 +71,16 @@ phase "lint: ruff, ruff format --check, mypy"
 ruff check typhapki tests bench
 ruff format --check typhapki tests bench
 mypy
+
+phase "demo: bash scripts/demo.sh (the README's first command)"
+demo_dir=$(mktemp -d /tmp/typhapki-demo.XXXXXX)
+if ! bash scripts/demo.sh "$demo_dir" >"$demo_dir.log" 2>&1 || ! grep -q '^demo done' "$demo_dir.log"; then
+  cat "$demo_dir.log" >&2
+  echo "test.sh: bash scripts/demo.sh failed (its output above)" >&2
+  exit 1
+fi
+echo "   demo done ($(wc -l <"$demo_dir.log") lines of output)"
+rm -rf "$demo_dir" "$demo_dir.log"
 
 if [[ " $LEGS " == *" newest "* ]]; then
   phase "pytest, newest PyPI releases (checkout)"
