@@ -17,7 +17,7 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key, read_file, valid_from
+from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -44,7 +44,7 @@ from typhapki.pki.verify import (
     is_ca,
     judge_role,
 )
-from typhapki.pki.x509compat import valid_until
+from typhapki.pki.x509compat import valid_from, valid_until
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography import x509
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from typhapki.errors import ConfigError, TyphapkiError
 from typhapki.pki.profiles import PrivateKey
+from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.safeio import UnreadableFileError, read_regular
 
 PEM_CERT_BEGIN = b"-----BEGIN CERTIFICATE-----"
@@ -47,18 +47,6 @@ def _short(exc: BaseException) -> str:
     """A one-line, bounded reason from a parser exception (never key material: certs only)."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def valid_from(cert: x509.Certificate) -> datetime:
-    """notBefore, aware UTC, on cryptography 38 (bookworm) as on the newest release."""
-    aware = getattr(cert, "not_valid_before_utc", None)
-    return aware if isinstance(aware, datetime) else cert.not_valid_before.replace(tzinfo=UTC)
-
-
-def valid_until(cert: x509.Certificate) -> datetime:
-    """notAfter, aware UTC, on cryptography 38 (bookworm) as on the newest release."""
-    aware = getattr(cert, "not_valid_after_utc", None)
-    return aware if isinstance(aware, datetime) else cert.not_valid_after.replace(tzinfo=UTC)
 
 
 def touch_everything(cert: x509.Certificate) -> None:

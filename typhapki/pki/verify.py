@@ -22,11 +22,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.pem import load_certs, load_key, valid_from
+from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, link_problem
-from typhapki.pki.x509compat import valid_until, verify_directly_issued_by
+from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
 UNTRUSTED_DATA = "..data-untrusted"
