@@ -44,27 +44,16 @@ def _evaluate(
     probe_address: str | None,
     no_probe: bool,
 ) -> NagiosResult:
-    from typhapki.commands.monitoring_options import settings_factory
-    from typhapki.commands.pki_options import parse_roles
+    from typhapki.commands.monitoring_options import settings_factory, status_request
     from typhapki.monitoring.nagios import evaluate
-    from typhapki.monitoring.probe import parse_address
-    from typhapki.monitoring.status import StatusRequest, collect
+    from typhapki.monitoring.status import collect
 
-    if probe_address is not None:
-        parse_address(probe_address)
+    request = status_request(
+        out, role, ca_dir, trust, cluster, probe_address, no_probe, ferm_state=False
+    )
     settings = settings_factory(pki, hiera, cluster)()  # a bad option: UNKNOWN, not a guess
     if ca_dir is not None:
         from typhapki.pki.issuance import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
-    request = StatusRequest(
-        out=out,
-        roles=parse_roles(role),
-        ca_dir=ca_dir,
-        trust=list(trust),
-        cluster=cluster,
-        probe_address=probe_address,
-        probe=not no_probe,
-        ferm_state=False,
-    )
     return evaluate(collect(request, lambda: settings))

@@ -4,8 +4,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import settings_factory
-from typhapki.commands.pki_options import PkiOptions, parse_roles
+from typhapki.commands.monitoring_options import settings_factory, status_request
+from typhapki.commands.pki_options import PkiOptions
 from typhapki.errors import EXIT_OK
 
 
@@ -24,22 +24,11 @@ def metrics(
 ) -> int:
     """Write (or print) the node's metrics; a broken set is reported in them, not raised."""
     from typhapki.monitoring.metrics import render, write_textfile
-    from typhapki.monitoring.status import StatusRequest, collect
+    from typhapki.monitoring.status import collect
 
-    request = StatusRequest(
-        out=out,
-        roles=parse_roles(role),
-        ca_dir=ca_dir,
-        trust=list(trust),
-        cluster=cluster,
-        probe_address=probe_address,
-        probe=not no_probe,
-        state_dir=state_dir,
+    request = status_request(
+        out, role, ca_dir, trust, cluster, probe_address, no_probe, state_dir=state_dir
     )
-    if probe_address is not None:
-        from typhapki.monitoring.probe import parse_address
-
-        parse_address(probe_address)  # a typo is a usage error, not a failed probe
     status = collect(request, settings_factory(pki, hiera, cluster))
     for source, message in sorted(status.errors.items()):
         # The series say that something failed; the journal says what.

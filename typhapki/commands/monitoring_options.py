@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from typhapki.commands.pki_options import PkiOptions, build_settings
+from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
 from typhapki.pki.settings import PkiSettings
+
+if TYPE_CHECKING:
+    from typhapki.monitoring.status import StatusRequest
 
 
 def settings_factory(
@@ -20,3 +24,36 @@ def settings_factory(
         return build_settings(with_cluster_options(opts, hiera, cluster))
 
     return build
+
+
+def status_request(
+    out: Path,
+    role: str,
+    ca_dir: Path | None,
+    trust: Sequence[Path],
+    cluster: str | None,
+    probe_address: str | None,
+    no_probe: bool,
+    *,
+    ferm_state: bool = True,
+    state_dir: Path | None = None,
+) -> StatusRequest:
+    """What `metrics` and `check --nagios` gather; a bad --role or --probe-address is a
+    usage error (UsageError), not a failed probe."""
+    from typhapki.monitoring.status import StatusRequest
+
+    if probe_address is not None:
+        from typhapki.monitoring.probe import parse_address  # ssl only when probing
+
+        parse_address(probe_address)
+    return StatusRequest(
+        out,
+        roles=parse_roles(role),
+        ca_dir=ca_dir,
+        trust=list(trust),
+        cluster=cluster,
+        probe_address=probe_address,
+        probe=not no_probe,
+        ferm_state=ferm_state,
+        state_dir=state_dir,
+    )
