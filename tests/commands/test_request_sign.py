@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
-from typhapki.errors import EXIT_REFUSED
+from typhapki.errors import EXIT_REFUSED, EXIT_USAGE
 from typhapki.pki.install import STAGING_DIR
 from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import SetPaths
@@ -138,6 +138,19 @@ def test_sign_refuses_a_csr_whose_signature_fails(tmp_path: Path, ca_dir: Path) 
     result = run_cli("sign", "--ca-dir", ca_dir, "--csr", bad, "--role", "felix")
     assert_one_line_error(result, EXIT_REFUSED, str(bad), "signature does not verify")
     assert result.stdout == ""
+
+
+def test_request_and_sign_take_one_role(tmp_path: Path, ca_dir: Path) -> None:
+    out = tmp_path / "node"
+    result = run_cli("request", "--out", out, "--role", "both")
+    assert_one_line_error(result, EXIT_USAGE, "--role: a CSR is for one role")
+    assert not out.exists()  # no key staged for a request that was refused
+    csr = tmp_path / "felix.csr"
+    assert run_cli("request", "--out", out, "--role", "felix", "--csr-out", csr).returncode == 0
+    crt = tmp_path / "felix.crt"
+    result = run_cli("sign", "--ca-dir", ca_dir, "--csr", csr, "--role", "both", "--cert-out", crt)
+    assert_one_line_error(result, EXIT_USAGE, "--role: a certificate is for one role")
+    assert not crt.exists()
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
-from typhapki.errors import UsageError
+from typhapki.commands.pki_options import PkiOptions, single_role_settings
 
 
 def request(
@@ -19,21 +18,16 @@ def request(
     from typhapki.pki.install import request_key, staged_key_path
     from typhapki.pki.signers.csr import build_csr, csr_pem
     from typhapki.pki.store import write_file_atomic
-    from typhapki.puppet.cluster_options import with_cluster_options
 
-    opts = with_cluster_options(opts, hiera, cluster)
-    settings = build_settings(opts)
-    roles = parse_roles(role)
-    if len(roles) != 1:
-        raise UsageError("--role: a CSR is for one role, typha or felix")
-    key = request_key(out, roles[0], settings)
-    pem = csr_pem(build_csr(key, settings.identity(roles[0])))
+    settings, name = single_role_settings(opts, hiera, cluster, role, "a CSR")
+    key = request_key(out, name, settings)
+    pem = csr_pem(build_csr(key, settings.identity(name)))
     if csr_out is None:
         sys.stdout.write(pem.decode())
     else:
         write_file_atomic(csr_out, pem, 0o644)
         print(
-            f"{csr_out}: CSR for {roles[0].value} ({settings.identity(roles[0]).describe()}); "
-            f"key staged in {staged_key_path(out, roles[0])}"
+            f"{csr_out}: CSR for {name.value} ({settings.identity(name).describe()}); "
+            f"key staged in {staged_key_path(out, name)}"
         )
     return 0
