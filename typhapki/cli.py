@@ -19,9 +19,9 @@ from typing import Any, List, Optional, Union, get_args, get_origin
 
 import typer
 
-from typhapki.commands.pki_options import PkiOptions
-from typhapki.commands.signer_options import SignerOptions
 from typhapki.errors import EXIT_IO, EXIT_USAGE, TyphapkiError
+from typhapki.settings.pki import PkiOptions
+from typhapki.settings.signer import SignerOptions
 
 app = typer.Typer(
     name="typhapki",
@@ -192,6 +192,14 @@ _SIGNER_OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[float],
         typer.Option(None, "--cfssl-timeout", help="Seconds per attempt (default 10; 3 attempts)."),
     ),
+    "cfssl_ca_ttl": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--cfssl-ca-ttl",
+            help="How long cfssl's CA is cached before check/issue ask again (default 1h).",
+        ),
+    ),
 }
 
 
@@ -260,6 +268,9 @@ def issue_cmd(
     json_out: bool = JSON,
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan and exit as `check` would; change nothing."
+    ),
 ) -> None:
     """Make sure OUT holds a valid, fresh Typha and/or Felix set, keys made here.
 
@@ -268,8 +279,10 @@ def issue_cmd(
     need only --role felix.
     """
     from typhapki.commands.issue import issue
+    from typhapki.settings.desired import Request
 
-    run(lambda: issue(ca_dir, out, role, pki, trust or [], json_out, hiera, cluster, signer))
+    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster)
+    run(lambda: issue(request, json_out, dry_run))
 
 
 @app.command("check")
@@ -297,11 +310,12 @@ def check_cmd(
     probe_address: Optional[str] = PROBE_ADDRESS,
     no_probe: bool = NO_PROBE,
 ) -> None:
-    """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed.
+    """Exit 0 when `issue` would change nothing, 1 (one line per problem) when it would.
 
-    Takes issue's signer options so Puppet's `unless` can repeat them; it never contacts
-    a signer: in cfssl mode the set is judged against the bundle on disk. With --nagios:
-    one monitoring-plugins status line (docs/monitoring.md).
+    Takes issue's options and judges by the same desired state, so Puppet's `unless`
+    agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-ttl);
+    3 and 5 as `issue` would exit. With --nagios: one monitoring-plugins status line
+    (docs/monitoring.md).
     """
     if nagios:
         from typhapki.commands.check_nagios import check_nagios
@@ -312,8 +326,10 @@ def check_cmd(
             )
         )
     from typhapki.commands.check import check
+    from typhapki.settings.desired import Request
 
-    run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster, signer))
+    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster)
+    run(lambda: check(request, quiet))
 
 
 @app.command("install")
@@ -612,8 +628,8 @@ def probe_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Handshake with Typha as this node's Felix: exit 0 when it serves the certificate on disk."""
-    from typhapki.commands.pki_options import PkiOptions as Options
     from typhapki.commands.probe import probe
+    from typhapki.settings.pki import PkiOptions as Options
 
     pki = Options(typha_cn=typha_cn, typha_uri_san=typha_uri_san)
     run(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))

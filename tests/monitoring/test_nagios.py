@@ -11,7 +11,8 @@ from tests.conftest import CliResult, run_cli
 from tests.monitoring.conftest import ProcessFactory
 from tests.support import gopeers
 from tests.support.gopeers import GoPeers, typha_env, typha_server
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from tests.support.issuing import ensure_local
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 
 go_peers = gopeers.go_peers
@@ -33,7 +34,7 @@ def _set_issued_at(tmp_path: Path, when: datetime) -> Path:
     ca, out = tmp_path / "old-ca", tmp_path / "aged"
     init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False, now=when)
     roles = [RoleName.TYPHA, RoleName.FELIX]
-    ensure_set(out, load_issuer(ca), PkiSettings(), roles, now=when)
+    ensure_local(out, load_issuer(ca), PkiSettings(), roles, now=when)
     return out
 
 
@@ -68,7 +69,7 @@ def test_critical_when_typha_serves_a_stale_certificate(
     calico_process("calico-typha")
     time.sleep(0.05)
     settings = PkiSettings(key_type=KeyType.ECDSA_P384)
-    ensure_set(issued, load_issuer(ca_dir), settings, [RoleName.TYPHA])
+    ensure_local(issued, load_issuer(ca_dir), settings, [RoleName.TYPHA])
     code, line, _ = _nagios("--out", issued, "--key-type", "ecdsa-p384", "--role", "typha")
     assert code == 2 and "stale" in line, line
 
@@ -78,7 +79,7 @@ def test_critical_from_the_probe(go_peers: GoPeers, issued: Path, ca_dir: Path) 
         address = f"127.0.0.1:{server.port}"
         ok = run_cli("check", "--nagios", "--out", issued, "--probe-address", address)
         assert ok.returncode == 0, ok.stdout
-        ensure_set(issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384),
+        ensure_local(issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384),
                    [RoleName.TYPHA])  # fmt: skip
         stale = run_cli(
             "check", "--nagios", "--out", issued, "--key-type", "ecdsa-p384",

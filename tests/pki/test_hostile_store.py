@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import CliResult, assert_one_line_error, require_root, run_cli
+from tests.support.issuing import ensure_local
 from typhapki.errors import RefusedError, UsageError
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, PREVIOUS_LINK, FileSpec, publish, rollback
@@ -115,7 +116,7 @@ HUGE = st.integers(min_value=2**32 - 1, max_value=10**40)
     renew=st.integers(36501, 10**40).map(lambda n: f"{n}d") | st.just("9" * 5000),
 )
 def test_huge_numbers_are_usage_errors_in_process(owner: str, renew: str) -> None:
-    from typhapki.commands.pki_options import PkiOptions, build_settings
+    from typhapki.settings.pki import PkiOptions, build_settings
 
     for opts in (
         PkiOptions(key_owner=owner),
@@ -489,9 +490,9 @@ def test_leaves_of_a_skewed_ca_are_never_reissued_in_a_loop(tmp_path: Path) -> N
     now = datetime.now(UTC)
     for seconds in (-600, -1, 0, 1, 120):
         later = now + timedelta(seconds=seconds)
-        ensure_set(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
+        ensure_local(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
         assert (
-            ensure_set(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
+            ensure_local(out, issuer, PkiSettings(), BOTH, now=max(later, valid_from(issuer.cert)))
             == []
         )
     assert check_set(SetPaths(out), PkiSettings(), BOTH, datetime.now(UTC)).ok

@@ -103,7 +103,7 @@ def single_role_settings(
 ) -> tuple[PkiSettings, RoleName]:
     """The settings (flags over the cluster's hiera) and the one role WHAT is for
     (`request` and `sign`: a CSR or a certificate is for typha or felix, not both)."""
-    from typhapki.puppet.cluster_options import with_cluster_options
+    from typhapki.settings.cluster import with_cluster_options
 
     settings = build_settings(with_cluster_options(opts, hiera, cluster))
     roles = parse_roles(role)
