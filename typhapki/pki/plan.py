@@ -154,8 +154,9 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
     if wanted is not None:
         refusals += [f"{paths.bundle}: {why}" for ca in wanted if (why := _ca_refusal(ca, now))]
     if current is not None and not current.anchors:
-        live = {fingerprint(c) for c in report.bundle or ()}
-        known = live | {fingerprint(c) for c in desired.trusted}
+        # Only the live bundle counts: adding a CA to --trust and signing with it in the
+        # same run would be the one step a rotation stage exists to split.
+        known = {fingerprint(c) for c in report.bundle or ()}
         # First issuance: OUT has never held a bundle (a dangling or broken one is not that).
         empty = not os.path.lexists(paths.bundle_dir)
         if fingerprint(current.cert) not in known and not (empty and current.first_anchor):
