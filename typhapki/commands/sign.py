@@ -4,7 +4,8 @@ import sys
 from pathlib import Path
 
 from typhapki.pki.x509compat import valid_until
-from typhapki.settings.pki import PkiOptions, single_role_settings
+from typhapki.settings.cluster import single_role_settings
+from typhapki.settings.pki import PkiOptions
 
 
 def sign(

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.errors import ConfigError, UsageError
-from typhapki.settings.pki import PkiOptions, build_settings
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
+    from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.hiera import TyphaSettings
     from typhapki.settings.signer import SignerOptions
 
@@ -110,3 +111,15 @@ def with_cluster_signer(
     if typha is None:
         return flags
     return flags.merged_over(signer_options_of(typha))
+
+
+def single_role_settings(
+    opts: PkiOptions, hiera: Path | None, cluster: str | None, role: str, what: str
+) -> tuple[PkiSettings, RoleName]:
+    """The settings (flags over the cluster's hiera) and the one role WHAT is for
+    (`request` and `sign`: a CSR or a certificate is for typha or felix, not both)."""
+    settings = build_settings(with_cluster_options(opts, hiera, cluster))
+    roles = parse_roles(role)
+    if len(roles) != 1:
+        raise UsageError(f"--role: {what} is for one role, typha or felix")
+    return settings, roles[0]

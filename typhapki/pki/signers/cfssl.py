@@ -130,14 +130,22 @@ class CfsslSigner:
                 self._context = ssl.create_default_context(cadata=cadata)
             except (ssl.SSLError, ValueError):
                 raise ConfigError(f"{config.ca_file}: no usable CA certificate for TLS") from None
-        elif self.url.startswith("https:"):
-            self._context = ssl.create_default_context()
-        # No proxy from the environment: the request goes to cfssl, and only there.
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if self._context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=self._context))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._built: urllib.request.OpenerDirector | None = None
         self._current: CurrentCa | None = None
+
+    @property
+    def _opener(self) -> urllib.request.OpenerDirector:
+        """Built on first use: the system trust store costs ~100 ms to load, which a
+        `check` that finds cfssl's CA in the cache never pays."""
+        if self._built is None:
+            if self._context is None and self.url.startswith("https:"):
+                self._context = ssl.create_default_context()
+            # No proxy from the environment: the request goes to cfssl, and only there.
+            handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+            if self._context is not None:
+                handlers.append(urllib.request.HTTPSHandler(context=self._context))
+            self._built = urllib.request.build_opener(*handlers)
+        return self._built
 
     @property
     def name(self) -> str:
