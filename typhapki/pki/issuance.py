@@ -191,8 +191,9 @@ class Change:
 
     @property
     def restarts(self) -> bool:
-        """Whether a component must restart to load it (new permissions need none)."""
-        return self.action != "fixed permissions"
+        """Whether a component must restart to load it (new permissions need none, nor
+        dropping an exposed previous generation)."""
+        return self.action not in ("fixed permissions", "dropped")
 
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
@@ -352,14 +353,15 @@ def _publish(
     bundle = desired.bundle or []
     key_spec = desired.settings.key_files
     with store_locked(paths.lock):
-        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in desired.roles)):
-            collect_garbage(directory)  # what killed runs left behind (we hold the lock)
         report = desired.judge(now)  # a concurrent run may have done part of the work
         found = plan(desired, report, now, keep_leaves)
         if found.refusals:
             raise RefusedError(found.refusals[0])
         if any(s.signs and RoleName(s.scope) not in signed for s in found.steps):
             return None  # more to sign than before the lock: start over
+        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in desired.roles)):
+            # What killed runs left behind, and a previous generation exposing its key.
+            collect_garbage(directory)
         changes: list[Change] = []
         items: list[tuple[Path, dict[str, FileSpec]]] = []
         drop_previous: list[Path] = []
@@ -385,6 +387,11 @@ def _publish(
                 action = "reissued" if step.action == "reissue" else "issued"
                 hint = RESTART_HINT[role]
                 serial, fp = format(new.leaf.serial_number, "x"), fingerprint(new.leaf)
+            elif step.action == "drop previous":  # collect_garbage above dropped it
+                changes.append(
+                    Change(role.value, step.path, "dropped", step.reason, "no restart needed")
+                )
+                continue
             else:
                 assert state.chain and state.key is not None
                 cert_bytes = b"".join(cert_pem(c) for c in state.chain)

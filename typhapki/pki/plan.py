@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
@@ -30,6 +31,9 @@ from typhapki.pki.verify import (
     is_ca,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
+
+if TYPE_CHECKING:
+    from typhapki.pki.install import Shipped
 
 
 def wanted_bundle(
@@ -56,6 +60,9 @@ class Desired:
     signer: Signer | None = None
     current: CurrentCa | None = None
     trusted: tuple[x509.Certificate, ...] = field(default_factory=tuple)
+    # Shipped mode (`--from DIR`): the set Puppet shipped, read and judged; the live set
+    # must be it, byte for byte (typhapki/pki/install.py).
+    shipped: Shipped | None = None
 
     @property
     def paths(self) -> SetPaths:
@@ -122,6 +129,8 @@ class Plan:
         """One line per refusal or problem (what `check` prints)."""
         if self.refusals:
             return list(self.refusals)
+        if any(s.action == "install" for s in self.steps):  # shipped mode: the files that differ
+            return [s.line() for s in self.steps]
         out = [p.line() for p in self.report.problems]
         if self.signs and self.unconfirmed is not None:
             out.append(self.unconfirmed)
@@ -148,11 +157,22 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
     replaced: only the bundle, and a pair that is missing altogether.
     """
     paths = desired.paths
+    if desired.shipped is not None:
+        # What `install --from` would publish: every file that differs from the shipped one.
+        candidates = desired.shipped.candidates(desired.out, desired.settings)
+        shipped_steps = tuple(
+            Step(c.scope, c.change.path, "install", f"differs from the set {c.change.reason}")
+            for c in candidates
+        )
+        return Plan(shipped_steps, (), report)
     refusals: list[str] = []
     wanted = desired.bundle
     current = desired.current
     if wanted is not None:
-        refusals += [f"{paths.bundle}: {why}" for ca in wanted if (why := _ca_refusal(ca, now))]
+        for ca in wanted:
+            if (why := _ca_refusal(ca, now)) is not None:
+                where = current.source if current is not None and ca is current.cert else ""
+                refusals.append(f"{where or paths.bundle}: {why}")
     if current is not None and not current.anchors:
         # Only the live bundle counts: adding a CA to --trust and signing with it in the
         # same run would be the one step a rotation stage exists to split.
@@ -186,7 +206,11 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
         first = next((p for p in state.problems if p.exposed), state.problems[0])
         # Name the file the problem is about (the key, a directory) when not the cert.
         reason = first.message if first.path == state.cert_path else first.line()
-        fixes = {p.fix for p in state.problems}
+        # Dropping an exposed previous generation comes with any step (collect_garbage).
+        fixes = {p.fix for p in state.problems} - {Fix.DROP_PREVIOUS}
+        if not fixes:
+            steps.append(Step(role.value, state.problems[0].path, "drop previous", reason))
+            continue
         if fixes == {Fix.PERMISSIONS} and state.chain and state.key is not None:
             steps.append(Step(role.value, state.cert_path, "fix permissions", reason))
             continue
