@@ -309,6 +309,9 @@ def check_cmd(
     ),
     probe_address: Optional[str] = PROBE_ADDRESS,
     no_probe: bool = NO_PROBE,
+    source: Optional[Path] = typer.Option(
+        None, "--from", help="Shipped mode: exit 0 when `install --from DIR` would change nothing."
+    ),
 ) -> None:
     """Exit 0 when `issue` would change nothing, 1 (one line per problem) when it would.
 
@@ -328,7 +331,7 @@ def check_cmd(
     from typhapki.commands.check import check
     from typhapki.settings.desired import Request
 
-    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster)
+    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source)
     run(lambda: check(request, quiet))
 
 

@@ -94,8 +94,8 @@ def damage(out: Path, what: str) -> None:
         "typha-key-0640": paths.key(RoleName.TYPHA),
         "garbage-bundle": paths.bundle,
     }.get(what)
-    if target is None:
-        return
+    if target is None or not target.exists():
+        return  # nothing to damage (a felix-only set has no Typha files)
     real = target.resolve()  # the file inside the live generation
     if what.startswith("no-"):
         real.unlink()
@@ -294,3 +294,68 @@ def test_cfssl_check_agrees_with_issue_when_the_ca_moves(
         if not live:
             # The signer's CA would replace the node's trust in one step: refused by both.
             assert (checked, issued) == (3, 3), moved_ca
+
+
+# --- shipped: the live set must be the one Puppet shipped ---------------------------
+
+
+@dataclass(frozen=True)
+class ShippedCase:
+    live_from: int  # -1: nothing live yet; else the shipped generation it was installed from
+    shipped_ca: int  # which CA issued the set now shipped
+    age_days: int
+    hurt_live: str
+    hurt_shipped: str
+    role: str
+
+
+shipped_cases = st.builds(
+    ShippedCase,
+    live_from=st.sampled_from([-1, 0, 1]),
+    shipped_ca=st.sampled_from([0, 1]),
+    age_days=st.sampled_from([0, 250, 400]),
+    hurt_live=st.sampled_from(DAMAGE),
+    hurt_shipped=st.sampled_from(["none", "none", "no-typha-key", "garbage-bundle"]),
+    role=st.sampled_from(["both", "felix"]),
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("TYPHAPKI_PLAN_EXAMPLES", "60")) // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(case=shipped_cases)
+# A newly shipped set while the live one is still valid: check said "valid" (before the
+# plan), so Puppet needed a refreshonly exec to install it.
+@example(case=ShippedCase(0, 1, 0, "none", "none", "both"))
+def test_shipped_check_agrees_with_install(
+    case: ShippedCase, two_cas: list[Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from typhapki.commands.install import install
+
+    root = tmp_path_factory.mktemp("shipped")
+    sets = [root / "gen0", root / "gen1"]
+    for n, directory in enumerate(sets):
+        ca = two_cas[case.shipped_ca if n == 1 else 0]
+        issued = Case(0, "calico-node", "ecdsa-p256", case.age_days, "none", 0, "", "", False, "")
+        make_set(directory, ca, issued)
+    out = root / "out"
+    pki = PkiOptions(node_name=NODE)
+    if case.live_from >= 0:
+        exit_of(lambda: install(out, case.role, sets[case.live_from], None, None, pki, False))
+        damage(out, case.hurt_live)
+    damage(sets[1], case.hurt_shipped)
+    request = Request(out, case.role, pki, SignerOptions(), source=sets[1])
+    before = snapshot(out)
+    checked = exit_of(lambda: check(request, quiet=True))
+    installed = exit_of(lambda: install(out, case.role, sets[1], None, None, pki, False))
+    changed = snapshot(out) != before
+    if checked == 0:
+        assert installed == 0 and not changed, (checked, installed, changed)
+    else:
+        assert changed or installed != 0, (checked, installed)
+        if installed != 0 and checked != 1:
+            assert installed == checked, (checked, installed)
+    if installed == 0:
+        assert exit_of(lambda: check(request, quiet=True)) == 0, "install then check: a loop"

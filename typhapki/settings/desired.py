@@ -34,6 +34,7 @@ class Request:
     trust: tuple[Path, ...] = ()
     hiera: Path | None = None
     cluster: str | None = None
+    source: Path | None = None  # shipped mode: `--from DIR`
 
 
 def wants_signer(request: Request, signer: SignerOptions) -> bool:
@@ -59,6 +60,14 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     settings = build_settings(pki)
     roles = tuple(parse_roles(request.role))
     _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue
+    if request.source is not None:
+        from typhapki.errors import UsageError
+        from typhapki.pki.install import read_shipped
+
+        if request.ca_dir is not None or signer_opts.signer is not None:
+            raise UsageError("--from (a shipped set) excludes --ca-dir and --signer")
+        shipped = read_shipped(request.source, settings, roles)
+        return Desired(request.out, roles, settings, shipped=shipped)
     if not require_signer and not wants_signer(request, signer_opts):
         if given := signer_opts.given_cfssl():
             from typhapki.errors import UsageError

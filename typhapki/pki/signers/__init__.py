@@ -35,6 +35,7 @@ class CurrentCa:
     """
 
     cert: x509.Certificate
+    source: str = ""  # where it came from, for messages: a file, or the signer's URL
     confirmed: bool = True
     note: str | None = None
     anchors: bool = True

@@ -252,6 +252,11 @@ class CfsslSigner:
             raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
         return certs[0]
 
+    @property
+    def _source(self) -> str:
+        label = f" label {self.config.label}" if self.config.label else ""
+        return f"{self.url}{INFO}{label}"
+
     def _trust_channel(self) -> bool:
         """Whether the CA came over a channel fit for a node's first trust anchor:
         TLS pinned to --cfssl-ca-file, or loopback (nothing crosses a network)."""
@@ -276,7 +281,9 @@ class CfsslSigner:
         cached = ca_cache.read(path, self.url, label, now)
         channel = self._trust_channel()
         if cached is not None and not refresh and now < cached.fresh_until:
-            self._current = CurrentCa(cached.cert, anchors=False, first_anchor=channel)
+            self._current = CurrentCa(
+                cached.cert, self._source, anchors=False, first_anchor=channel
+            )
             return self._current
         if cached is not None and not refresh and now < cached.retry_after:
             self._current = self._stale(cached, "not asked again before its retry time")
@@ -296,7 +303,7 @@ class CfsslSigner:
             return self._current
         fresh = ca_cache.fresh_for(self.config.ca_ttl, self.config.node_name, self.url)
         ca_cache.write(path, self.url, label, ca_cache.CachedCa(cert, now, now + fresh, now))
-        self._current = CurrentCa(cert, anchors=False, first_anchor=channel)
+        self._current = CurrentCa(cert, self._source, anchors=False, first_anchor=channel)
         return self._current
 
     def _stale(self, cached: Any, why: str) -> CurrentCa:
@@ -305,7 +312,10 @@ class CfsslSigner:
             f"{self.name}: CA not confirmed (cached {fetched:%Y-%m-%dT%H:%M:%SZ}; "
             f"{why.removeprefix(self.url + INFO + ': ')})"
         )
-        return CurrentCa(cached.cert, confirmed=False, note=note, anchors=False, first_anchor=False)
+        return CurrentCa(
+            cached.cert, self._source, confirmed=False, note=note, anchors=False,
+            first_anchor=False,
+        )  # fmt: skip
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
         request = json.dumps(

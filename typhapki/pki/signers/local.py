@@ -84,7 +84,12 @@ class LocalSigner:
             if not is_ca(cert):
                 raise ConfigError(f"{path}: not a CA certificate (basicConstraints CA:FALSE)")
             self._ca = cert
-        return CurrentCa(self._ca)
+        source = (
+            str(CaPaths(self.ca_dir).cert)
+            if self.ca_dir is not None
+            else f"CA {self._ca.subject.rfc4514_string()}"
+        )
+        return CurrentCa(self._ca, source)
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
         issuer = self.issuer
