@@ -172,6 +172,8 @@ class typhapki::certs (
   # What typhapki::config writes into the node configuration file's defaults.
   $config_defaults = {
     'ca_dir'              => $mode ? { 'local' => $ca_dir, default => undef },
+    # shipped: `check` judges the live set against the shipped one, as `install --from` does.
+    'from'                => $mode ? { 'shipped' => $shipped_dir, default => undef },
     'trust'               => $trust_files.empty ? { true => undef, default => $trust_files },
     'key_type'            => $key_type,
     'days'                => $days,
@@ -264,10 +266,6 @@ class typhapki::certs (
         group  => 'root',
         mode   => '0700',
       }
-      $notify_install = $paused ? {
-        true    => undef,
-        default => Exec['typhapki-install-shipped'],
-      }
       $layout.each |$name, $file| {
         file { "${shipped_dir}/${file[0]}":
           ensure    => file,
@@ -278,19 +276,9 @@ class typhapki::certs (
           show_diff => false,
           backup    => false,
           before    => $before_issue,
-          notify    => $notify_install,
         }
       }
       $command = shellquote($bin, 'install', '--from', $shipped_dir)
-      # A newly shipped set replaces a live one that `check` still finds valid.
-      unless $paused {
-        exec { 'typhapki-install-shipped':
-          command     => $command,
-          refreshonly => true,
-          require     => Exec['typhapki-issue'],
-          *           => $exec_defaults,
-        }
-      }
     }
     default: {
       if $cfssl_auth_key =~ NotUndef {
