@@ -329,8 +329,18 @@ def run_result(proc: subprocess.CompletedProcess[str]) -> Any:
         ("missing.yaml", None, ["missing.yaml", "no such file"]),
         ("/abs/calico.yaml", None, ["--kustomize-base", "relative"]),
         ("../outside.yaml", NOT_CALICO, ["--kustomize-base", "only from under"]),
+        (".", None, ["--kustomize-base", "itself"]),
+        ("Kustomization", "resources: []\n", ["--kustomize-dir", "already holds Kustomization"]),
     ],
-    ids=["not-calico", "dir-without-kustomization", "missing", "absolute", "outside"],
+    ids=[
+        "not-calico",
+        "dir-without-kustomization",
+        "missing",
+        "absolute",
+        "outside",
+        "itself",
+        "second-kustomization",
+    ],
 )
 def test_kustomize_refuses_a_base_without_the_objects(
     wired_set: Path, tmp_path: Path, base: str, content: str | None, needles: list[str]

@@ -180,6 +180,15 @@ def kustomization_files(
             f"--kustomize-base {base}: kustomize loads a file only from under "
             f"{kustomize_dir}; copy it there, or name a kustomization directory"
         )
+    if target.resolve() == kustomize_dir.resolve():
+        raise UsageError(f"--kustomize-base {base}: is the kustomization directory itself")
+    others = [n for n in KUSTOMIZATION_NAMES[1:] if (kustomize_dir / n).exists()]
+    if others:
+        # kustomize refuses a directory with two kustomization files.
+        raise UsageError(
+            f"--kustomize-dir {kustomize_dir}: already holds {others[0]}; typhapki writes "
+            f"{KUSTOMIZATION} there (use a directory of its own)"
+        )
     workloads = find_workloads(list(base_documents(target)), str(target))
     field = "resources" if target.is_file() else "bases"
     spec = {
