@@ -513,11 +513,46 @@ def manifests_cmd(
         "--wiring-dir",
         help="Write the patches to DIR/typha.yaml and DIR/node.yaml (one per target).",
     ),
+    kustomize_dir: Optional[Path] = typer.Option(
+        None,
+        "--kustomize-dir",
+        help="Write the wiring as DIR/kustomization.yaml over --kustomize-base.",
+    ),
+    kustomize_base: Optional[str] = typer.Option(
+        None,
+        "--kustomize-base",
+        help="Calico's manifests (a file under DIR, or a kustomization directory), from DIR.",
+    ),
+    post_render: bool = typer.Option(
+        False,
+        "--post-render",
+        help="Helm post-renderer: patch the rendered manifests on stdin, print them.",
+    ),
+    typha_uid: Optional[int] = typer.Option(
+        None, "--typha-uid", help="uid Typha runs as (default 10001): the Typha key's owner."
+    ),
+    typha_gid: Optional[int] = typer.Option(
+        None, "--typha-gid", help="gid Typha runs as (default 10001): the Typha key's group."
+    ),
 ) -> None:
     """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
     from typhapki.commands.manifests import manifests
 
-    run(lambda: manifests(out, fmt, namespace, identity, wiring, wiring_dir))
+    run(
+        lambda: manifests(
+            out,
+            fmt,
+            namespace,
+            identity,
+            wiring,
+            wiring_dir,
+            kustomize_dir,
+            kustomize_base,
+            post_render,
+            typha_uid,
+            typha_gid,
+        )
+    )
 
 
 @app.command("rotate-ca")

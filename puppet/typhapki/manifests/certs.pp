@@ -66,9 +66,10 @@
 # @param renew_before
 #   Renew this long before expiry (`30d`); undef: as above.
 # @param key_owner
-#   Owner of the key files; undef: as above.
+#   Owner of the key files: `10001` in the module's data, the uid the wiring runs Typha
+#   as (`typhapki manifests --typha-uid`); undef (`~`): as above.
 # @param key_group
-#   Group of the key files; undef: as above.
+#   Group of the key files: `10001` in the module's data (`--typha-gid`); undef: as above.
 # @param key_mode
 #   Mode of the key files (`0640`); undef: as above.
 # @param restart_typha
