@@ -106,7 +106,7 @@ def sources(draw: st.DrawFn) -> list[str]:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(networks=sources(), port=st.integers(1, 65535))
 def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
