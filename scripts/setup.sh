@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=${1:-${TYPHAPKI_VENV:-.venv}}
 
 SYSTEM_PACKAGES=(
-  openssl curl ca-certificates iproute2 iptables ferm dnsmasq-base
+  openssl curl ca-certificates iproute2 iptables ferm nftables dnsmasq-base
   puppet-agent facter git golang-go
   # central issuance, monitoring, the Puppet module, the Debian package
   golang-cfssl prometheus prometheus-node-exporter systemd

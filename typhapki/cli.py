@@ -743,6 +743,59 @@ def ferm_cmd(
     run(lambda: ferm(opts))
 
 
+@app.command("nft")
+def nft_cmd(
+    hiera: Path = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters."),
+    mode: Optional[str] = typer.Option(
+        None, "--mode", help="strict (every node address) or relaxed (networks)."
+    ),
+    port: Optional[int] = typer.Option(None, "--port", help="Typha port (default 5473)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", help="Write here atomically, only on change (default stdout)."
+    ),
+    check: bool = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1."),
+    sets_only: bool = typer.Option(
+        False, "--sets-only", help="Only the set update (flush set + add element) for nft -f."
+    ),
+    nameserver: Optional[List[str]] = NAMESERVERS,
+    timeout: Optional[float] = DNS_TIMEOUT,
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", help="DNS queries in flight (default 200)."
+    ),
+    dns_gate: Optional[str] = typer.Option(
+        None,
+        "--dns-gate",
+        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+        "fixed networks only: report the names, write the rule).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
+) -> None:
+    """Render the Typha rule of a cluster for nftables (named sets, accept rules); nothing
+    while any cluster node fails DNS."""
+    from typhapki.commands.nft import NftOptions, nft
+
+    opts = NftOptions(
+        hiera,
+        cluster,
+        mode,
+        port,
+        output,
+        check,
+        sets_only,
+        tuple(nameserver or ()),
+        timeout,
+        concurrency,
+        dns_gate,
+        state_dir,
+    )
+    run(lambda: nft(opts))
+
+
 def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     """click's default_map from the node configuration file, and its error if any.
 

@@ -1,8 +1,9 @@
 # @summary The node configuration file, the node's cluster data and typhapki's directories.
 #
 # The file holds the defaults of every typhapki command on this node (flags still
-# win), built from typhapki, typhapki::certs and typhapki::ferm: `typhapki issue`,
-# `check`, `ferm` and `facts` need no flags, whether Puppet or an operator runs them.
+# win), built from typhapki, typhapki::certs and typhapki::ferm (or typhapki::nftables):
+# `typhapki issue`, `check`, `ferm` (`nft`) and `facts` need no flags, whether Puppet or
+# an operator runs them.
 #
 # @api private
 class typhapki::config {
@@ -44,7 +45,10 @@ class typhapki::config {
     default => {},
   }
   $ferm_commands = $typhapki::_manage_ferm ? {
-    true    => $typhapki::ferm::config_commands,
+    true    => $typhapki::firewall_provider ? {
+      'nftables' => $typhapki::nftables::config_commands,
+      default    => $typhapki::ferm::config_commands,
+    },
     default => {},
   }
   $defaults = ($typhapki::options + $node_defaults + $certs_defaults).filter |$key, $value| {
