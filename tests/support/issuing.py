@@ -9,7 +9,8 @@ from pathlib import Path
 
 from cryptography import x509
 
-from typhapki.pki.issuance import Change, ensure_set
+from typhapki.pki.changes import Change
+from typhapki.pki.issuance import ensure_set
 from typhapki.pki.profiles import Issuer
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers.local import LocalSigner

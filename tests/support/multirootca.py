@@ -3,8 +3,8 @@ per cluster under one offline root, each intermediate served under its own label
 
 `Multirootca` serves two labels, `cluster2025` and `cluster2026` (cfssl 1.2 labels are
 word characters only), whose intermediates share one root, over HMAC `authsign` with
-profiles `typha` (28 days, server auth) and `felix` (24 hours, client auth), as
-REFERENCE.md section 11 describes the fleet. Moving a cluster from one label to the other
+profiles `typha` (28 days, server auth) and `felix` (24 hours, client auth), as the
+fleet runs them (docs/issuance.md). Moving a cluster from one label to the other
 is the fleet's rotation of an intermediate.
 """
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from typhapki.settings.desired import Request
 
 if TYPE_CHECKING:
-    from typhapki.pki.issuance import Change
+    from typhapki.pki.changes import Change
 
 
 def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: bool) -> None:

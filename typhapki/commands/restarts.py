@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.pki.issuance import Change
+from typhapki.pki.changes import Change
 
 
 def components(changes: Sequence[Change]) -> list[str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, StoreError
-from typhapki.pki.issuance import BUNDLE_HINT, RESTART_HINT, Change
+from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
 from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import PrivateKey, cert_pem, generate_key, key_pem, key_type_of

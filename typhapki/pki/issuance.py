@@ -17,6 +17,7 @@ from pathlib import Path
 from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, StoreError
+from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
 from typhapki.pki.layout import ROLES, CaPaths
 from typhapki.pki.pem import load_certs, load_key, read_file
 from typhapki.pki.plan import Desired, Plan, Step, plan, wanted_bundle
@@ -45,12 +46,6 @@ from typhapki.pki.verify import (
     judge_role,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
-
-RESTART_HINT = {
-    RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
-    RoleName.FELIX: "Felix picks it up on its next reconnect (restart calico-node to force it)",
-}
-BUNDLE_HINT = "restart Typha and calico-node to load the new CA bundle"
 
 
 def default_ca_cn(now: datetime) -> str:
@@ -163,41 +158,6 @@ def load_wanted_bundle(
     """
     signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
     return signing, wanted_bundle(signing, load_trusted(trust))
-
-
-@dataclass(frozen=True)
-class Change:
-    """One file `issue` changed, and why."""
-
-    scope: str  # "bundle", "typha", "felix"
-    path: Path
-    action: str  # "issued", "reissued", "rewrote", "fixed permissions"
-    reason: str
-    hint: str
-    serial: str | None = None
-    fingerprint: str | None = None
-
-    def as_dict(self) -> dict[str, str | None]:
-        """The change as JSON-ready data (`issue --json`, `rotate-ca --json`)."""
-        return {
-            "scope": self.scope,
-            "path": str(self.path),
-            "action": self.action,
-            "reason": self.reason,
-            "hint": self.hint,
-            "serial": self.serial,
-            "sha256_fingerprint": self.fingerprint,
-        }
-
-    @property
-    def restarts(self) -> bool:
-        """Whether a component must restart to load it (new permissions need none, nor
-        dropping an exposed previous generation)."""
-        return self.action not in ("fixed permissions", "dropped")
-
-    def line(self) -> str:
-        extra = f" serial {self.serial}" if self.serial else ""
-        return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
 
 
 # A signer's lifetime may round up (cfssl counts hours); more than this over --days is

@@ -43,7 +43,7 @@ from typhapki.pki.verify import SetReport, check_set, find_issuer, fingerprint, 
 from typhapki.pki.x509compat import valid_from, valid_until
 
 if TYPE_CHECKING:
-    from typhapki.pki.issuance import Change
+    from typhapki.pki.changes import Change
 
 # Issuing (typhapki.pki.issuance, typhapki.pki.store) is imported only by the functions that
 # write: `describe_rotation` runs inside `check` and `facts`, which must start fast.

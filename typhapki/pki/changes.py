@@ -1,0 +1,53 @@
+"""What `issue`, `install` and `rotate-ca` report they changed, and whom to restart.
+
+Typha reads its certificate only at start; Felix re-reads its files on every reconnect
+(docs/faq.md), hence one hint per role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from typhapki.pki.settings import RoleName
+
+RESTART_HINT = {
+    RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
+    RoleName.FELIX: "Felix picks it up on its next reconnect (restart calico-node to force it)",
+}
+BUNDLE_HINT = "restart Typha and calico-node to load the new CA bundle"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file `issue` changed, and why."""
+
+    scope: str  # "bundle", "typha", "felix"
+    path: Path
+    action: str  # "issued", "reissued", "rewrote", "fixed permissions"
+    reason: str
+    hint: str
+    serial: str | None = None
+    fingerprint: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        """The change as JSON-ready data (`issue --json`, `rotate-ca --json`)."""
+        return {
+            "scope": self.scope,
+            "path": str(self.path),
+            "action": self.action,
+            "reason": self.reason,
+            "hint": self.hint,
+            "serial": self.serial,
+            "sha256_fingerprint": self.fingerprint,
+        }
+
+    @property
+    def restarts(self) -> bool:
+        """Whether a component must restart to load it (new permissions need none, nor
+        dropping an exposed previous generation)."""
+        return self.action not in ("fixed permissions", "dropped")
+
+    def line(self) -> str:
+        extra = f" serial {self.serial}" if self.serial else ""
+        return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
