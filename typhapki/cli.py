@@ -683,6 +683,26 @@ def ferm_cmd(
         "--state-dir",
         help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
     ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="This node's set: a relaxed rule's mTLS proof connects as its Felix."
+    ),
+    typha_address: Optional[str] = typer.Option(
+        None,
+        "--typha-address",
+        help="The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
+    ),
+    proof_lifetime: Optional[int] = typer.Option(
+        None, "--proof-lifetime", help="Seconds an mTLS proof stays valid (default 21600)."
+    ),
+    proof_timeout: Optional[float] = typer.Option(
+        None, "--proof-timeout", help="Seconds per mTLS probe, connect included (default 5)."
+    ),
+    skip_mtls_proof: bool = typer.Option(
+        False,
+        "--skip-mtls-proof",
+        help="Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
+        "A flag only (the node configuration may not set it).",
+    ),
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm
@@ -701,6 +721,11 @@ def ferm_cmd(
         concurrency,
         dns_gate,
         state_dir,
+        out,
+        typha_address,
+        proof_lifetime,
+        proof_timeout,
+        skip_mtls_proof,
     )
     run(lambda: ferm(opts))
 
