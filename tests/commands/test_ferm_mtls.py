@@ -165,6 +165,17 @@ def test_a_proof_outlives_a_typha_restart_but_not_its_lifetime(
         assert facts(lab)["mtls_enforced"] is False
 
 
+def test_the_cluster_typha_from_hiera(go_peers: GoPeers, issued: Path, lab: Path) -> None:
+    hiera = lab / "hiera.yaml"
+    with closed_port() as local, go_typha(go_peers, issued, "plain") as address:
+        hiera.write_text(HIERA + f"        typha_address: '{address}'\n")
+        result = ferm(lab, issued, local)
+    assert result.returncode == 1 and f"Typha at {address} speaks plain TCP" in result.stderr
+    assert (lab / "rule").read_bytes() == OLD_RULE
+    hiera.write_text(HIERA + "        typha_address: 'a b:1'\n")
+    assert_one_line_error(ferm(lab, issued, 5473), 2, "typha.typha_address", "HOST:PORT")
+
+
 def test_a_hanging_handshake_is_bounded(issued: Path, lab: Path) -> None:
     with hanging_typha() as address:
         started = time.monotonic()

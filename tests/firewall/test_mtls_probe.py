@@ -33,6 +33,12 @@ SERVERS: dict[str, tuple[Server, str, str]] = {
         "accepted a TLS client without a certificate",
     ),
     "go plain": (lambda p, o: go_typha(p, o, "plain"), NOT_ENFORCED, "speaks plain TCP"),
+    # Enforcing, but unprovable under TLS 1.2: no proof (never a false one).
+    "go verify, TLS 1.3 only": (
+        lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3"),
+        UNKNOWN,
+        "refused TLS 1.2 before asking for a client certificate",
+    ),
     "openssl -Verify": (
         lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error"),
         ENFORCED,

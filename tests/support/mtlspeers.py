@@ -29,8 +29,9 @@ CONNECTIONS = 40
 
 
 @contextmanager
-def go_typha(peers: GoPeers, out: Path, mode: str) -> Iterator[str]:
-    with typha_server(peers, typha_env(out), CONNECTIONS, ("-mode", mode)) as server:
+def go_typha(peers: GoPeers, out: Path, mode: str, **env: str) -> Iterator[str]:
+    """`env`: more of Typha's variables, such as TLS_MIN_VERSION."""
+    with typha_server(peers, {**typha_env(out), **env}, CONNECTIONS, ("-mode", mode)) as server:
         yield f"127.0.0.1:{server.port}"
 
 

@@ -212,22 +212,21 @@ def _check_proof_options(opts: FermOptions) -> None:
     if opts.proof_timeout is not None and not 0 < opts.proof_timeout <= 300:
         raise UsageError(f"--proof-timeout: expected 0-300 seconds, got {opts.proof_timeout:g}")
     if opts.typha_address is not None:
-        from typhapki.monitoring.probe import parse_address
+        from typhapki.firewall.mtls_probe import address_ok
 
-        try:
-            parse_address(opts.typha_address)
-        except UsageError:
+        if not address_ok(opts.typha_address):
             raise UsageError(
                 f"--typha-address: expected HOST:PORT or [IPV6]:PORT, got {opts.typha_address!r}"
-            ) from None
+            )
 
 
 def _mtls_guard(opts: FermOptions, cluster: Cluster, port: int) -> Decision:
     """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
 
     The target is the local Typha when one listens on the rule's port, else
-    --typha-address (a flag, or the node configuration's). One replica stands for the
-    cluster: Typha's TLS settings are the Deployment's.
+    --typha-address (a flag, or the node configuration's), else the cluster's hiera
+    typha.typha_address. One replica stands for the cluster: Typha's TLS settings are
+    the Deployment's.
     """
     import time
 
@@ -246,11 +245,13 @@ def _mtls_guard(opts: FermOptions, cluster: Cluster, port: int) -> Decision:
     timeout = opts.proof_timeout or mtls_probe.DEFAULT_TIMEOUT
     identity = _typha_identity(cluster)
     local = f"127.0.0.1:{port}"
-    configured = [opts.typha_address] if opts.typha_address else []
+    # The flag (or the node configuration's typha_address), else the cluster's hiera.
+    address = opts.typha_address or cluster.typha.typha_address
+    configured = [address] if address else []
     target = mtls_probe.probe_target(local, configured, timeout)
     if target is None:
         proof = mtls_probe.unreachable(
-            local, f"nothing listens on {local} and no --typha-address is configured"
+            local, f"nothing listens on {local}, and no --typha-address (or hiera typha_address)"
         )
     else:
         proof = mtls_probe.prove(target, opts.out, identity, timeout)

@@ -48,6 +48,19 @@ def _split(address: str) -> tuple[str, int]:
     return parse_address(address)
 
 
+def address_ok(text: str) -> bool:
+    """HOST:PORT or [IPV6]:PORT of printable characters only (it ends up in one line)."""
+    from typhapki.errors import UsageError
+
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        return False
+    try:
+        _split(text)
+    except UsageError:
+        return False
+    return True
+
+
 def unreachable(address: str, why: str) -> Proof:
     """The verdict when no Typha could be probed at all."""
     return judge(address, Attempt(UNREACHABLE, why), None, None)
