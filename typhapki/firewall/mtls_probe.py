@@ -2,7 +2,8 @@
 
 Against one Typha, in order, stopping at the first that decides: a TLS 1.2 client
 without a certificate, a TLS 1.2 client with a certificate of a throwaway CA (made in
-memory, never on disk), then this node's Felix (typhapki/monitoring/probe.py).
+memory, never on disk), then this node's Felix (as typhapki/monitoring/probe.py
+connects, over TLS 1.2 too).
 
 The negative probes' handshake runs over memory BIOs so that the server's first
 flight can be read: a refusal counts only after Typha sent its ServerHello and asked
@@ -18,9 +19,10 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.firewall.mtls_proof import (
     ACCEPTED,
@@ -32,6 +34,9 @@ from typhapki.firewall.mtls_proof import (
     Proof,
     judge,
 )
+
+if TYPE_CHECKING:
+    from typhapki.pki.settings import Identity
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -87,7 +92,8 @@ class _ServerFlight:
     """The server's plaintext TLS 1.2 handshake messages, reassembled from records."""
 
     def __init__(self) -> None:
-        self.raw = bytearray()
+        self.received = 0
+        self.raw = bytearray()  # not yet parsed; nothing is kept once the flight is read
         self.messages: list[int] = []
         self.alert: bool = False
         self.not_tls: bool = False
@@ -95,9 +101,10 @@ class _ServerFlight:
         self._done = False
 
     def feed(self, data: bytes) -> None:
-        self.raw += data
+        self.received += len(data)
         if self._done:
             return
+        self.raw += data
         while len(self.raw) >= 5 and not self._done:
             kind, length = self.raw[0], int.from_bytes(self.raw[3:5], "big")
             if kind not in (_HANDSHAKE, _ALERT) or self.raw[1] != 3:
@@ -137,8 +144,15 @@ def _reason(exc: BaseException) -> str:
     return " ".join(str(reason).replace("_", " ").lower().split())
 
 
-def _handshake(address: str, ctx: ssl.SSLContext, timeout: float) -> Attempt:
-    """A client handshake over memory BIOs, bounded by `timeout` in all."""
+def _handshake(
+    address: str,
+    ctx: ssl.SSLContext,
+    timeout: float,
+    check: Callable[[ssl.SSLObject], str | None] | None = None,
+) -> Attempt:
+    """A client handshake over memory BIOs, bounded by `timeout` in all, connect
+    included. `check`: once the handshake completed, why this client would still walk
+    away (None: it would not)."""
     host, port = _split(address)
     deadline = time.monotonic() + timeout
     try:
@@ -157,6 +171,9 @@ def _handshake(address: str, ctx: ssl.SSLContext, timeout: float) -> Attempt:
         while True:
             try:
                 tls.do_handshake()
+                problem = check(tls) if check is not None else None
+                if problem is not None:
+                    return Attempt(INCONCLUSIVE, problem)
                 return Attempt(ACCEPTED, f"handshake completed ({tls.version()})")
             except ssl.SSLWantReadError:
                 pass
@@ -186,13 +203,18 @@ def _handshake(address: str, ctx: ssl.SSLContext, timeout: float) -> Attempt:
 
 
 def _classify_silence(flight: _ServerFlight, timeout: float) -> Attempt:
-    if not flight.raw and not flight.messages:
+    if not flight.received:
         return Attempt(INCONCLUSIVE, f"no answer to a TLS ClientHello within {timeout:g}s")
     return Attempt(INCONCLUSIVE, f"the TLS handshake hung for {timeout:g}s")
 
 
 def _classify_failure(flight: _ServerFlight, failure: BaseException | None) -> Attempt:
     why = _reason(failure) if failure is not None else "failed"
+    if isinstance(failure, ssl.SSLCertVerificationError):  # our side, verifying Typha
+        return Attempt(
+            INCONCLUSIVE,
+            f"Felix would refuse Typha's certificate: {failure.verify_message or why}",
+        )
     if flight.not_tls:
         return Attempt(PLAIN, "it answered a TLS ClientHello with non-TLS bytes")
     if not flight.spoke_tls:
@@ -284,26 +306,41 @@ def _stranger_context(felix_cert: Path) -> ssl.SSLContext:
     return ctx
 
 
-def prove(address: str, out: Path, typha_identity: object, timeout: float) -> Proof:
+def prove(address: str, out: Path, typha_identity: Identity, timeout: float) -> Proof:
     """Run the probes against the Typha at `address`, stopping at the first that decides.
 
-    `typha_identity` is the pki.settings.Identity Felix checks Typha against.
+    `typha_identity`: what Felix checks Typha against (FELIX_TYPHACN / URISAN).
     """
-    from typhapki.monitoring.probe import probe as felix_probe
     from typhapki.pki.layout import SetPaths
-    from typhapki.pki.settings import Identity, RoleName
+    from typhapki.pki.settings import RoleName
 
-    assert isinstance(typha_identity, Identity)
     no_cert = _handshake(address, _negative_context(), timeout)
     if no_cert.outcome != REFUSED:
         return judge(address, no_cert, None, None)
     other_ca = _handshake(address, _stranger_context(SetPaths(out).cert(RoleName.FELIX)), timeout)
     if other_ca.outcome != REFUSED:
         return judge(address, no_cert, other_ca, None)
-    result = felix_probe(address, out, typha_identity, timeout)
-    felix = (
-        Attempt(ACCEPTED, "handshake completed")
-        if result.accepted
-        else Attempt(INCONCLUSIVE, result.error or "refused")
-    )
+    felix = _felix_attempt(address, out, typha_identity, timeout)
     return judge(address, no_cert, other_ca, felix)
+
+
+def _felix_attempt(address: str, out: Path, typha: Identity, timeout: float) -> Attempt:
+    """This node's Felix, as typhapki/monitoring/probe.py connects (its certificate and
+    key, Typha's chain verified against the bundle for serverAuth, then Typha's CN or
+    URI SAN), but over TLS 1.2 and the bounded handshake: under TLS 1.2 a completed
+    handshake is Typha's acceptance, with no wait for a late refusal."""
+    from typhapki.errors import ConfigError
+    from typhapki.monitoring.probe import _context, _identity_error
+    from typhapki.pki.layout import SetPaths
+
+    try:
+        ctx = _context(SetPaths(out), verify=True)
+    except ConfigError as exc:
+        return Attempt(INCONCLUSIVE, f"cannot act as this node's Felix: {exc}")
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+
+    def identity(tls: ssl.SSLObject) -> str | None:
+        mismatch = _identity_error(dict(tls.getpeercert() or {}), typha)
+        return None if mismatch is None else f"Felix would refuse Typha's identity: {mismatch}"
+
+    return _handshake(address, ctx, timeout, identity)
