@@ -150,6 +150,7 @@ def test_a_proof_outlives_a_typha_restart_but_not_its_lifetime(
         expired = ferm(lab, issued, local, env=env)
         assert expired.returncode == 1 and "no fresh proof" in expired.stderr
         assert (lab / "rule").read_bytes() == rule
+        assert state(lab)["mtls_proven_at"] == first["mtls_proven_at"]  # for the metrics
         assert facts(lab)["mtls_enforced"] == "unknown"
 
         # Fresh again (the flag, this time), then a chart upgrade drops the TLS variables.

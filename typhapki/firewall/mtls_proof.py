@@ -139,7 +139,8 @@ def decide(
 
     - skipped (the flag): written, recorded as skipped, the last proof kept as it was;
     - proven now: written, a new proof until now + lifetime;
-    - Typha accepted what it must refuse: never written, the last proof is void;
+    - Typha accepted what it must refuse: never written, the last proof is void (its
+      time too: the alert reads the expiry);
     - no answer either way: written while the last proof is fresh (a Typha restart
       must not drop a proven rule back), else the last rule stays.
     """
@@ -169,8 +170,9 @@ def decide(
             f"{_when(previous.expires)}",
             warning=True,
         )
+    # An expired proof keeps its time: the metrics show when Typha was last proven.
     return Decision(
         False,
-        replace(record, proven_at=None, expires=None) if previous.proven_at else record,
+        record,
         f"{proof.line}; no fresh proof of mTLS, so no relaxed rule: the last rule stays",
     )
