@@ -144,6 +144,9 @@ BAD = {
     "bad flag": ("commands:\n  ferm:\n    check: maybe\n", "commands.ferm.check"),
     "mapping value": ("defaults:\n  out: {a: b}\n", "defaults.out"),
     "list for one value": ("defaults:\n  out: [/a, /b]\n", "defaults.out"),
+    # --skip-mtls-proof is for one run typed by hand (docs/ferm.md "The mTLS proof").
+    "flag only": ("commands:\n  ferm:\n    skip_mtls_proof: true\n", "a flag only"),
+    "flag only as default": ("defaults:\n  skip-mtls-proof: 'false'\n", "defaults.skip-mtls-proof"),
 }
 
 

@@ -87,6 +87,28 @@ NAMESERVERS = typer.Option(
 )
 DNS_TIMEOUT = typer.Option(None, "--timeout", help="Seconds per DNS query (default 2).")
 
+# The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md).
+PROOF_OUT = typer.Option(
+    None, "--out", help="This node's set: a relaxed rule's mTLS proof connects as its Felix."
+)
+TYPHA_ADDRESS = typer.Option(
+    None,
+    "--typha-address",
+    help="The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
+)
+PROOF_LIFETIME = typer.Option(
+    None, "--proof-lifetime", help="Seconds an mTLS proof stays valid (default 21600)."
+)
+PROOF_TIMEOUT = typer.Option(
+    None, "--proof-timeout", help="Seconds per mTLS probe, connect included (default 5)."
+)
+SKIP_MTLS_PROOF = typer.Option(
+    False,
+    "--skip-mtls-proof",
+    help="Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
+    "A flag only (the node configuration may not set it).",
+)
+
 # Which Typha the monitoring commands probe (metrics, check --nagios).
 PROBE_ADDRESS = typer.Option(
     None,
@@ -721,6 +743,11 @@ def ferm_cmd(
         "--state-dir",
         help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
     ),
+    out: Optional[Path] = PROOF_OUT,
+    typha_address: Optional[str] = TYPHA_ADDRESS,
+    proof_lifetime: Optional[int] = PROOF_LIFETIME,
+    proof_timeout: Optional[float] = PROOF_TIMEOUT,
+    skip_mtls_proof: bool = SKIP_MTLS_PROOF,
 ) -> None:
     """Render the Typha ferm rule of a cluster; nothing while any cluster node fails DNS."""
     from typhapki.commands.ferm import FermOptions, ferm
@@ -739,6 +766,11 @@ def ferm_cmd(
         concurrency,
         dns_gate,
         state_dir,
+        out,
+        typha_address,
+        proof_lifetime,
+        proof_timeout,
+        skip_mtls_proof,
     )
     run(lambda: ferm(opts))
 
@@ -774,6 +806,11 @@ def nft_cmd(
         "--state-dir",
         help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
     ),
+    out: Optional[Path] = PROOF_OUT,
+    typha_address: Optional[str] = TYPHA_ADDRESS,
+    proof_lifetime: Optional[int] = PROOF_LIFETIME,
+    proof_timeout: Optional[float] = PROOF_TIMEOUT,
+    skip_mtls_proof: bool = SKIP_MTLS_PROOF,
 ) -> None:
     """Render the Typha rule of a cluster for nftables (named sets, accept rules); nothing
     while any cluster node fails DNS."""
@@ -792,6 +829,11 @@ def nft_cmd(
         concurrency,
         dns_gate,
         state_dir,
+        out,
+        typha_address,
+        proof_lifetime,
+        proof_timeout,
+        skip_mtls_proof,
     )
     run(lambda: nft(opts))
 

@@ -39,6 +39,10 @@ LIMIT = 1024 * 1024
 # `ca init --days` and `--key-type` are the CA's, not the leaves': `defaults` would
 # hand a leaf lifetime to a new CA. The CA is made once, by hand, with flags.
 NO_DEFAULTS = frozenset({("ca", "init")})
+# Options that exist only as flags, typed by a person for one run: a file that set them
+# would make them permanent. `ferm --skip-mtls-proof` writes a relaxed rule unproven
+# (docs/ferm.md): the last resort, never a default.
+FLAG_ONLY = frozenset({"skip_mtls_proof"})
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,14 @@ def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
     return value
 
 
+def _refuse_flag_only(path: Path, key: str, param: Any) -> None:
+    if param.name in FLAG_ONLY:
+        raise ConfigError(
+            f"{path}: {key}: --{str(param.name).replace('_', '-')} is a flag only, never "
+            "read from the node configuration (give it on the command line, for one run)"
+        )
+
+
 def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
     """click's `default_map` for the command tree: per command, param name -> value."""
     if config.path is None:
@@ -192,6 +204,7 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                 if key in params:
                     used.add(key)
                     param = params[key]
+                    _refuse_flag_only(path, f"defaults.{key}", param)
                     values[str(param.name)] = _converted(path, f"defaults.{key}", param, value)
         own = config.commands.get(" ".join(cmd_path), {})
         for key, value in own.items():
@@ -201,6 +214,7 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                     f"`typhapki {' '.join(cmd_path)}` has no option --{key.replace('_', '-')}"
                 )
             param = params[key]
+            _refuse_flag_only(path, f"commands.{' '.join(cmd_path)}.{key}", param)
             values[str(param.name)] = _converted(
                 path, f"commands.{' '.join(cmd_path)}.{key}", param, value
             )

@@ -35,7 +35,13 @@ DOCS = st.one_of(
             "hosts_failed": st.one_of(st.integers(0, 5000), st.booleans(), st.none()),
             "failed_hosts": st.lists(st.text(max_size=10), max_size=3),
             "output": st.none(),
-        }
+        },
+        optional={
+            "mtls_proven_at": st.one_of(st.none(), st.integers(-1, 2**40), st.text(max_size=2)),
+            "mtls_proof_expires": st.one_of(st.none(), st.integers(0, 2**32)),
+            "mtls_verdict": st.sampled_from([None, "enforced", "not_enforced", "unknown", "yes"]),
+            "mtls_proof_skipped": st.one_of(st.booleans(), st.none(), st.integers(0, 1)),
+        },
     ).map(lambda d: json.dumps(d).encode()),
 )
 

@@ -142,7 +142,13 @@ FERM_STATES = st.one_of(
             "hosts_failed": st.one_of(st.integers(0, 5000), st.booleans(), st.none()),
             "failed_hosts": st.lists(st.text(max_size=10), max_size=3),
             "output": st.none(),
-        }
+        },
+        optional={
+            "mtls_proven_at": st.one_of(st.none(), st.integers(-1, 2**40), st.text(max_size=2)),
+            "mtls_proof_expires": st.one_of(st.none(), st.integers(0, 2**32)),
+            "mtls_verdict": st.sampled_from([None, "enforced", "not_enforced", "unknown", "yes"]),
+            "mtls_proof_skipped": st.one_of(st.booleans(), st.none(), st.integers(0, 1)),
+        },
     ).map(lambda d: json.dumps(d).encode()),
 )
 
@@ -215,7 +221,9 @@ def test_node_exporter_reads_the_textfile(issued: Path, ca_dir: Path, tmp_path: 
         json.dumps(
             {"version": 1, "cluster": "staging-eqiad", "mode": "strict", "dns_gate": "enforce",
              "last_attempt": 1795000000, "last_success": 1795000000, "hosts_failed": 0,
-             "failed_hosts": [], "output": None}
+             "failed_hosts": [], "output": None, "mtls_proven_at": 1795000000,
+             "mtls_proof_expires": 1795021600, "mtls_verdict": "enforced",
+             "mtls_proof_skipped": False}
         )
     )  # fmt: skip
     result = run_cli(
@@ -240,6 +248,9 @@ def test_node_exporter_reads_the_textfile(issued: Path, ca_dir: Path, tmp_path: 
     assert re.search(
         r"^typhapki_ferm_last_success_timestamp_seconds\{.*\} 1\.795e\+09$", body, re.M
     )
+    assert re.search(
+        r"^typhapki_ferm_mtls_proof_expiry_timestamp_seconds\{.*\} 1\.7950216e\+09$", body, re.M
+    ), body
 
 
 def _scrape(url: str, proc: subprocess.Popen[bytes]) -> str:

@@ -33,7 +33,7 @@ BOUND = 30
 
 TYPHA_KEYS = [
     "mode", "style", "port", "networks", "network_variable", "prefix_v4", "prefix_v6",
-    "dns_gate", "ferm_output", "typha_cn", "days", "key_mode",
+    "dns_gate", "ferm_output", "typha_cn", "days", "key_mode", "typha_address",
 ]  # fmt: skip
 CLUSTER_KEYS = ["cluster_nodes", "control_plane_nodes", "ipv6dualstack", "typha"]
 scalars = st.one_of(

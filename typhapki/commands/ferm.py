@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 
 if TYPE_CHECKING:
     from typhapki.firewall.ferm import Sources
+    from typhapki.firewall.mtls_proof import Decision, ProofRecord
+    from typhapki.pki.settings import Identity
     from typhapki.puppet.hiera import Cluster
 
 DNS_GATES = ("enforce", "warn")
@@ -41,6 +44,16 @@ class GateOptions(Protocol):
     def dns_gate(self) -> str | None: ...
     @property
     def state_dir(self) -> Path | None: ...
+    @property
+    def out(self) -> Path | None: ...
+    @property
+    def typha_address(self) -> str | None: ...
+    @property
+    def proof_lifetime(self) -> int | None: ...
+    @property
+    def proof_timeout(self) -> float | None: ...
+    @property
+    def skip_mtls_proof(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,12 @@ class FermOptions:
     concurrency: int | None = None
     dns_gate: str | None = None
     state_dir: Path | None = None
+    # The mTLS proof a relaxed rule needs (typhapki/firewall/mtls_proof.py).
+    out: Path | None = None
+    typha_address: str | None = None
+    proof_lifetime: int | None = None
+    proof_timeout: float | None = None
+    skip_mtls_proof: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,9 @@ def ferm(opts: FermOptions) -> int:
     Exit 1: the DNS gate failed (one line per failing host, nothing written) or
     --check found the file out of date. Exit 2: bad hiera, template or option, or
     ``warn`` asked for a rule built from node addresses.
+
+    A relaxed rule is written (or --check'ed) only while a proof says the cluster's
+    Typha enforces mutual TLS (`_mtls_guard`); otherwise the last rule stays, exit 1.
     """
     from typhapki.firewall import ferm as rules
 
@@ -141,6 +163,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")
     if opts.port is not None and not 1 <= opts.port <= 65535:
         raise UsageError(f"--port: expected 1-65535, got {opts.port}")
+    _check_proof_options(opts)
 
     cluster = load_cluster(opts.hiera, opts.cluster)
     typha = cluster.typha
@@ -155,6 +178,12 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
         raise ConfigError(
             f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them "
             "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
+        )
+    needs_proof = mode == "relaxed" and opts.output is not None and not opts.skip_mtls_proof
+    if needs_proof and opts.out is None:
+        raise UsageError(
+            "--out: a relaxed rule needs the mTLS proof, which connects to Typha as this "
+            "node's Felix (the set under --out); see docs/ferm.md"
         )
     if dns_gate == "warn" and not fixed:
         where = "--dns-gate warn" if opts.dns_gate else f"{cluster.where}.typha.dns_gate: warn"
@@ -183,6 +212,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     problems.sort()
     failed_hosts = sorted({host for host, _ in problems})
     succeeded = False
+    proof: ProofRecord | None = None  # None: keep the recorded one
 
     def record() -> None:
         warning = record_run(
@@ -193,6 +223,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             succeeded=succeeded,
             failed_hosts=failed_hosts,
             output=opts.output,
+            proof=proof,
         )
         if warning is not None:
             print(warning, file=sys.stderr)
@@ -216,6 +247,17 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             f"{total} cluster_nodes failed; the rule does not depend on them and is rendered",
             file=sys.stderr,
         )
+
+    if mode == "relaxed" and opts.output is not None:
+        # The one place a relaxed rule is decided: written, kept or refused.
+        decision = _mtls_guard(opts, cluster, port)
+        proof = decision.record
+        if not decision.allowed:
+            print(f"typhapki: mTLS proof: {decision.line}", file=sys.stderr)
+            record()
+            return EXIT_NEEDS_ACTION
+        if decision.warning:
+            print(f"typhapki: warning: mTLS proof: {decision.line}", file=sys.stderr)
 
     try:
         if mode == "strict":
@@ -243,6 +285,69 @@ def emit_text(opts: GateOptions, text: str, what: str) -> int:
         sys.stdout.write(text)
         return EXIT_OK
     return _write_or_check(opts.output, text.encode(), opts.check, what)
+
+
+def _check_proof_options(opts: GateOptions) -> None:
+    if opts.proof_lifetime is not None and opts.proof_lifetime <= 0:
+        raise UsageError(f"--proof-lifetime: expected seconds > 0, got {opts.proof_lifetime}")
+    if opts.proof_timeout is not None and not 0 < opts.proof_timeout <= 300:
+        raise UsageError(f"--proof-timeout: expected 0-300 seconds, got {opts.proof_timeout:g}")
+    if opts.typha_address is not None:
+        from typhapki.firewall.mtls_probe import address_ok
+
+        if not address_ok(opts.typha_address):
+            raise UsageError(
+                f"--typha-address: expected HOST:PORT or [IPV6]:PORT, got {opts.typha_address!r}"
+            )
+
+
+def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
+    """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
+
+    The target is the local Typha when one listens on the rule's port, else
+    --typha-address (a flag, or the node configuration's), else the cluster's hiera
+    typha.typha_address. One replica stands for the cluster: Typha's TLS settings are
+    the Deployment's.
+    """
+    import time
+
+    from typhapki.firewall import mtls_probe
+    from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME, ProofRecord, decide
+    from typhapki.firewall.state import StateError, read_state, recorded_proof, state_dir
+
+    now = int(time.time())
+    previous = ProofRecord()
+    with contextlib.suppress(StateError):
+        previous = recorded_proof(read_state(state_dir(opts.state_dir)), cluster.name)
+    lifetime = opts.proof_lifetime or DEFAULT_LIFETIME
+    if opts.skip_mtls_proof:
+        return decide(previous, None, now=now, lifetime=lifetime, skipped=True)
+    assert opts.out is not None
+    timeout = opts.proof_timeout or mtls_probe.DEFAULT_TIMEOUT
+    identity = _typha_identity(cluster)
+    local = f"127.0.0.1:{port}"
+    # The flag (or the node configuration's typha_address), else the cluster's hiera.
+    address = opts.typha_address or cluster.typha.typha_address
+    configured = [address] if address else []
+    target = mtls_probe.probe_target(local, configured, timeout)
+    if target is None:
+        proof = mtls_probe.unreachable(
+            local, f"nothing listens on {local}, and no --typha-address (or hiera typha_address)"
+        )
+    else:
+        proof = mtls_probe.prove(target, opts.out, identity, timeout)
+    return decide(previous, proof, now=now, lifetime=lifetime, skipped=False)
+
+
+def _typha_identity(cluster: Cluster) -> Identity:
+    """Who Felix expects Typha to be (FELIX_TYPHACN / URISAN), from the cluster's typha:."""
+    from typhapki.settings.cluster import pki_options_of
+    from typhapki.settings.pki import build_settings
+
+    try:
+        return build_settings(pki_options_of(cluster.typha)).typha
+    except UsageError as exc:
+        raise ConfigError(f"{cluster.where}.typha: {exc}") from None
 
 
 def _built_from(mode: str) -> str:

@@ -28,6 +28,12 @@ class NftOptions:
     concurrency: int | None = None
     dns_gate: str | None = None
     state_dir: Path | None = None
+    # The mTLS proof a relaxed rule needs (typhapki/firewall/mtls_proof.py).
+    out: Path | None = None
+    typha_address: str | None = None
+    proof_lifetime: int | None = None
+    proof_timeout: float | None = None
+    skip_mtls_proof: bool = False
 
 
 def nft(opts: NftOptions) -> int:

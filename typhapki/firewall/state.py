@@ -4,7 +4,9 @@ Every `ferm` run that reaches the DNS gate records, in ``STATE_DIR/ferm.json``::
 
     {"version": 1, "cluster": "NAME", "mode": "strict|relaxed", "dns_gate": "enforce|warn",
      "last_attempt": UNIX, "last_success": UNIX|null, "hosts_failed": N,
-     "failed_hosts": ["name", ... at most 50], "output": "PATH"|null}
+     "failed_hosts": ["name", ... at most 50], "output": "PATH"|null,
+     "mtls_proven_at": UNIX|null, "mtls_proof_expires": UNIX|null,
+     "mtls_verdict": "enforced|not_enforced|unknown"|null, "mtls_proof_skipped": BOOL}
 
 ``last_success`` is the last run that rendered a rule (written, unchanged, printed or
 compared); a failed run keeps the previous value. Facts and metrics read it, so a
@@ -12,6 +14,10 @@ node whose gate fails, or whose names do not resolve under ``dns_gate: warn``, s
 up in PuppetDB and Prometheus. The file is written atomically (0644) and never under
 /etc/ferm (ferm would include it). A missing or corrupt file is reported by readers
 as such (StateError), never a crash.
+
+The ``mtls_*`` fields are the proof that Typha enforces mutual TLS, which a relaxed
+rule needs (typhapki/firewall/mtls_proof.py); a file without them (written before the
+proof existed) reads as "never proven".
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
+from typhapki.firewall.mtls_proof import VERDICTS, ProofRecord
 
 STATE_ENV = "TYPHAPKI_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
@@ -58,6 +65,10 @@ class FermState:
     hosts_failed: int
     failed_hosts: tuple[str, ...]
     output: str | None
+    mtls_proven_at: int | None = None
+    mtls_proof_expires: int | None = None
+    mtls_verdict: str | None = None
+    mtls_proof_skipped: bool = False
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -111,7 +122,27 @@ def parse_state(data: object) -> FermState:
         hosts_failed=_int(data, "hosts_failed"),
         failed_hosts=tuple(failed),
         output=_str(data, "output", nullable=True),
+        mtls_proven_at=_int(data, "mtls_proven_at", nullable=True),
+        mtls_proof_expires=_int(data, "mtls_proof_expires", nullable=True),
+        mtls_verdict=_verdict(data),
+        mtls_proof_skipped=_bool(data, "mtls_proof_skipped"),
     )
+
+
+def _verdict(data: dict[str, Any]) -> str | None:
+    value = data.get("mtls_verdict")
+    if value is None:
+        return None
+    if isinstance(value, str) and value in VERDICTS:
+        return value
+    raise StateError(f"mtls_verdict: expected one of {', '.join(VERDICTS)}, got {value!r:.40}")
+
+
+def _bool(data: dict[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if isinstance(value, bool):
+        return value
+    raise StateError(f"{key}: expected true or false, got {value!r:.40}")
 
 
 def read_state(directory: Path) -> FermState:
@@ -128,6 +159,16 @@ def read_state(directory: Path) -> FermState:
         raise StateError(f"{path}: corrupt: {' '.join(str(exc).split())[:120]}") from None
     except StateError as exc:
         raise StateError(f"{path}: corrupt: {exc}") from None
+
+
+def recorded_proof(state: FermState, cluster: str) -> ProofRecord:
+    """The mTLS proof the state holds for `cluster` (a proof of another cluster's Typha
+    proves nothing here)."""
+    if state.cluster != cluster:
+        return ProofRecord()
+    return ProofRecord(
+        state.mtls_proven_at, state.mtls_proof_expires, state.mtls_verdict, state.mtls_proof_skipped
+    )
 
 
 @dataclass(frozen=True)
@@ -159,14 +200,20 @@ def record_run(
     failed_hosts: Sequence[str],
     output: Path | None,
     now: float | None = None,
+    proof: ProofRecord | None = None,
 ) -> str | None:
     """Write the state of this run; None, or a warning line when it could not be written.
 
     A state file that cannot be written never fails the run itself: the rule is what
-    matters, and the warning says facts and metrics will not see this run.
+    matters, and the warning says facts and metrics will not see this run. `proof`:
+    the mTLS proof to record; None keeps the recorded one (a strict run proves nothing).
     """
     now_int = int(time.time() if now is None else now)
     previous: int | None = None
+    if proof is None:
+        proof = ProofRecord()
+        with contextlib.suppress(ConfigError):
+            proof = recorded_proof(read_state(directory), cluster)
     with contextlib.suppress(ConfigError):
         previous = read_state(directory).last_success
     failed = sorted(set(failed_hosts))
@@ -180,6 +227,10 @@ def record_run(
         hosts_failed=len(failed),
         failed_hosts=tuple(failed[:MAX_FAILED_LISTED]),
         output=str(output) if output is not None else None,
+        mtls_proven_at=proof.proven_at,
+        mtls_proof_expires=proof.expires,
+        mtls_verdict=proof.verdict,
+        mtls_proof_skipped=proof.skipped,
     )
     content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
     path = directory / STATE_FILE

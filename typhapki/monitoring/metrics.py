@@ -251,6 +251,18 @@ def _ferm_metrics(status: NodeStatus, gauge: _GaugeFactory) -> None:
         "Cluster nodes that failed the DNS gate in the last `typhapki ferm` run.",
         ("cluster",),
     ).labels(cluster).set(state.hosts_failed)
+    # The mTLS proof a relaxed rule needs (docs/ferm.md): when, and until when.
+    gauge(
+        "ferm_mtls_proof_timestamp_seconds",
+        "When `typhapki ferm` last proved that the cluster's Typha enforces mTLS; 0 never "
+        "(or voided: Typha accepted a client it must refuse).",
+        ("cluster",),
+    ).labels(cluster).set(state.mtls_proven_at or 0)
+    gauge(
+        "ferm_mtls_proof_expiry_timestamp_seconds",
+        "When that proof expires (--proof-lifetime after it); 0 no proof.",
+        ("cluster",),
+    ).labels(cluster).set(state.mtls_proof_expires or 0)
     gauge(
         "ferm_info",
         "The ferm rule's mode and DNS gate policy, always 1.",

@@ -162,10 +162,16 @@ def file_state(path: Path) -> dict[str, Any]:
 def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | None:
     """The last `typhapki ferm` runs, from ferm.json: small and bounded (no host list).
 
+    ``mtls_enforced``: true while a proof that the cluster's Typha enforces mTLS is
+    fresh, false when Typha was last seen accepting a client it must refuse, else
+    "unknown" (never proven, expired, or no answer since).
+
     None when there is no state file and the node is not known to manage the rule
     (most nodes: they have no Typha rule at all); otherwise the state, or its error.
     """
-    from typhapki.firewall.state import StateError, StateMissing, read_state
+    import time
+
+    from typhapki.firewall.state import StateError, StateMissing, read_state, recorded_proof
     from typhapki.firewall.state import state_dir as default_state_dir
 
     directory = default_state_dir(state_dir)
@@ -176,12 +182,16 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
     except StateError as exc:
         return {"error": str(exc)}
     last = state.last_success
+    # No proof's timestamps: they would change the fact (and PuppetDB) on every run.
+    enforced = recorded_proof(state, state.cluster).enforced(int(time.time()))
     return {
         "cluster": state.cluster,
         "dns_gate": state.dns_gate,
         "hosts_failed": state.hosts_failed,
         # A timestamp, not an age: the fact changes only when a run changes it.
         "last_success": _iso(datetime.fromtimestamp(last, UTC)) if last is not None else None,
+        "mtls_enforced": "unknown" if enforced is None else enforced,
+        "mtls_proof_skipped": state.mtls_proof_skipped,
     }
 
 

@@ -114,6 +114,8 @@ class TyphaSettings:
     prefix_v6: int | None = None
     ferm_output: str | None = None
     dns_gate: str | None = None
+    # where to prove that the cluster's Typha enforces mTLS when none listens locally
+    typha_address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -618,6 +620,15 @@ def _typha_value(key: str, item: YNode) -> Any:
         text = _expect_str(item)
         if not text or "\n" in text or "\0" in text:
             raise ConfigError(f"{item.where}: expected a file path, got {shown(value)}")
+        return text
+    if key == "typha_address":
+        from typhapki.firewall.mtls_probe import address_ok  # only when the key is there
+
+        text = _expect_str(item)
+        if not address_ok(text):
+            raise ConfigError(
+                f"{item.where}: expected HOST:PORT or [IPV6]:PORT, got {shown(value)}"
+            )
         return text
     raise AssertionError(key)  # pragma: no cover - every field is handled above
 

@@ -19,6 +19,11 @@
 //
 // Output: the chosen port alone on the first stdout line, then one line per connection:
 // "conn N ok cn=... uris=... version=... cipher=..." or "conn N error: <Go error>".
+// -mode picks what the server enforces (typhapki's mTLS proof, docs/ferm.md): "verify"
+// (the default, Typha with TLS on: RequireAndVerifyClientCert against TYPHA_CAFILE),
+// "no-client-cert" (TLS, but a client certificate is neither required nor checked: the
+// server certificate and key are still needed) and "plain" (Typha with TLS off: plain
+// TCP, the client's first line must be "felix hello").
 // Exit status: 0 when every connection was accepted, 1 when any was refused,
 // 2 on a configuration or start-up error, 3 when fewer connections than -conns arrived
 // within -accept-timeout.
@@ -57,7 +62,15 @@ func main() {
 	clientCN := flag.String("clientcn", "", "TYPHA_CLIENTCN")
 	clientURISAN := flag.String("clienturisan", "", "TYPHA_CLIENTURISAN")
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
+	mode := flag.String("mode", "verify", "verify, no-client-cert or plain")
 	flag.Parse()
+	if *mode != "verify" && *mode != "no-client-cert" && *mode != "plain" {
+		fail(2, "-mode: expected verify, no-client-cert or plain, got %q", *mode)
+	}
+	if *mode == "plain" {
+		servePlain(*port, *conns, *handshakeTimeout, *acceptTimeout)
+		return
+	}
 
 	cfg := struct{ cert, key, ca, cn, uri string }{
 		calico.Env(*certFile, "TYPHA_SERVERCERTFILE"),
@@ -68,7 +81,8 @@ func main() {
 	}
 	// typha/pkg/config/config_params.go Config.Validate. Without TLS Typha would serve
 	// plain TCP; these peers exist to test TLS, so that is refused here.
-	if cfg.cert == "" || cfg.key == "" || cfg.ca == "" || (cfg.cn == "" && cfg.uri == "") {
+	if *mode == "verify" && (cfg.cert == "" || cfg.key == "" || cfg.ca == "" ||
+		(cfg.cn == "" && cfg.uri == "")) {
 		fail(2, "If any Felix-Typha TLS config parameters are specified, they _all_ must be"+
 			" - except that either ClientCN or ClientURISAN may be left unset.")
 	}
@@ -91,9 +105,19 @@ func main() {
 	}
 	tlsConfig.Certificates = []tls.Certificate{cert}
 	tlsConfig.ClientAuth = tls.RequireAndVerifyClientCert
+	if *mode == "no-client-cert" {
+		// A Typha whose chart lost TYPHA_CAFILE and the client identity: TLS, no client check.
+		tlsConfig.ClientAuth = tls.NoClientCert
+	}
 	caPEMBlock, err := os.ReadFile(cfg.ca)
 	if err != nil {
 		fail(2, "Failed to read CA data: %v", err)
+	}
+	if *mode == "no-client-cert" {
+		serve(*port, *conns, *acceptTimeout, func(n int, conn net.Conn) bool {
+			return handle(n, tls.Server(conn, tlsConfig), *handshakeTimeout)
+		})
+		return
 	}
 	tlsConfig.ClientCAs = x509.NewCertPool()
 	if !tlsConfig.ClientCAs.AppendCertsFromPEM(caPEMBlock) {
@@ -102,30 +126,56 @@ func main() {
 	tlsConfig.VerifyPeerCertificate = calico.CertificateVerifier(
 		logf, tlsConfig.ClientCAs, cfg.cn, cfg.uri)
 
-	// tls.Listen(...) in Typha is net.Listen plus tls.Server on each accepted
-	// connection; done by hand here so that Accept can have a deadline.
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: *port})
+	serve(*port, *conns, *acceptTimeout, func(n int, conn net.Conn) bool {
+		return handle(n, tls.Server(conn, tlsConfig), *handshakeTimeout)
+	})
+}
+
+// serve accepts `conns` connections on 127.0.0.1:port and hands each to `handle`.
+// tls.Listen(...) in Typha is net.Listen plus tls.Server on each accepted connection;
+// done by hand here so that Accept can have a deadline.
+func serve(port, conns int, acceptTimeout time.Duration, handle func(int, net.Conn) bool) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 	if err != nil {
 		fail(2, "Failed to open listen socket: %v", err)
 	}
 	defer l.Close()
 	fmt.Println(l.Addr().(*net.TCPAddr).Port)
-	_ = l.SetDeadline(time.Now().Add(*acceptTimeout))
+	_ = l.SetDeadline(time.Now().Add(acceptTimeout))
 
 	refused := 0
-	for n := 1; n <= *conns; n++ {
+	for n := 1; n <= conns; n++ {
 		conn, err := l.Accept()
 		if err != nil {
 			fmt.Printf("accept error: %v\n", err)
 			os.Exit(3)
 		}
-		if !handle(n, tls.Server(conn, tlsConfig), *handshakeTimeout) {
+		if !handle(n, conn) {
 			refused++
 		}
 	}
 	if refused > 0 {
 		os.Exit(1)
 	}
+}
+
+// servePlain is Typha with TLS off: it reads the client's hello as plain bytes (real
+// Typha decodes a gob message and drops a connection whose first bytes are not one,
+// as a TLS ClientHello is not).
+func servePlain(port, conns int, timeout, acceptTimeout time.Duration) {
+	serve(port, conns, acceptTimeout, func(n int, conn net.Conn) bool {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(timeout))
+		buf := make([]byte, 4096)
+		k, err := conn.Read(buf)
+		if err != nil || strings.TrimSpace(string(buf[:k])) != "felix hello" {
+			fmt.Printf("conn %d error: not a plaintext hello (%d bytes)\n", n, k)
+			return false
+		}
+		_, _ = conn.Write([]byte("typha hello\n"))
+		fmt.Printf("conn %d ok plain\n", n)
+		return true
+	})
 }
 
 // handle completes the TLS handshake and a two-line exchange, and prints one outcome
@@ -154,12 +204,15 @@ func handle(n int, conn *tls.Conn, timeout time.Duration) bool {
 		return false
 	}
 	state := conn.ConnectionState()
-	leaf := state.PeerCertificates[0]
-	uris := make([]string, 0, len(leaf.URIs))
-	for _, u := range leaf.URIs {
-		uris = append(uris, u.String())
+	cn, uris := "", []string{}
+	if len(state.PeerCertificates) > 0 { // none in -mode no-client-cert
+		leaf := state.PeerCertificates[0]
+		cn = leaf.Subject.CommonName
+		for _, u := range leaf.URIs {
+			uris = append(uris, u.String())
+		}
 	}
-	fmt.Printf("conn %d ok cn=%q uris=%s version=%s cipher=%s\n", n, leaf.Subject.CommonName,
+	fmt.Printf("conn %d ok cn=%q uris=%s version=%s cipher=%s\n", n, cn,
 		strings.Join(uris, ","), versionName(state.Version), tls.CipherSuiteName(state.CipherSuite))
 	return true
 }

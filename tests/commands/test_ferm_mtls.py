@@ -1,0 +1,249 @@
+"""`typhapki ferm` writes a relaxed rule only where Typha is proven to enforce mTLS
+(issue 20, docs/ferm.md "The mTLS proof"), against real Typhas: the Go peer in its
+three modes, openssl s_server, nothing listening and a handshake that hangs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CliResult, assert_one_line_error, run_cli
+from tests.support.gopeers import GoPeers, go_peers
+from tests.support.mtlspeers import closed_port, go_typha, hanging_typha, openssl_typha
+
+__all__ = ["go_peers"]
+
+HIERA = """\
+kubernetes::clusters:
+  main:
+    lab:
+      cluster_nodes: [10.250.1.1, 10.250.2.2]
+      typha:
+        mode: relaxed
+        networks: [10.250.0.0/16]
+"""
+OLD_RULE = b"# the last rule, strict, written by hand\n"
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Path:
+    (tmp_path / "hiera.yaml").write_text(HIERA)
+    (tmp_path / "rule").write_bytes(OLD_RULE)
+    return tmp_path
+
+
+def ferm(lab: Path, out: Path, port: int, *args: str | Path, **kw: Any) -> CliResult:
+    return run_cli(
+        "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",
+        "--out", out, "--state-dir", lab / "state", "--port", str(port),
+        "--proof-timeout", "2", *args, **kw,
+    )  # fmt: skip
+
+
+def state(lab: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((lab / "state" / "ferm.json").read_text())
+    return data
+
+
+def facts(lab: Path) -> dict[str, Any]:
+    """The fact's ferm_gate: what PuppetDB sees of the proof."""
+    result = run_cli("facts", "--out", lab / "none", "--state-dir", lab / "state")
+    gate: dict[str, Any] = json.loads(result.stdout)["typhapki"]["ferm_gate"]
+    assert not any(isinstance(v, str) and v.endswith("Z") for k, v in gate.items() if "mtls" in k)
+    return gate
+
+
+def port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+@contextmanager
+def nothing(peers: GoPeers, out: Path) -> Iterator[str]:
+    with closed_port() as port:
+        yield f"127.0.0.1:{port}"
+
+
+Server = Callable[[GoPeers, Path], AbstractContextManager[str]]
+# name: (server as the local Typha, written?, words of the one line when refused)
+CASES: dict[str, tuple[Server, bool, str]] = {
+    "go verify": (lambda p, o: go_typha(p, o, "verify"), True, ""),
+    "go no-client-cert": (
+        lambda p, o: go_typha(p, o, "no-client-cert"),
+        False,
+        "accepted a TLS client without a certificate",
+    ),
+    "go plain": (lambda p, o: go_typha(p, o, "plain"), False, "speaks plain TCP"),
+    "openssl -Verify": (
+        lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error"),
+        True,
+        "",
+    ),
+    "openssl -verify": (
+        lambda p, o: openssl_typha(o, "-verify", "1", "-verify_return_error"),
+        False,
+        "accepted a TLS client without a certificate",
+    ),
+    "nothing listening": (nothing, False, "no fresh proof"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_typha_gets_the_rule_it_should(
+    go_peers: GoPeers, issued: Path, lab: Path, name: str
+) -> None:
+    server, written, words = CASES[name]
+    with server(go_peers, issued) as address:
+        result = ferm(lab, issued, port_of(address))
+    rule = (lab / "rule").read_bytes()
+    recorded = state(lab)
+    if written:
+        assert result.returncode == 0, result.stderr
+        assert b"mode relaxed" in rule and b"10.250.0.0/16" in rule
+        assert recorded["mtls_verdict"] == "enforced"
+        assert recorded["mtls_proof_expires"] == recorded["mtls_proven_at"] + 21600
+        return
+    assert result.returncode == 1, result
+    assert rule == OLD_RULE  # byte for byte
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("typhapki: mTLS proof: "), lines
+    assert words in lines[0] and "the last rule stays" in lines[0]
+    assert recorded["mtls_proven_at"] is None and recorded["last_success"] is None
+    assert recorded["mtls_verdict"] == (
+        "unknown" if name == "nothing listening" else "not_enforced"
+    )
+
+
+def test_a_proof_outlives_a_typha_restart_but_not_its_lifetime(
+    go_peers: GoPeers, issued: Path, lab: Path
+) -> None:
+    """Proven through the node configuration's typha_address (nothing listens here),
+    then Typha is gone: the proven rule stays written until the proof expires, and is
+    never dropped back; a Typha seen accepting strangers voids the proof at once."""
+    config = lab / "typhapki.yaml"
+    env = {"TYPHAPKI_CONFIG": str(config)}
+    with closed_port() as local:
+        with go_typha(go_peers, issued, "verify") as address:
+            config.write_text(f"commands:\n  ferm:\n    typha_address: {address}\n")
+            proven = ferm(lab, issued, local, env=env)
+        assert proven.returncode == 0, proven.stderr
+        rule = (lab / "rule").read_bytes()
+        first = state(lab)
+
+        assert facts(lab)["mtls_enforced"] is True
+        gone = ferm(lab, issued, local, env=env)  # the replica restarts elsewhere
+        assert gone.returncode == 0, gone.stderr
+        assert "typhapki: warning: mTLS proof: " in gone.stderr and "holds until" in gone.stderr
+        assert (lab / "rule").read_bytes() == rule
+        after = state(lab)
+        assert after["mtls_proven_at"] == first["mtls_proven_at"]
+        assert after["mtls_verdict"] == "unknown"
+
+        # The proof expires: the relaxed rule stays as it is (exit 1), never strict.
+        after["mtls_proof_expires"] = int(time.time()) - 1
+        (lab / "state" / "ferm.json").write_text(json.dumps(after))
+        expired = ferm(lab, issued, local, env=env)
+        assert expired.returncode == 1 and "no fresh proof" in expired.stderr
+        assert (lab / "rule").read_bytes() == rule
+        assert state(lab)["mtls_proven_at"] == first["mtls_proven_at"]  # for the metrics
+        assert facts(lab)["mtls_enforced"] == "unknown"
+
+        # Fresh again (the flag, this time), then a chart upgrade drops the TLS variables.
+        with go_typha(go_peers, issued, "verify") as address:
+            assert ferm(lab, issued, local, "--typha-address", address).returncode == 0
+        assert (lab / "rule").read_bytes() == rule
+        with go_typha(go_peers, issued, "no-client-cert") as address:
+            dropped = ferm(lab, issued, local, "--typha-address", address, "--check")
+        assert dropped.returncode == 1 and "without a certificate" in dropped.stderr
+        assert state(lab)["mtls_verdict"] == "not_enforced"
+        assert state(lab)["mtls_proven_at"] is None
+        assert (lab / "rule").read_bytes() == rule
+        assert facts(lab)["mtls_enforced"] is False
+
+
+def test_the_cluster_typha_from_hiera(go_peers: GoPeers, issued: Path, lab: Path) -> None:
+    hiera = lab / "hiera.yaml"
+    with closed_port() as local, go_typha(go_peers, issued, "plain") as address:
+        hiera.write_text(HIERA + f"        typha_address: '{address}'\n")
+        result = ferm(lab, issued, local)
+    assert result.returncode == 1 and f"Typha at {address} speaks plain TCP" in result.stderr
+    assert (lab / "rule").read_bytes() == OLD_RULE
+    hiera.write_text(HIERA + "        typha_address: 'a b:1'\n")
+    assert_one_line_error(ferm(lab, issued, 5473), 2, "typha.typha_address", "HOST:PORT")
+
+
+def test_a_hanging_handshake_is_bounded(issued: Path, lab: Path) -> None:
+    with hanging_typha() as address:
+        started = time.monotonic()
+        result = ferm(lab, issued, port_of(address), "--proof-timeout", "1")
+        took = time.monotonic() - started
+    assert result.returncode == 1 and "no answer" in result.stderr, result
+    assert (lab / "rule").read_bytes() == OLD_RULE
+    assert took < 15, took  # one probe of 1 s, plus a process start
+
+
+def test_skipping_is_a_flag_only(issued: Path, lab: Path) -> None:
+    with closed_port() as port:
+        skipped = ferm(lab, issued, port, "--skip-mtls-proof")
+        assert skipped.returncode == 0, skipped.stderr
+        assert "--skip-mtls-proof" in skipped.stderr and "unproven" in skipped.stderr
+        assert b"mode relaxed" in (lab / "rule").read_bytes()
+        assert state(lab)["mtls_proof_skipped"] is True
+        assert state(lab)["mtls_proven_at"] is None
+
+        config = lab / "typhapki.yaml"
+        for text, key in (
+            ("commands:\n  ferm:\n    skip_mtls_proof: 'true'\n", "commands.ferm.skip_mtls_proof"),
+            ("defaults:\n  skip-mtls-proof: 'true'\n", "defaults.skip-mtls-proof"),
+        ):
+            config.write_text(text)
+            refused = ferm(lab, issued, port, env={"TYPHAPKI_CONFIG": str(config)})
+            assert_one_line_error(refused, 2, str(config), key, "flag only")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--typha-address", "a:b:c"), "--typha-address"),
+        (("--proof-lifetime", "0"), "--proof-lifetime"),
+        (("--proof-timeout", "0"), "--proof-timeout"),
+    ],
+)
+def test_bad_proof_options_exit_2(
+    issued: Path, lab: Path, args: tuple[str, ...], words: str
+) -> None:
+    assert_one_line_error(ferm(lab, issued, 5473, *args), 2, words)
+    assert (lab / "rule").read_bytes() == OLD_RULE
+
+
+def test_a_relaxed_rule_to_write_needs_the_felix_set(lab: Path) -> None:
+    result = run_cli(
+        "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",
+    )  # fmt: skip
+    assert_one_line_error(result, 2, "--out", "mTLS proof")
+    assert (lab / "rule").read_bytes() == OLD_RULE
+
+
+@pytest.mark.parametrize("mode", ["verify", "no-client-cert"])
+def test_nft_takes_the_same_proof(go_peers: GoPeers, issued: Path, lab: Path, mode: str) -> None:
+    """The proof sits in the pipeline both renderers share (commands/ferm.py gated_rule)."""
+    with go_typha(go_peers, issued, mode) as address:
+        result = run_cli(
+            "nft", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",
+            "--out", issued, "--state-dir", lab / "state", "--port", str(port_of(address)),
+            "--proof-timeout", "2",
+        )  # fmt: skip
+    rule = (lab / "rule").read_bytes()
+    if mode == "verify":
+        assert result.returncode == 0, result.stderr
+        assert b"10.250.0.0/16" in rule and b"calico_typha_v4" in rule
+        assert state(lab)["mtls_verdict"] == "enforced"
+    else:
+        assert result.returncode == 1, result
+        assert "accepted a TLS client without a certificate" in result.stderr
+        assert rule == OLD_RULE  # byte for byte

@@ -1,0 +1,117 @@
+"""typhapki/firewall/mtls_proof.py: the verdict of the probes and what it allows.
+
+Pure logic over generated inputs; the probes against real peers are in
+tests/firewall/test_mtls_probe.py, the command end to end in
+tests/commands/test_ferm_mtls.py.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from typhapki.firewall.mtls_proof import (
+    ACCEPTED,
+    ENFORCED,
+    INCONCLUSIVE,
+    NOT_ENFORCED,
+    PLAIN,
+    REFUSED,
+    UNKNOWN,
+    UNREACHABLE,
+    VERDICTS,
+    Attempt,
+    Proof,
+    ProofRecord,
+    decide,
+    judge,
+)
+
+OUTCOMES = (ACCEPTED, REFUSED, PLAIN, UNREACHABLE, INCONCLUSIVE)
+attempts = st.builds(Attempt, st.sampled_from(OUTCOMES), st.text("abc :.", max_size=10))
+NOW = 1_800_000_000
+
+records = st.builds(
+    ProofRecord,
+    st.none() | st.integers(NOW - 10**6, NOW + 10),
+    st.none() | st.integers(NOW - 10**6, NOW + 10**6),
+    st.none() | st.sampled_from(VERDICTS),
+    st.booleans(),
+)
+proofs = st.builds(
+    Proof, st.just("127.0.0.1:5473"), st.sampled_from(VERDICTS), st.text("abc :.", max_size=10)
+)
+
+
+@given(no_cert=attempts, other_ca=st.none() | attempts, felix=st.none() | attempts)
+def test_enforced_only_when_both_strangers_are_refused_and_felix_accepted(
+    no_cert: Attempt, other_ca: Attempt | None, felix: Attempt | None
+) -> None:
+    proof = judge("a:1", no_cert, other_ca, felix)
+    negatives = [a for a in (no_cert, other_ca) if a is not None]
+    proven = (
+        no_cert.outcome == REFUSED
+        and other_ca is not None
+        and other_ca.outcome == REFUSED
+        and felix is not None
+        and felix.outcome == ACCEPTED
+    )
+    assert (proof.verdict == ENFORCED) == proven
+    # The first negative probe that did not refuse decides, and says what Typha did.
+    first = next((a for a in negatives if a.outcome != REFUSED), None)
+    if first is not None and first.outcome in (ACCEPTED, PLAIN):
+        assert proof.verdict == NOT_ENFORCED
+        assert ("accepted" if first.outcome == ACCEPTED else "plain TCP") in proof.line
+    elif proof.verdict == NOT_ENFORCED:
+        raise AssertionError(proof)  # never "not enforced" without Typha accepting
+    assert "\n" not in proof.line and proof.line.startswith("Typha at a:1")
+
+
+@given(previous=records, proof=proofs, lifetime=st.integers(1, 10**6))
+def test_a_relaxed_rule_is_never_written_unproven(
+    previous: ProofRecord, proof: Proof, lifetime: int
+) -> None:
+    decision = decide(previous, proof, now=NOW, lifetime=lifetime, skipped=False)
+    if proof.verdict == ENFORCED:
+        assert decision.allowed and not decision.warning
+        assert decision.record == ProofRecord(NOW, NOW + lifetime, ENFORCED, False)
+    elif proof.verdict == NOT_ENFORCED:
+        # Typha accepted what it must refuse: no proof, however fresh, writes the rule.
+        assert not decision.allowed and decision.record.enforced(NOW) is False
+        assert decision.record.proven_at is None
+    else:
+        # No answer either way: a fresh proof keeps the rule (a Typha restart must not
+        # drop it back), and only a fresh one.
+        assert decision.allowed == previous.fresh(NOW)
+        assert decision.record.verdict == UNKNOWN and not decision.record.skipped
+        # The recorded proof, fresh or expired, keeps its time (the metrics show it).
+        assert (decision.record.proven_at, decision.record.expires) == (
+            previous.proven_at,
+            previous.expires,
+        )
+        assert decision.warning == decision.allowed
+    assert not decision.allowed or decision.record.fresh(NOW) or decision.record.skipped
+    assert "\n" not in decision.line
+
+
+@given(previous=records)
+def test_the_skip_flag_writes_and_says_so(previous: ProofRecord) -> None:
+    decision = decide(previous, None, now=NOW, lifetime=60, skipped=True)
+    assert decision.allowed and decision.warning and decision.record.skipped
+    assert "--skip-mtls-proof" in decision.line
+    # The recorded proof is not forged: it is whatever was proven before.
+    assert (decision.record.proven_at, decision.record.expires) == (
+        previous.proven_at,
+        previous.expires,
+    )
+
+
+@given(record=records)
+def test_the_fact_value(record: ProofRecord) -> None:
+    value = record.enforced(NOW)
+    if record.verdict == NOT_ENFORCED:
+        assert value is False
+    elif record.proven_at is not None and record.expires is not None and record.expires > NOW:
+        assert value is True
+    else:
+        assert value is None

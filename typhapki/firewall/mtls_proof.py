@@ -1,0 +1,178 @@
+"""The proof that a cluster's Typha enforces mutual TLS, before a relaxed rule opens it.
+
+A relaxed rule opens Typha's port to whole subnets: safe only while Typha refuses
+every client without a certificate from the cluster CA. Before `typhapki ferm` writes
+one, it proves against a Typha of the cluster (one replica stands for all: the TLS
+settings are the Deployment's) that Typha
+
+1. refuses a TLS client that presents no certificate;
+2. refuses a client certificate from another CA (a throwaway CA and leaf made in
+   memory, with the same identity as this node's Felix, so only the CA differs);
+3. accepts this node's Felix (the set under OUT; typhapki/monitoring/probe.py).
+
+The two negative probes speak TLS 1.2 only: under TLS 1.3 the client's handshake ends
+before the server has judged the client certificate, and a slow Typha would be read as
+one that accepted. Under TLS 1.2 the server's Finished comes only after it has checked
+the client's certificate, so a completed handshake is an acceptance. The handshake runs
+over memory BIOs so that the server's first flight can be read: a refusal counts only
+after Typha sent its ServerHello and asked for a certificate, never for a server that
+does not speak TLS 1.2 at all (that is no proof either way). Every probe is bounded by
+its timeout.
+
+This module is the pure part: `judge` (the verdict of the probes) and `decide` (what
+the verdict means for the rule, given the last recorded proof). The probes, the only
+socket I/O, are typhapki/firewall/mtls_probe.py. Facts and metrics read ProofRecord
+through the state file, so this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+ENFORCED = "enforced"
+NOT_ENFORCED = "not_enforced"
+UNKNOWN = "unknown"
+VERDICTS = (ENFORCED, NOT_ENFORCED, UNKNOWN)
+
+DEFAULT_LIFETIME = 6 * 3600  # a few hours: outlives a Typha restart, not a chart upgrade
+
+# What one probe saw.
+ACCEPTED = "accepted"  # the handshake completed (TLS 1.2: after the server judged us)
+REFUSED = "refused"  # Typha spoke TLS, asked for a certificate, then refused ours
+PLAIN = "plain"  # not a TLS server: no TLS answer to a ClientHello
+UNREACHABLE = "unreachable"  # nothing listens, or no TCP connection within the timeout
+INCONCLUSIVE = "inconclusive"  # TLS, but no judgement of the certificate was seen
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One probe's outcome and, in words, why."""
+
+    outcome: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The probes against one Typha and their verdict (one line for the operator)."""
+
+    address: str
+    verdict: str
+    line: str
+
+
+@dataclass(frozen=True)
+class ProofRecord:
+    """What the ferm state keeps of proofs (typhapki/firewall/state.py)."""
+
+    proven_at: int | None = None  # the last proof that Typha enforces mTLS
+    expires: int | None = None  # proven_at + the lifetime
+    verdict: str | None = None  # the last probe's verdict; None: never probed
+    skipped: bool = False  # the last relaxed rule was written with --skip-mtls-proof
+
+    def fresh(self, now: int) -> bool:
+        return (
+            self.proven_at is not None
+            and self.expires is not None
+            and now < self.expires
+            and self.verdict != NOT_ENFORCED
+        )
+
+    def enforced(self, now: int) -> bool | None:
+        """The fact's `mtls_enforced`: True (fresh proof), False (Typha was seen
+        accepting what it must refuse), None (unknown)."""
+        if self.verdict == NOT_ENFORCED:
+            return False
+        return True if self.fresh(now) else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """May the relaxed rule be written, what the state records, what to tell."""
+
+    allowed: bool
+    record: ProofRecord
+    line: str
+    warning: bool = False  # allowed, but say so on stderr
+
+
+def judge(address: str, no_cert: Attempt, other_ca: Attempt | None, felix: Attempt | None) -> Proof:
+    """The verdict of the probes, in the order they run (a later one is None when an
+    earlier one already decided)."""
+    where = f"Typha at {address}"
+    for attempt, what in ((no_cert, "a TLS client without a certificate"),
+                          (other_ca, "a client certificate from another CA")):  # fmt: skip
+        if attempt is None:
+            break
+        if attempt.outcome == ACCEPTED:
+            return Proof(address, NOT_ENFORCED, f"{where} accepted {what}: mTLS is not enforced")
+        if attempt.outcome == PLAIN:
+            return Proof(
+                address, NOT_ENFORCED, f"{where} speaks plain TCP, not TLS: {attempt.detail}"
+            )
+        if attempt.outcome != REFUSED:
+            return Proof(address, UNKNOWN, f"{where}: no proof: {attempt.detail}")
+    if other_ca is None or felix is None:
+        return Proof(address, UNKNOWN, f"{where}: no proof: the probes did not all run")
+    if felix.outcome != ACCEPTED:
+        return Proof(
+            address, UNKNOWN, f"{where} refuses unknown clients but not proven to accept "
+            f"this node's Felix: {felix.detail}",
+        )  # fmt: skip
+    return Proof(
+        address,
+        ENFORCED,
+        f"{where} enforces mTLS: refused no certificate ({no_cert.detail}) and another "
+        f"CA ({other_ca.detail}), accepted this node's Felix",
+    )
+
+
+def _when(timestamp: int) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decide(
+    previous: ProofRecord, proof: Proof | None, *, now: int, lifetime: int, skipped: bool
+) -> Decision:
+    """What a relaxed rule may do given this run's proof and the last recorded one.
+
+    - skipped (the flag): written, recorded as skipped, the last proof kept as it was;
+    - proven now: written, a new proof until now + lifetime;
+    - Typha accepted what it must refuse: never written, the last proof is void (its
+      time too: the alert reads the expiry);
+    - no answer either way: written while the last proof is fresh (a Typha restart
+      must not drop a proven rule back), else the last rule stays.
+    """
+    if skipped:
+        return Decision(
+            True,
+            replace(previous, skipped=True),
+            "the mTLS proof was skipped (--skip-mtls-proof): the relaxed rule is written unproven",
+            warning=True,
+        )
+    assert proof is not None
+    if proof.verdict == ENFORCED:
+        return Decision(True, ProofRecord(now, now + lifetime, ENFORCED, False), proof.line)
+    if proof.verdict == NOT_ENFORCED:
+        return Decision(
+            False,
+            ProofRecord(None, None, NOT_ENFORCED, False),
+            f"{proof.line}; no relaxed rule, the last rule stays",
+        )
+    record = replace(previous, verdict=UNKNOWN, skipped=False)
+    if previous.fresh(now):
+        assert previous.proven_at is not None and previous.expires is not None
+        return Decision(
+            True,
+            record,
+            f"{proof.line}; the proof of {_when(previous.proven_at)} holds until "
+            f"{_when(previous.expires)}",
+            warning=True,
+        )
+    # An expired proof keeps its time: the metrics show when Typha was last proven.
+    return Decision(
+        False,
+        record,
+        f"{proof.line}; no fresh proof of mTLS, so no relaxed rule: the last rule stays",
+    )
