@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,7 @@ def test_parse_csr_rejects_garbage() -> None:
         )
 
 
-OTHER_BLOCKS = {
+OTHER_BLOCKS: dict[str, Callable[[], bytes]] = {
     "csr": lambda: _csr(ec.generate_private_key(ec.SECP256R1()), "calico-typha", None),
     "key": lambda: ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM,
