@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,144 @@ def test_defaults_reach_every_command_that_has_the_option(
                 assert key not in given_here
             else:
                 assert given_here[key] == value
+
+
+# -- trusted the way ssh trusts its configuration -----------------------------------
+
+GOOD_TEXT = "defaults:\n  role: felix\n"
+
+
+def _fresh(tmp_path_factory: pytest.TempPathFactory, file_mode: int, dir_mode: int) -> Path:
+    directory = tmp_path_factory.mktemp("etc") / "typhapki"
+    directory.mkdir()
+    path = directory / "typhapki.yaml"
+    path.write_text(GOOD_TEXT)
+    path.chmod(file_mode)
+    directory.chmod(dir_mode)
+    return path
+
+
+@settings(max_examples=40, deadline=None)
+@given(file_mode=st.integers(0o400, 0o777), dir_mode=st.integers(0o500, 0o777))
+def test_a_file_or_directory_others_can_write_is_not_obeyed(
+    tmp_path_factory: pytest.TempPathFactory, file_mode: int, dir_mode: int
+) -> None:
+    path = _fresh(tmp_path_factory, file_mode | 0o400, dir_mode | 0o500)
+    writable = (file_mode | dir_mode) & 0o022
+    if writable:
+        with pytest.raises(ConfigError, match=r"writable by group or others.*not obeyed"):
+            nodeconfig.load(path)
+    else:
+        assert nodeconfig.load(path).defaults == {"role": "felix"}
+
+
+@pytest.mark.parametrize("which", ["file", "directory", "link target's directory"])
+def test_a_file_owned_by_someone_else_is_not_obeyed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """Root may obey only root's file; a user only root's or their own."""
+    directory = tmp_path / "etc"
+    directory.mkdir()
+    path = directory / "typhapki.yaml"
+    path.write_text(GOOD_TEXT)
+    if which == "link target's directory":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "real.yaml").write_text(GOOD_TEXT)
+        path.unlink()
+        path.symlink_to(elsewhere / "real.yaml")
+        foreign = elsewhere
+    else:
+        foreign = path if which == "file" else directory
+    assert nodeconfig.load(path).defaults == {"role": "felix"}
+    if os.geteuid() == 0:
+        os.chown(foreign, 65534, -1)  # nobody
+    else:  # the same file, read by a run as another (non-root) user
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+    with pytest.raises(ConfigError, match=r"owned by uid \d+, not root or the user"):
+        nodeconfig.load(path)
+
+
+def test_a_refused_file_is_in_the_fact_and_one_line_elsewhere(tmp_path: Path) -> None:
+    env = _config(tmp_path, GOOD_TEXT)
+    Path(env["TYPHAPKI_CONFIG"]).chmod(0o666)
+    result = run_cli("check", "--out", tmp_path / "out", env=env)
+    assert_one_line_error(result, 2, env["TYPHAPKI_CONFIG"], "writable by group or others")
+    facts = run_cli("facts", "--out", tmp_path / "out", env=env)
+    assert facts.returncode == 0, facts.stderr
+    fact = json.loads(facts.stdout)["typhapki"]
+    assert fact["ok"] is False
+    assert "writable by group or others" in fact["error"]
+
+
+def _deep(depth: int) -> str:
+    return "defaults:\n  out: " + "[" * depth + "]" * depth + "\n"
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "defaults:\n  out: /x\nbomb:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+YAML_BOMBS: dict[str, tuple[Callable[[int], str], str]] = {
+    "deep": (lambda n: _deep(65 + n * 997), "nested more than 64 levels deep"),
+    "alias bomb": (lambda n: _alias_bomb(6 + n % 3), "more than 100000 values"),
+    "many aliases": (
+        lambda n: "x: &x a\ny: [" + ", ".join(["*x"] * (101 + n)) + "]\n",
+        "more than 100 YAML aliases",
+    ),
+    "tag": (lambda n: f"defaults:\n  out: !!python/name:os.system{n}\n", "YAML tag"),
+    "two documents": (lambda n: "defaults: {}\n---\ndefaults: {}\n", "more than one YAML"),
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(sorted(YAML_BOMBS)), size=st.integers(0, 100))
+def test_the_file_gets_hieras_yaml_limits(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, size: int
+) -> None:
+    make, needle = YAML_BOMBS[kind]
+    path = tmp_path_factory.mktemp("etc") / "typhapki.yaml"
+    path.write_text(make(size))
+    with pytest.raises(ConfigError, match=needle) as caught:
+        nodeconfig.load(path)
+    assert str(caught.value).startswith(str(path))
+
+
+def test_a_deep_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    env = _config(tmp_path, _deep(100_000))
+    result = run_cli("check", "--out", tmp_path / "out", env=env)
+    assert_one_line_error(result, 2, env["TYPHAPKI_CONFIG"], "nested more than 64")
+
+
+FLAG_ONLY = {  # option: a command that has it
+    "force": "ca init",
+    "allow_rollback": "rotate-ca",
+    "cfssl_allow_http": "issue",
+    "skip_mtls_proof": "ferm",
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    option=st.sampled_from(sorted(FLAG_ONLY)),
+    in_defaults=st.booleans(),
+    dashes=st.booleans(),
+    value=st.sampled_from(["true", "false", "yes", "~"]),
+)
+def test_options_that_skip_a_safety_check_are_flags_only(
+    tmp_path_factory: pytest.TempPathFactory,
+    option: str,
+    in_defaults: bool,
+    dashes: bool,
+    value: str,
+) -> None:
+    key = option.replace("_", "-") if dashes else option
+    place = "defaults:\n" if in_defaults else f"commands:\n  {FLAG_ONLY[option]}:\n  "
+    path = tmp_path_factory.mktemp("etc") / "typhapki.yaml"
+    path.write_text(f"{place}  {key}: {value}\n")
+    config = nodeconfig.load(path)
+    with pytest.raises(ConfigError, match=f"{key}: --{option.replace('_', '-')} .*flag only"):
+        nodeconfig.default_map(config, typer.main.get_command(app))

@@ -222,6 +222,12 @@ _SIGNER_OPTIONS: dict[str, tuple[Any, Any]] = {
             help="How long cfssl's CA is cached before check/issue ask again (default 1h).",
         ),
     ),
+    "cfssl_allow_http": (
+        bool,
+        typer.Option(
+            False, "--cfssl-allow-http", help="Allow plain http:// beyond loopback (discouraged)."
+        ),
+    ),
 }
 
 

@@ -18,11 +18,21 @@ path names it.
 Keys are the option's parameter name (`ca_dir`) or its long name (`ca-dir`). A key no
 command knows, or a value the option refuses, is a one-line usage error naming the
 file and the key: a typo must not silently change what a Puppet run does.
+
+The file is obeyed as root, so it is trusted the way ssh trusts its configuration:
+it and the directory holding it (and, through a symlink, the target's directory)
+must be owned by root or the user typhapki runs as, and writable by neither group
+nor others. It is held to hiera's YAML limits (typhapki/yamllimits.py: depth,
+aliases, values after expansion; no tags) within LIMIT bytes. Options that skip a
+safety check (FLAG_ONLY) are flags only: typed by whoever takes the decision, never
+read from a file. Any of these refusals is a one-line usage error; `facts` reports
+it inside the fact instead.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +49,11 @@ LIMIT = 1024 * 1024
 # `ca init --days` and `--key-type` are the CA's, not the leaves': `defaults` would
 # hand a leaf lifetime to a new CA. The CA is made once, by hand, with flags.
 NO_DEFAULTS = frozenset({("ca", "init")})
-# Options that exist only as flags, typed by a person for one run: a file that set them
-# would make them permanent. `ferm --skip-mtls-proof` writes a relaxed rule unproven
-# (docs/ferm.md): the last resort, never a default.
-FLAG_ONLY = frozenset({"skip_mtls_proof"})
+# Options that override a safety check: replacing a CA, going back a rotation stage,
+# sending the CSR and the auth token in clear, writing a relaxed rule without the mTLS
+# proof (docs/ferm.md: the last resort). A file must not decide them for every later
+# run; the person who types the flag does, for one run.
+FLAG_ONLY = frozenset({"force", "allow_rollback", "cfssl_allow_http", "skip_mtls_proof"})
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,18 @@ def load(path: Path | None) -> NodeConfig:
         return NodeConfig()
     import yaml
 
+    from typhapki.yamllimits import scan_events
+
+    check_trusted(path)
     data = read_regular(path, "node configuration file", LIMIT)
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        scan_events(text, path, "the node configuration file")
         # BaseLoader: every scalar is text, converted by click like a flag's value.
-        doc = _nulls_dropped(yaml.load(data, Loader=yaml.BaseLoader))
+        doc = _nulls_dropped(yaml.load(text, Loader=yaml.BaseLoader), path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -103,15 +122,56 @@ def load(path: Path | None) -> NodeConfig:
 _NULLS = ("", "~", "null", "Null", "NULL")
 
 
-def _nulls_dropped(value: Any) -> Any:
-    """YAML nulls (text under BaseLoader) as None; an option set to null is unset."""
-    if isinstance(value, str):
-        return None if value in _NULLS else value
-    if isinstance(value, list):
-        return [_nulls_dropped(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _nulls_dropped(v) for k, v in value.items()}
-    return value
+def check_trusted(path: Path) -> None:
+    """ssh's rule for its configuration: owner root or us, no group or other write,
+    for the file and the directories holding its name and its target."""
+    uid = os.geteuid()
+    real = Path(os.path.realpath(path))
+    for what, where in (
+        ("", path),
+        ("directory ", path.parent),
+        ("directory ", real.parent),
+    ):
+        try:
+            info = os.stat(where)
+        except OSError as exc:
+            raise ConfigError(f"{path}: {what}{where}: {exc.strerror or exc}") from None
+        if info.st_uid not in (0, uid):
+            raise ConfigError(
+                f"{path}: {what}{where} is owned by uid {info.st_uid}, not root or the user "
+                f"typhapki runs as (uid {uid}): not obeyed"
+            )
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError(
+                f"{path}: {what}{where} is writable by group or others "
+                f"(mode {stat.S_IMODE(info.st_mode):04o}): not obeyed; chmod go-w it"
+            )
+
+
+def _nulls_dropped(value: Any, path: Path) -> Any:
+    """YAML nulls (text under BaseLoader) as None; an option set to null is unset.
+
+    Aliases are shared, not copied, by the loader; walking them here expands them, so
+    the walk counts the values it makes (hiera's MAX_NODES) to stop an alias bomb.
+    """
+    from typhapki.yamllimits import MAX_NODES
+
+    made = 0
+
+    def walk(value: Any) -> Any:
+        nonlocal made
+        made += 1
+        if made > MAX_NODES:
+            raise ConfigError(f"{path}: more than {MAX_NODES} values (alias bomb?)")
+        if isinstance(value, str):
+            return None if value in _NULLS else value
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        return value
+
+    return walk(value)
 
 
 def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
@@ -149,11 +209,19 @@ def _params(command: Any) -> dict[str, Any]:
 def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
     """The value as the file gives it (text), checked the way click will convert it.
 
+    An option in FLAG_ONLY is refused whatever its value.
+
     Scalars are read as text (YAML's BaseLoader), so `key_mode: 0640` stays "0640" and
     click converts "90" or "true" exactly as it would on the command line.
     """
     from typer import BadParameter
 
+    if param.name in FLAG_ONLY:
+        flag = next((o for o in param.opts if o.startswith("--")), f"--{param.name}")
+        raise ConfigError(
+            f"{path}: {key}: {flag} overrides a safety check and is a flag only: "
+            "never read from this file"
+        )
     if value is None:
         return None
     if param.multiple and not isinstance(value, list):
@@ -173,14 +241,6 @@ def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
     except BadParameter as exc:
         raise ConfigError(f"{path}: {key}: {exc.message}") from None
     return value
-
-
-def _refuse_flag_only(path: Path, key: str, param: Any) -> None:
-    if param.name in FLAG_ONLY:
-        raise ConfigError(
-            f"{path}: {key}: --{str(param.name).replace('_', '-')} is a flag only, never "
-            "read from the node configuration (give it on the command line, for one run)"
-        )
 
 
 def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
@@ -204,7 +264,6 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                 if key in params:
                     used.add(key)
                     param = params[key]
-                    _refuse_flag_only(path, f"defaults.{key}", param)
                     values[str(param.name)] = _converted(path, f"defaults.{key}", param, value)
         own = config.commands.get(" ".join(cmd_path), {})
         for key, value in own.items():
@@ -214,7 +273,6 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                     f"`typhapki {' '.join(cmd_path)}` has no option --{key.replace('_', '-')}"
                 )
             param = params[key]
-            _refuse_flag_only(path, f"commands.{' '.join(cmd_path)}.{key}", param)
             values[str(param.name)] = _converted(
                 path, f"commands.{' '.join(cmd_path)}.{key}", param, value
             )
@@ -225,6 +283,11 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                 node = node.setdefault(part, {})
             node[cmd_path[-1]] = values
     for key in config.defaults:
+        if key.replace("-", "_") in FLAG_ONLY:
+            raise ConfigError(
+                f"{path}: defaults.{key}: --{key.replace('_', '-')} overrides a safety check "
+                "and is a flag only: never read from this file"
+            )
         if key not in used:
             raise ConfigError(
                 f"{path}: defaults.{key}: no command has an option --{key.replace('_', '-')}"

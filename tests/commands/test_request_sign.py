@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,41 @@ def test_parse_csr_rejects_garbage() -> None:
             "x",
             KeyType.ECDSA_P256,
         )
+
+
+OTHER_BLOCKS: dict[str, Callable[[], bytes]] = {
+    "csr": lambda: _csr(ec.generate_private_key(ec.SECP256R1()), "calico-typha", None),
+    "key": lambda: ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ),
+    "junk": lambda: b"-----BEGIN X-----\nAAAA\n-----END X-----\n",
+}
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    others=st.lists(st.sampled_from(sorted(OTHER_BLOCKS)), min_size=1, max_size=3),
+    position=st.integers(0, 3),
+    gap=st.sampled_from([b"", b"\n", b"reviewed above\n"]),
+)
+def test_sign_refuses_a_file_with_more_than_one_pem_block(
+    tmp_path: Path, ca_dir: Path, others: list[str], position: int, gap: bytes
+) -> None:
+    """The admin reviewed one block; whichever the parser would take, nothing is signed."""
+    blocks = [OTHER_BLOCKS[name]() for name in others]
+    blocks.insert(
+        min(position, len(blocks)),
+        _csr(ec.generate_private_key(ec.SECP256R1()), "calico-node", None),
+    )
+    path = tmp_path / "two.csr"
+    path.write_bytes(gap.join(blocks))
+    crt = tmp_path / "two.crt"
+    result = run_cli(
+        "sign", "--ca-dir", ca_dir, "--csr", path, "--role", "felix", "--cert-out", crt
+    )
+    assert_one_line_error(result, EXIT_USAGE, str(path), f"{len(blocks)} PEM blocks")
+    assert not crt.exists()

@@ -9,12 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import run_cli
 from typhapki.firewall.state import (
+    CLOCK_SKEW,
+    EARLIEST,
+    MAX_FAILED_LISTED,
     StateError,
     StateMissing,
     read_state,
     read_state_quietly,
     record_run,
+    sane_timestamp,
 )
 
 DOCS = st.one_of(
@@ -77,3 +82,92 @@ def test_what_record_run_writes_reads_back(tmp_path: Path) -> None:
     assert state is not None
     assert (state.cluster, state.last_success, state.hosts_failed) == ("c", 1795000000, 2)
     assert state.failed_hosts == ("a", "b")
+
+
+NOW = 1_800_000_000
+
+
+def _doc(attempt: object, success: object, failed: int, listed: int) -> dict[str, object]:
+    return {"version": 1, "cluster": "c", "mode": "strict", "dns_gate": "enforce",
+            "last_attempt": attempt, "last_success": success, "hosts_failed": failed,
+            "failed_hosts": [f"h{i}" for i in range(listed)], "output": None}  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    attempt=st.integers(0, 2 * NOW) | st.integers(NOW - 2 * CLOCK_SKEW, NOW + 2 * CLOCK_SKEW),
+    success=st.none() | st.integers(0, 2 * NOW) | st.integers(NOW - 600, NOW + 600),
+    failed=st.integers(0, 2 * MAX_FAILED_LISTED),
+    listed_off=st.sampled_from([0, 0, 0, -1, 1]),
+)
+def test_impossible_states_read_as_corrupt(
+    tmp_path_factory: pytest.TempPathFactory,
+    attempt: int,
+    success: int | None,
+    failed: int,
+    listed_off: int,
+) -> None:
+    """Only what record_run could have written by NOW (give or take the skew) reads."""
+    listed = max(0, min(failed, MAX_FAILED_LISTED) + listed_off)
+    directory = tmp_path_factory.mktemp("state")
+    (directory / "ferm.json").write_text(json.dumps(_doc(attempt, success, failed, listed)))
+    possible = (
+        EARLIEST <= attempt <= NOW + CLOCK_SKEW
+        and (success is None or EARLIEST <= success <= attempt)
+        and listed == min(failed, MAX_FAILED_LISTED)
+    )
+    if possible:
+        assert read_state(directory, now=NOW).last_attempt == attempt
+    else:
+        with pytest.raises(StateError, match=r"ferm\.json: corrupt: "):
+            read_state(directory, now=NOW)
+        assert read_state_quietly(directory).state is None
+
+
+@given(value=st.integers(NOW + CLOCK_SKEW + 1, NOW + 10**9) | st.integers(-(2**63), EARLIEST - 1))
+def test_sane_timestamp_refuses_the_future_and_the_past(value: int) -> None:
+    assert sane_timestamp(NOW, "t", now=NOW) == NOW
+    assert sane_timestamp(NOW + CLOCK_SKEW, "t", now=NOW) == NOW + CLOCK_SKEW
+    with pytest.raises(StateError, match=r"^cached_at: "):
+        sane_timestamp(value, "cached_at", now=NOW)
+    for odd in (True, float(NOW), str(NOW), None):
+        with pytest.raises(StateError):
+            sane_timestamp(odd, "t", now=NOW)
+
+
+def test_a_success_in_the_future_still_fires_the_alert(tmp_path: Path) -> None:
+    """A clock that ran a year ahead wrote last_success: as a timestamp it would look
+    fresh for a year (TyphapkiFermNotRendered silent); it is reported as corrupt."""
+    import time
+
+    ahead = int(time.time()) + 365 * 86400
+    (tmp_path / "ferm.json").write_text(json.dumps(_doc(ahead, ahead, 0, 0)))
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    result = run_cli(
+        "metrics", "--out", tmp_path / "no-set", "--textfile-dir", textfiles,
+        "--state-dir", tmp_path, "--no-probe",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    body = (textfiles / "typhapki.prom").read_text()
+    assert 'typhapki_ferm_state{status="corrupt"} 1.0' in body, body
+    assert "typhapki_ferm_last_success_timestamp_seconds" not in body
+    # and the next ferm run does not carry the impossible success forward
+    record_run(tmp_path, cluster="c", mode="strict", dns_gate="enforce", succeeded=False,
+               failed_hosts=["a"], output=None)  # fmt: skip
+    assert read_state(tmp_path).last_success is None
+
+
+@given(proven=st.integers(NOW - 10**6, NOW + 10**6))
+def test_an_mtls_proof_made_in_the_future_is_corrupt(
+    tmp_path_factory: pytest.TempPathFactory, proven: int
+) -> None:
+    """A proof dated ahead would stay fresh for ever, and keep a relaxed rule unproven."""
+    directory = tmp_path_factory.mktemp("state")
+    doc = {**_doc(NOW, NOW, 0, 0), "mtls_proven_at": proven, "mtls_proof_expires": proven + 60}
+    (directory / "ferm.json").write_text(json.dumps(doc))
+    if EARLIEST <= proven <= NOW + CLOCK_SKEW:
+        assert read_state(directory, now=NOW).mtls_proven_at == proven
+    else:
+        with pytest.raises(StateError, match=r"mtls_proven_at"):
+            read_state(directory, now=NOW)

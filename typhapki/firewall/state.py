@@ -13,11 +13,16 @@ compared); a failed run keeps the previous value. Facts and metrics read it, so 
 node whose gate fails, or whose names do not resolve under ``dns_gate: warn``, shows
 up in PuppetDB and Prometheus. The file is written atomically (0644) and never under
 /etc/ferm (ferm would include it). A missing or corrupt file is reported by readers
-as such (StateError), never a crash.
+as such (StateError), never a crash. A file that could not have been written is
+corrupt too: a time before EARLIEST or after now (plus CLOCK_SKEW), a success after
+the last attempt, more hosts listed than failed. A "last success" in the future would
+otherwise look fresh for ever and silence the alert that watches it
+(contrib/prometheus/typhapki.rules.yml, TyphapkiFermNotRendered); read as corrupt,
+the same alert fires on ``typhapki_ferm_state{status="corrupt"}``.
 
 The ``mtls_*`` fields are the proof that Typha enforces mutual TLS, which a relaxed
 rule needs (typhapki/firewall/mtls_proof.py); a file without them (written before the
-proof existed) reads as "never proven".
+proof existed) reads as "never proven". A proof made in the future is corrupt as well.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
 STATE_FILE = "ferm.json"
 VERSION = 1
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: a larger "timestamp" is corruption
+EARLIEST = 1577836800  # 2020-01-01: no typhapki wrote a state file before it
+CLOCK_SKEW = 300  # seconds a writer's clock may run ahead of a reader's
+MODES = ("strict", "relaxed")
+DNS_GATES = ("enforce", "warn")
 MAX_FAILED_LISTED = 50
 MAX_STATE_BYTES = 64 * 1024
 
@@ -94,6 +103,27 @@ def _int(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
     raise StateError(f"{key}: expected an integer 0-{MAX_TIMESTAMP}, got {value!r:.40}")
 
 
+def sane_timestamp(value: object, key: str, now: float | None = None) -> int:
+    """A Unix time typhapki recorded earlier: an integer from EARLIEST up to now.
+
+    Up to now plus CLOCK_SKEW, in fact: a time further ahead was written by a clock
+    that ran fast (and may since have been set back) or by hand, and a cache or state
+    file trusting it would look fresh until that time comes. StateError, naming `key`,
+    for anything else; callers name the file.
+    """
+    limit = int(time.time() if now is None else now) + CLOCK_SKEW
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise StateError(f"{key}: expected a Unix time, got {value!r:.40}")
+    if value < EARLIEST:
+        raise StateError(f"{key}: {value} is before {EARLIEST} (2020): impossible")
+    if value > limit:
+        raise StateError(
+            f"{key}: {value} lies {value - limit + CLOCK_SKEW}s in the future "
+            "(a clock that ran ahead, or an edited file)"
+        )
+    return value
+
+
 def _str(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
     value = data.get(key)
     if value is None and nullable:
@@ -103,8 +133,8 @@ def _str(data: dict[str, Any], key: str, nullable: bool = False) -> Any:
     raise StateError(f"{key}: expected a string, got {value!r:.40}")
 
 
-def parse_state(data: object) -> FermState:
-    """A decoded state document, checked field by field."""
+def parse_state(data: object, now: float | None = None) -> FermState:
+    """A decoded state document, checked field by field and for what cannot happen."""
     if not isinstance(data, dict):
         raise StateError("not a JSON object")
     if data.get("version") != VERSION:
@@ -112,7 +142,7 @@ def parse_state(data: object) -> FermState:
     failed = data.get("failed_hosts")
     if not isinstance(failed, list) or not all(isinstance(h, str) for h in failed):
         raise StateError("failed_hosts: expected a list of names")
-    return FermState(
+    state = FermState(
         version=VERSION,
         cluster=_str(data, "cluster"),
         mode=_str(data, "mode"),
@@ -127,6 +157,8 @@ def parse_state(data: object) -> FermState:
         mtls_verdict=_verdict(data),
         mtls_proof_skipped=_bool(data, "mtls_proof_skipped"),
     )
+    _check_possible(state, now)
+    return state
 
 
 def _verdict(data: dict[str, Any]) -> str | None:
@@ -145,8 +177,31 @@ def _bool(data: dict[str, Any], key: str) -> bool:
     raise StateError(f"{key}: expected true or false, got {value!r:.40}")
 
 
-def read_state(directory: Path) -> FermState:
-    """The recorded state; StateError naming the file when missing or corrupt."""
+def _check_possible(state: FermState, now: float | None) -> None:
+    """What `record_run` never writes: times out of range, lists that disagree."""
+    sane_timestamp(state.last_attempt, "last_attempt", now)
+    if state.last_success is not None:
+        sane_timestamp(state.last_success, "last_success", now)
+        if state.last_success > state.last_attempt:
+            raise StateError(
+                f"last_success: {state.last_success} is after last_attempt {state.last_attempt}"
+            )
+    if state.mode not in MODES:
+        raise StateError(f"mode: expected strict or relaxed, got {state.mode!r:.40}")
+    if state.dns_gate not in DNS_GATES:
+        raise StateError(f"dns_gate: expected enforce or warn, got {state.dns_gate!r:.40}")
+    listed = len(state.failed_hosts)
+    if listed != min(state.hosts_failed, MAX_FAILED_LISTED):
+        raise StateError(
+            f"failed_hosts: {listed} listed for hosts_failed {state.hosts_failed} "
+            f"(all of them, at most {MAX_FAILED_LISTED})"
+        )
+    if state.mtls_proven_at is not None:  # a proof made in the future would never age
+        sane_timestamp(state.mtls_proven_at, "mtls_proven_at", now)
+
+
+def read_state(directory: Path, now: float | None = None) -> FermState:
+    """The recorded state; StateError naming the file when missing, corrupt or impossible."""
     from typhapki.safeio import read_regular
 
     path = directory / STATE_FILE
@@ -154,7 +209,7 @@ def read_state(directory: Path) -> FermState:
         raise StateMissing(f"{path}: missing (no ferm run has reached the DNS gate here)")
     raw = read_regular(path, "ferm state file", MAX_STATE_BYTES)
     try:
-        return parse_state(json.loads(raw.decode("utf-8")))
+        return parse_state(json.loads(raw.decode("utf-8")), now)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise StateError(f"{path}: corrupt: {' '.join(str(exc).split())[:120]}") from None
     except StateError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
@@ -145,6 +145,59 @@ def is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
+# Critical extensions both Go's crypto/x509 (Typha, Felix) and OpenSSL handle; any other
+# critical extension makes one of them refuse the chain (docs/security.md, "Acceptance
+# parity"). Go also handles SKI, AKI, CRL distribution points and AIA, which OpenSSL
+# refuses when critical; OpenSSL handles policy constraints and mappings, which Go 1.19
+# (Debian bookworm's) refuses. Only what both handle is accepted.
+CRITICAL_HANDLED_BY_BOTH = {
+    ExtensionOID.KEY_USAGE: "keyUsage",
+    ExtensionOID.SUBJECT_ALTERNATIVE_NAME: "subjectAltName",
+    ExtensionOID.BASIC_CONSTRAINTS: "basicConstraints",
+    ExtensionOID.NAME_CONSTRAINTS: "nameConstraints",
+    ExtensionOID.CERTIFICATE_POLICIES: "certificatePolicies",
+    ExtensionOID.EXTENDED_KEY_USAGE: "extendedKeyUsage",
+}
+
+
+_HANDLED_BY_ONE = {
+    ExtensionOID.SUBJECT_KEY_IDENTIFIER: "subjectKeyIdentifier",
+    ExtensionOID.AUTHORITY_KEY_IDENTIFIER: "authorityKeyIdentifier",
+    ExtensionOID.CRL_DISTRIBUTION_POINTS: "cRLDistributionPoints",
+    ExtensionOID.AUTHORITY_INFORMATION_ACCESS: "authorityInfoAccess",
+    ExtensionOID.POLICY_CONSTRAINTS: "policyConstraints",
+    ExtensionOID.POLICY_MAPPINGS: "policyMappings",
+    ExtensionOID.INHIBIT_ANY_POLICY: "inhibitAnyPolicy",
+}
+
+
+def unhandled_critical(cert: x509.Certificate) -> str | None:
+    """The first critical extension that Go or OpenSSL does not handle, by name."""
+    for ext in cert.extensions:
+        oid: x509.ObjectIdentifier = ext.oid
+        if ext.critical and oid not in CRITICAL_HANDLED_BY_BOTH:
+            return _HANDLED_BY_ONE.get(oid, oid.dotted_string)
+    return None
+
+
+def ca_eku_problem(ca: x509.Certificate, role: RoleName) -> str | None:
+    """Why Go and OpenSSL refuse `role` leaves that `ca` signed, for its EKU; or None.
+
+    A CA without EKU allows every usage. With one, Go requires the role's usage in it
+    (anyExtendedKeyUsage also satisfies Go, but OpenSSL's -purpose refuses it), so the
+    role's own EKU must be listed.
+    """
+    have = ekus(ca)
+    wanted = ROLE_EKU[role]
+    if have is None or wanted in have:
+        return None
+    names = ", ".join(eku_names(ca)) or "none"
+    return (
+        f"its issuer CA {ca.subject.rfc4514_string()} carries EKU {names} without "
+        f"{EKU_NAMES[wanted]}, so Go and OpenSSL refuse the {role.value} certificates it signs"
+    )
+
+
 # Go refuses certificates signed with these (SHA-1 since Go 1.18).
 WEAK_SIGNATURE_HASHES = ("sha1", "md5")
 MIN_RSA_BITS = 2048  # Calico's FIPS builds refuse less; so does typhapki's key policy
@@ -186,6 +239,11 @@ def ca_unfit(ca: x509.Certificate) -> str | None:
     hash_name = signature_hash_name(ca)
     if hash_name in WEAK_SIGNATURE_HASHES:
         return f"is signed with {hash_name.upper()}, a broken hash"
+    if (critical := unhandled_critical(ca)) is not None:
+        return (
+            f"carries the critical extension {critical}, which Go or OpenSSL does not "
+            "handle, so they refuse every chain through it"
+        )
     return None
 
 
@@ -455,12 +513,19 @@ def judge_role(
         add(state.cert_path, "is a CA certificate, not a leaf")
     if (msg := eku_problem(leaf, role)) is not None:
         add(state.cert_path, msg)
+    if (critical := unhandled_critical(leaf)) is not None:
+        add(
+            state.cert_path,
+            f"carries the critical extension {critical}, which Go or OpenSSL does not handle",
+        )
     for msg in identity_problems(leaf, role, settings.identity(role)):
         add(state.cert_path, msg)
     if bundle is not None:
         state.issuer = find_issuer(leaf, bundle)
         if state.issuer is None:
             add(state.cert_path, unsigned_reason(leaf, bundle))
+        elif (msg := ca_eku_problem(state.issuer, role)) is not None:
+            add(state.cert_path, msg)
         elif signing_ca is not None and fingerprint(state.issuer) != fingerprint(signing_ca):
             add(
                 state.cert_path,

@@ -52,13 +52,13 @@ from typhapki.firewall.hostnames import (
     validate_port,
     validate_source_network,
 )
+from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
+from typhapki.yamllimits import MAX_NODES as MAX_NODES
+from typhapki.yamllimits import scan_events, yaml_loader
 
 CLUSTERS_KEY = "kubernetes::clusters"
 DEFAULTS_KEY = "kubernetes::clusters_defaults"
 
-MAX_ALIASES = 100  # per file
-MAX_NODES = 100_000  # per file, after alias and merge-key expansion
-MAX_DEPTH = 64  # nesting of mappings and lists, after alias expansion (hiera needs ~6)
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
 # Group and cluster names end up in messages and in the header comment of a rule.
@@ -297,42 +297,12 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def _loader() -> Any:
-    """libyaml's safe loader when PyYAML has it: same events, several times faster
-    (facts with --hiera run on every Puppet agent run)."""
-    import yaml
-
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_loader = yaml_loader
 
 
 def _refuse_tags_and_count_aliases(text: str, file: Path) -> None:
     """Scan the event stream: any explicit tag is refused, aliases are counted."""
-    import yaml
-
-    aliases = 0
-    documents = 0
-    depth = 0
-    for event in yaml.parse(text, Loader=_loader()):
-        line = event.start_mark.line + 1 if event.start_mark is not None else 0
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise ConfigError(f"{file}:{line}: nested more than {MAX_DEPTH} levels deep")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-        if isinstance(event, yaml.DocumentStartEvent):
-            documents += 1
-            if documents > 1:
-                raise ConfigError(f"{file}:{line}: more than one YAML document in the file")
-        tag = getattr(event, "tag", None)
-        if tag is not None:
-            raise ConfigError(f"{file}:{line}: YAML tag {tag!r} is not allowed in hiera data")
-        if isinstance(event, yaml.AliasEvent):
-            aliases += 1
-            if aliases > MAX_ALIASES:
-                raise ConfigError(
-                    f"{file}:{line}: more than {MAX_ALIASES} YAML aliases (alias bomb?)"
-                )
+    scan_events(text, file, "hiera data")
 
 
 def load_yaml_file(file: Path) -> YNode | None:

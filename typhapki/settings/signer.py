@@ -29,6 +29,7 @@ class SignerOptions:
     cfssl_label: str | None = None
     cfssl_timeout: float | None = None
     cfssl_ca_ttl: str | None = None
+    cfssl_allow_http: bool = False  # a flag only: never from hiera or the node's file
 
     def merged_over(self, base: SignerOptions) -> SignerOptions:
         """These options, falling back to `base` (e.g. hiera) where not given."""
@@ -53,5 +54,5 @@ class SignerOptions:
         return [
             f"--{name.replace('_', '-')}"
             for name in self.__dataclass_fields__
-            if name.startswith("cfssl_") and getattr(self, name) is not None
+            if name.startswith("cfssl_") and getattr(self, name) not in (None, False)
         ]

@@ -244,7 +244,7 @@ def test_wrong_auth_key_is_one_line_and_nothing_changes(
             dict(status=400, answer=b'{"success":false,"errors":[{"code":1,"message":"boom"}]}'),
             ["cfssl refused: boom"],
         ),
-        (dict(delay=4.0), ["no answer within 0.5s", "3 attempts"]),
+        (dict(delay=4.0), ["no complete answer within 0.5s", "3 attempts"]),
     ],
     ids=["5xx", "garbage-json", "success-false", "slow"],
 )

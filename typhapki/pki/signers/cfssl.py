@@ -1,9 +1,14 @@
 """cfssl as the signer: CSRs to its sign (or HMAC authsign) API, the CA from its info API.
 
-Only the standard library speaks HTTP here (urllib), with bounded attempts and
-timeouts. Every failure is a `SignerError` naming the URL and the cause; nothing is
-published on any of them. Proxies from the environment are ignored on purpose: the
-CSR goes to the configured cfssl and nowhere else.
+Only the standard library speaks HTTP here (a socket and `http.client`'s response
+parser), so that every wait is bounded by one deadline per attempt and one per run,
+not per read: a server that trickles its answer a byte at a time cannot hold a run
+(and the output directory's lock) for longer than that. Redirects are never followed;
+plain http:// is refused except to loopback or with `--cfssl-allow-http`. Every
+failure is a `SignerError` naming the URL and the cause, with whatever text came from
+the server escaped into that one line; nothing is published on any of them. Proxies
+from the environment are ignored on purpose: the CSR goes to the configured cfssl and
+nowhere else.
 
 Request bodies carry CSRs (public keys and the wanted identity) and, for authsign,
 an HMAC token; never a private key.
@@ -14,13 +19,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
+import io
+import ipaddress
 import json
 import os
+import socket
 import ssl
 import stat
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -38,10 +45,16 @@ from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import is_ca
 from typhapki.safeio import read_regular
 
-DEFAULT_TIMEOUT = 10.0  # seconds per attempt (connect, and each read)
+DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
 RETRY_PAUSE = 1.0  # seconds before the second attempt, doubled after that
+# One run asks cfssl at most three things (info, a sign per role). The run as a whole
+# waits at most for one of them to use all its attempts and pauses, and for the
+# others to use one attempt each: RUN_SLACK more attempts' time.
+RUN_SLACK = 2
 MAX_ANSWER = 1024 * 1024  # a certificate answer is a few kB
+MAX_JSON_DEPTH = 16  # cfssl's answers nest 3 levels
+MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
 AUTH_KEY_LIMIT = 4096
 
 SIGN = "/api/v1/cfssl/sign"
@@ -65,10 +78,34 @@ class CfsslConfig:
     ca_ttl: timedelta = timedelta(hours=1)  # how long the cached CA is relied on
     node_name: str = ""  # spreads the cache's expiry and retries across the fleet
     state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
+    allow_http: bool = False  # --cfssl-allow-http: plain http:// beyond loopback
+    run_timeout: float | None = None  # None: run_budget(timeout, attempts)
 
 
-def validate_url(url: str) -> str:
-    """http(s)://host[:port][/prefix]; the API paths are appended to it."""
+def run_budget(timeout: float, attempts: int) -> float:
+    """Seconds one run may spend on the signer: every attempt of one request, the
+    pauses between them, and RUN_SLACK attempts for the other requests."""
+    pauses = RETRY_PAUSE * float(2 ** max(attempts - 1, 0) - 1)
+    return (attempts + RUN_SLACK) * timeout + pauses
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address: traffic that never leaves the node."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def validate_url(url: str, allow_http: bool = False) -> str:
+    """http(s)://host[:port][/prefix]; the API paths are appended to it.
+
+    Plain http:// is refused unless the host is loopback (a local multirootca behind
+    its own TLS front) or `allow_http` (--cfssl-allow-http) says so: over http anyone
+    on the path reads the CSR and the auth token and can answer in cfssl's name.
+    """
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -78,7 +115,43 @@ def validate_url(url: str) -> str:
         raise UsageError(f"--cfssl-url: expected http(s)://HOST[:PORT], got {url!r}")
     if parts.query or parts.fragment or parts.username or parts.password:
         raise UsageError(f"--cfssl-url: no credentials, query or fragment allowed: {url!r}")
+    if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
+        raise UsageError(
+            f"--cfssl-url: plain http:// to {parts.hostname} lets anyone on the path read "
+            "the request and answer in cfssl's name; use https:// "
+            "(or --cfssl-allow-http, discouraged)"
+        )
     return url.rstrip("/")
+
+
+def server_text(value: str, limit: int = MAX_SERVER_TEXT) -> str:
+    """Text a server sent, fit for one line of a terminal: control and format
+    characters (newlines, escape sequences, bidi overrides) escaped, long text cut."""
+    out = []
+    for char in value[:limit]:
+        if char == "\\" or not char.isprintable():
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out) + ("..." if len(value) > limit else "")
+
+
+def _depth(doc: object) -> int:
+    """How deeply lists and objects nest in a decoded JSON document (iteratively)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(doc, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            level += 1
+            deepest = max(deepest, level)
+            if deepest > MAX_JSON_DEPTH:
+                break
+            stack.extend((item, level) for item in value)
+    return deepest
 
 
 def read_auth_key(path: Path) -> bytes:
@@ -108,7 +181,7 @@ def _errors_of(doc: Mapping[str, Any]) -> str:
     if isinstance(errors, list):
         for err in errors:
             if isinstance(err, dict) and isinstance(err.get("message"), str):
-                out.append(err["message"][:200])
+                out.append(server_text(err["message"]))
     return "; ".join(out) or "no reason given"
 
 
@@ -117,7 +190,7 @@ class CfsslSigner:
 
     def __init__(self, config: CfsslConfig) -> None:
         self.config = config
-        self.url = validate_url(config.url)
+        self.url = validate_url(config.url, config.allow_http)
         self._auth_key = (
             read_auth_key(config.auth_key_file) if config.auth_key_file is not None else None
         )
@@ -130,22 +203,21 @@ class CfsslSigner:
                 self._context = ssl.create_default_context(cadata=cadata)
             except (ssl.SSLError, ValueError):
                 raise ConfigError(f"{config.ca_file}: no usable CA certificate for TLS") from None
-        self._built: urllib.request.OpenerDirector | None = None
+        self._run_timeout = (
+            config.run_timeout
+            if config.run_timeout is not None
+            else run_budget(config.timeout, config.attempts)
+        )
+        self._run_deadline: float | None = None  # set by the first request
         self._current: CurrentCa | None = None
 
     @property
-    def _opener(self) -> urllib.request.OpenerDirector:
+    def _tls(self) -> ssl.SSLContext | None:
         """Built on first use: the system trust store costs ~100 ms to load, which a
         `check` that finds cfssl's CA in the cache never pays."""
-        if self._built is None:
-            if self._context is None and self.url.startswith("https:"):
-                self._context = ssl.create_default_context()
-            # No proxy from the environment: the request goes to cfssl, and only there.
-            handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-            if self._context is not None:
-                handlers.append(urllib.request.HTTPSHandler(context=self._context))
-            self._built = urllib.request.build_opener(*handlers)
-        return self._built
+        if self._context is None and self.url.startswith("https:"):
+            self._context = ssl.create_default_context()
+        return self._context
 
     @property
     def name(self) -> str:
@@ -154,63 +226,122 @@ class CfsslSigner:
     # -- HTTP ------------------------------------------------------------------------
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """POST JSON, return cfssl's ``result``; retry what a retry can fix."""
+        """POST JSON, return cfssl's ``result``; retry what a retry can fix.
+
+        Each attempt ends by its own deadline (--cfssl-timeout), and all attempts of
+        all requests of this run end by the run's deadline, pauses included.
+        """
         url = self.url + path
         data = json.dumps(body).encode()
+        if self._run_deadline is None:
+            self._run_deadline = time.monotonic() + self._run_timeout
+        run_deadline = self._run_deadline
         pause = RETRY_PAUSE
         for attempt in range(1, self.config.attempts + 1):
+            now = time.monotonic()
+            if now >= run_deadline:
+                raise SignerError(
+                    f"{url}: no answer within this run's {self._run_timeout:g}s for the signer"
+                )
+            deadline = min(now + self.config.timeout, run_deadline)
+            within = (
+                f"this run's {self._run_timeout:g}s"
+                if deadline == run_deadline
+                else f"{self.config.timeout:g}s"
+            )
             try:
-                return self._post_once(url, data)
+                return self._post_once(url, path, data, deadline, within)
             except _Retryable as exc:
+                tries = f" ({attempt} attempts)" if attempt > 1 else ""
                 if attempt == self.config.attempts:
-                    tries = f" ({attempt} attempts)" if attempt > 1 else ""
                     raise SignerError(f"{url}: {exc}{tries}") from None
+                if time.monotonic() + pause >= run_deadline:
+                    raise SignerError(
+                        f"{url}: {exc}{tries}; this run's {self._run_timeout:g}s "
+                        "for the signer are spent"
+                    ) from None
                 time.sleep(pause)
                 pause *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _post_once(self, url: str, data: bytes) -> Mapping[str, Any]:
-        request = urllib.request.Request(
-            url, data=data, method="POST", headers={"Content-Type": "application/json"}
-        )
+    def _post_once(
+        self, url: str, path: str, data: bytes, deadline: float, within: str
+    ) -> Mapping[str, Any]:
         try:
-            with self._opener.open(request, timeout=self.config.timeout) as answer:
-                status = answer.status
-                raw = answer.read(MAX_ANSWER + 1)
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            try:
-                raw = exc.read(MAX_ANSWER + 1)
-            except OSError:
-                raw = b""
-            finally:
-                exc.close()
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ssl.SSLCertVerificationError):
-                raise SignerError(
-                    f"{url}: TLS certificate not trusted ({reason.verify_message}); "
-                    "see --cfssl-ca-file"
-                ) from None
-            if isinstance(reason, ssl.SSLError):
-                raise SignerError(f"{url}: TLS failed ({reason.reason or reason})") from None
-            if isinstance(reason, TimeoutError):
-                raise _Retryable(f"no answer within {self.config.timeout:g}s") from None
-            text = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
-            raise _Retryable(f"cannot connect: {text}") from None
+            status, location, raw = self._exchange(path, data, deadline)
+        except ssl.SSLCertVerificationError as exc:
+            raise SignerError(
+                f"{url}: TLS certificate not trusted ({exc.verify_message}); see --cfssl-ca-file"
+            ) from None
+        except ssl.SSLError as exc:
+            raise SignerError(f"{url}: TLS failed ({exc.reason or exc})") from None
         except TimeoutError:
-            raise _Retryable(f"no answer within {self.config.timeout:g}s") from None
-        except OSError as exc:  # connection reset mid-answer, and the like
-            raise _Retryable(f"connection failed: {exc.strerror or exc}") from None
+            raise _Retryable(f"no complete answer within {within}") from None
+        except (http.client.RemoteDisconnected, http.client.IncompleteRead):
+            raise _Retryable("connection closed before the answer was complete") from None
+        except http.client.HTTPException as exc:
+            raise SignerError(
+                f"{url}: not an HTTP answer ({type(exc).__name__}: {server_text(str(exc), 60)})"
+            ) from None
+        except OSError as exc:  # refused, reset mid-answer, unreachable, unresolvable
+            text = exc.strerror or str(exc) or type(exc).__name__
+            raise _Retryable(f"cannot connect: {text}") from None
+        if 300 <= status < 400:
+            target = server_text(location or "", 80) or "nowhere"
+            raise SignerError(
+                f"{url}: HTTP {status} redirect to {target} not followed "
+                "(give --cfssl-url the signer's own address)"
+            )
         return self._result(url, status, raw)
+
+    def _exchange(self, path: str, data: bytes, deadline: float) -> tuple[int, str | None, bytes]:
+        """One request on a fresh connection: (status, Location, body), by `deadline`.
+
+        Every blocking step gets only the time left (CPython bounds a TLS handshake
+        and each recv by the socket's timeout as a whole), so the attempt ends by
+        `deadline` however the server dribbles its bytes.
+        """
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sock = socket.create_connection((host, port), timeout=_left(deadline))
+        try:
+            if (context := self._tls) is not None:
+                sock.settimeout(_left(deadline))
+                sock = context.wrap_socket(sock, server_hostname=host)
+            head = (
+                f"POST {parts.path}{path} HTTP/1.1\r\n"
+                f"Host: {parts.netloc}\r\n"
+                "User-Agent: typhapki\r\n"
+                "Accept: application/json\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            sock.settimeout(_left(deadline))
+            sock.sendall(head.encode("ascii") + data)
+            answer = http.client.HTTPResponse(_DeadlineSocket(sock, deadline), method="POST")  # type: ignore[arg-type]
+            try:
+                answer.begin()
+                return answer.status, answer.getheader("Location"), answer.read(MAX_ANSWER + 1)
+            finally:
+                answer.close()
+        finally:
+            sock.close()
 
     def _result(self, url: str, status: int, raw: bytes) -> Mapping[str, Any]:
         if len(raw) > MAX_ANSWER:
             raise SignerError(f"{url}: answer larger than {MAX_ANSWER} bytes")
         try:
             doc = json.loads(raw)
+        except RecursionError:
+            raise SignerError(
+                f"{url}: answer nested more than {MAX_JSON_DEPTH} levels deep"
+            ) from None
         except (ValueError, UnicodeDecodeError):
             doc = None
+        if _depth(doc) > MAX_JSON_DEPTH:
+            raise SignerError(f"{url}: answer nested more than {MAX_JSON_DEPTH} levels deep")
         if not isinstance(doc, dict) or "success" not in doc:
             if status >= 500:
                 raise _Retryable(f"HTTP {status} from the server")
@@ -222,6 +353,8 @@ class CfsslSigner:
             if "token" in reason or "authentication" in reason:
                 reason += " (wrong or missing --cfssl-auth-key for this profile?)"
             raise SignerError(f"{url}: cfssl refused: {reason}")
+        if not 200 <= status < 300:  # a proxy's error page in cfssl's shape, or a lie
+            raise SignerError(f"{url}: HTTP {status} with success: true; not taken")
         result = doc.get("result")
         if not isinstance(result, dict):
             raise SignerError(f"{url}: success without a result object")
@@ -261,8 +394,9 @@ class CfsslSigner:
         """Whether the CA came over a channel fit for a node's first trust anchor:
         TLS pinned to --cfssl-ca-file, or loopback (nothing crosses a network)."""
         host = urlsplit(self.url).hostname or ""
+        # is_loopback, not a prefix test: "127.evil.example" is a name, not loopback.
         return (self.url.startswith("https:") and self.config.ca_file is not None) or (
-            host in ("localhost", "::1") or host.startswith("127.")
+            is_loopback(host)
         )
 
     def current_ca(self, refresh: bool = False) -> CurrentCa:
@@ -339,3 +473,37 @@ class CfsslSigner:
 
 class _Retryable(Exception):
     """Down, slow or a 5xx: worth another attempt."""
+
+
+def _left(deadline: float) -> float:
+    """Seconds until `deadline`; a TimeoutError when it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes, each read given only the time left until the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(_left(self._deadline))
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """What `http.client.HTTPResponse` reads from: `makefile` over a _DeadlineReader."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))

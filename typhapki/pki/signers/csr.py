@@ -16,6 +16,7 @@ from typhapki.pki.profiles import PrivateKey, key_type_of
 from typhapki.pki.settings import Identity, KeyType
 
 PEM_CSR_BEGIN = b"-----BEGIN CERTIFICATE REQUEST-----"
+PEM_BEGIN = b"-----BEGIN"
 
 
 def build_csr(key: PrivateKey, identity: Identity) -> x509.CertificateSigningRequest:
@@ -45,9 +46,16 @@ def parse_csr(data: bytes, source: str, key_type: KeyType) -> x509.CertificateSi
 
     The signature proves the requester holds the private key; the key type is the
     one the cluster's settings allow (what `check` would demand of the certificate).
+    A file holding more than one PEM block is refused: the admin may have reviewed
+    another block than the one the parser would take.
     """
     if PEM_CSR_BEGIN not in data:
         raise ConfigError(f"{source}: no PEM certificate request found")
+    blocks = data.count(PEM_BEGIN)
+    if blocks > 1:
+        raise ConfigError(
+            f"{source}: {blocks} PEM blocks; give a file holding only the one CSR that was reviewed"
+        )
     try:
         csr = x509.load_pem_x509_csr(data)
     except ValueError:

@@ -65,5 +65,6 @@ def build_signer(
         ca_ttl=ttl,
         node_name=settings.node_name or "",
         state_dir=state_dir,
+        allow_http=opts.cfssl_allow_http,
     )
     return CfsslSigner(config)
