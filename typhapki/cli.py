@@ -296,6 +296,18 @@ def check_cmd(
     ),
     probe_address: Optional[str] = PROBE_ADDRESS,
     no_probe: bool = NO_PROBE,
+    warning: Optional[str] = typer.Option(
+        None,
+        "--warning",
+        help="With --nagios: WARNING under this much time left (e.g. 7d). Default: renewal "
+        "overdue past a grace.",
+    ),
+    critical: Optional[str] = typer.Option(
+        None,
+        "--critical",
+        help="With --nagios: CRITICAL under this much time left (e.g. 2d). Default: a tenth "
+        "of the lifetime.",
+    ),
 ) -> None:
     """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed.
 
@@ -308,9 +320,23 @@ def check_cmd(
 
         run(
             lambda: check_nagios(
-                out, role, pki, ca_dir, trust or [], hiera, cluster, probe_address, no_probe
+                out,
+                role,
+                pki,
+                ca_dir,
+                trust or [],
+                hiera,
+                cluster,
+                probe_address,
+                no_probe,
+                warning,
+                critical,
             )
         )
+    if warning is not None or critical is not None:
+        from typhapki.commands.check_nagios import thresholds_without_nagios
+
+        run(thresholds_without_nagios)
     from typhapki.commands.check import check
 
     run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster, signer))
