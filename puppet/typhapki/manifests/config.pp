@@ -1,7 +1,7 @@
 # @summary The node configuration file, the node's cluster data and typhapki's directories.
 #
 # The file holds the defaults of every typhapki command on this node (flags still
-# win), built from typhapki, typhapki::certs and typhapki::ferm: `typhapki issue`,
+# win), built from typhapki, typhapki::certs, typhapki::ferm and typhapki::monitoring: `typhapki issue`,
 # `check`, `ferm` and `facts` need no flags, whether Puppet or an operator runs them.
 #
 # @api private
@@ -50,7 +50,11 @@ class typhapki::config {
   $defaults = ($typhapki::options + $node_defaults + $certs_defaults).filter |$key, $value| {
     $value =~ NotUndef
   }
-  $commands = $ferm_commands.map |$command, $options| {
+  $monitoring_commands = $typhapki::manage_monitoring ? {
+    true    => $typhapki::monitoring::config_commands,
+    default => {},
+  }
+  $commands = ($ferm_commands + $monitoring_commands).map |$command, $options| {
     [$command, $options.filter |$key, $value| { $value =~ NotUndef }]
   }.convert_to(Hash).filter |$command, $options| { !$options.empty }
 

@@ -7,6 +7,7 @@
 #   typhapki::install -> typhapki::config -> typhapki::fact
 #                                         -> typhapki::certs (unless manage_certs is false)
 #                                         -> typhapki::ferm  (Typha hosts; manage_ferm)
+#                                         -> typhapki::monitoring (manage_monitoring)
 #
 # The node configuration file (`config_file`) holds every setting the CLI needs, so the
 # module's execs are plain `typhapki issue`, `typhapki check`, `typhapki ferm`, and the
@@ -58,6 +59,9 @@
 # @param manage_ferm
 #   Whether to manage the Typha ferm rule (typhapki::ferm); default: on Typha hosts
 #   (`role` typha or both) of a node with a `cluster`.
+# @param manage_monitoring
+#   Whether to set up the metrics timer for node_exporter's textfile collector
+#   (typhapki::monitoring).
 # @param options
 #   More defaults for the node configuration file, by option name (e.g. `timeout`).
 #   Values set by the module's own parameters win.
@@ -75,6 +79,7 @@ class typhapki (
   Boolean $manage_fact,
   Stdlib::Absolutepath $facts_dir,
   Boolean $manage_certs,
+  Boolean $manage_monitoring,
   Optional[Pattern[/\A[A-Za-z0-9][A-Za-z0-9._-]*\z/]] $cluster = undef,
   Optional[Hash[String[1], Hash]] $clusters = lookup('kubernetes::clusters', Optional[Hash], undef, undef),
   Optional[Hash] $clusters_defaults = lookup('kubernetes::clusters_defaults', Optional[Hash], undef, undef),
@@ -114,7 +119,10 @@ class typhapki (
   if $_manage_ferm {
     contain typhapki::ferm
   }
-  # After certs and ferm: the node configuration holds their settings too.
+  if $manage_monitoring {
+    contain typhapki::monitoring
+  }
+  # After certs, ferm and monitoring: the node configuration holds their settings too.
   contain typhapki::config
   if $manage_fact {
     contain typhapki::fact
@@ -127,5 +135,8 @@ class typhapki (
   }
   if $_manage_ferm {
     Class['typhapki::config'] -> Class['typhapki::ferm']
+  }
+  if $manage_monitoring {
+    Class['typhapki::config'] -> Class['typhapki::monitoring']
   }
 }
