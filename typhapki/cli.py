@@ -35,6 +35,27 @@ ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from typhapki import __version__
+
+        print(f"typhapki {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print typhapki's version and exit.",
+    ),
+) -> None:
+    """Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."""
+
+
 @dataclass(frozen=True)
 class CliState:
     """What main() learnt before parsing: the node configuration file's error, if any."""
@@ -718,7 +739,8 @@ def ferm_cmd(
 def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     """click's default_map from the node configuration file, and its error if any.
 
-    `facts` never fails (its error goes into the fact) and `--help` always helps;
+    `facts` never fails (its error goes into the fact), `--help` always helps and
+    `--version` always answers;
     every other command stops with one line when the file is unusable.
     """
     from typhapki import nodeconfig
@@ -729,7 +751,7 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
             return {}, None
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
     except TyphapkiError as exc:
-        if argv[:1] == ["facts"] or "--help" in argv:
+        if argv[:1] == ["facts"] or "--help" in argv or argv[:1] == ["--version"]:
             return {}, str(exc)
         print(f"typhapki: error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
