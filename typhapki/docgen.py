@@ -43,6 +43,7 @@ def choices(command: str, option: str) -> tuple[str, ...] | None:
     """The values completion offers for `option` of `command` (None: not a fixed set)."""
     return COMMAND_CHOICES.get((command, option), CHOICES.get(option))
 
+
 EXIT_STATUS = (
     ("0", "Success: the work is done, or nothing needed doing."),
     ("1", "Action needed: e.g. `check` found a set that `issue` must renew."),
