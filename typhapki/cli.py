@@ -442,7 +442,9 @@ def inspect_cmd(
 @app.command("rollback")
 def rollback_cmd(
     out: Path = OUT,
-    role: str = ROLE,
+    role: Optional[str] = typer.Option(
+        None, "--role", help="typha, felix or both. Default: the sets OUT holds."
+    ),
     bundle: bool = typer.Option(
         False, "--bundle", help="Also roll back the CA bundle (not during a rotation)."
     ),
