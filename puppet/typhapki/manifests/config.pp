@@ -1,8 +1,14 @@
 # @summary The node configuration file, the node's cluster data and typhapki's directories.
 #
 # The file holds the defaults of every typhapki command on this node (flags still
-# win), built from typhapki, typhapki::certs, typhapki::ferm and typhapki::monitoring: `typhapki issue`,
-# `check`, `ferm` and `facts` need no flags, whether Puppet or an operator runs them.
+# win), built from typhapki, typhapki::certs, typhapki::ferm and typhapki::monitoring:
+# `typhapki issue`, `check`, `ferm`, `facts` and `metrics` need no flags, whether
+# Puppet, the metrics timer or an operator runs them.
+#
+# No parameters of its own: it reads `typhapki::config_dir`, `typhapki::config_file`,
+# `typhapki::cluster_file`, `typhapki::out`, `typhapki::role`, `typhapki::cluster`,
+# `typhapki::state_dir` and `typhapki::options`, and the node configuration entries of
+# `typhapki::certs`, `typhapki::ferm` and `typhapki::monitoring`.
 #
 # @api private
 class typhapki::config {
