@@ -20,6 +20,7 @@ from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.signers.local import LocalSigner
 from typhapki.pki.verify import check_set
 from typhapki.pki.x509compat import load_pem_certificates
 
@@ -42,7 +43,7 @@ def main() -> None:
         root = Path(tmp)
         init_ca(root / "ca", KeyType.ECDSA_P256, 3650, None, force=False)
         both = [RoleName.TYPHA, RoleName.FELIX]
-        ensure_set(root / "out", load_issuer(root / "ca"), PkiSettings(), both)
+        ensure_set(root / "out", LocalSigner(load_issuer(root / "ca")), PkiSettings(), both)
         pem = SetPaths(root / "out").cert(RoleName.TYPHA).read_bytes()
         lazy = median_us(lambda: load_pem_certificates(pem), args.runs)
         eager = median_us(lambda: parse_certs(pem, "typha.crt"), args.runs)

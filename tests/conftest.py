@@ -101,18 +101,14 @@ def assert_one_line_error(result: CliResult, code: int, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Commands that record state (`ferm` writes ferm.json) never touch /var/lib/typhapki:
-    every process a test starts inherits this variable. A test that looks at the state
-    sets its own directory."""
-    old = os.environ.get("TYPHAPKI_STATE_DIR")
-    os.environ["TYPHAPKI_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
-    yield
-    if old is None:
-        os.environ.pop("TYPHAPKI_STATE_DIR", None)
-    else:
-        os.environ["TYPHAPKI_STATE_DIR"] = old
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands that record state (`ferm` writes ferm.json, `check`/`issue` cache a
+    signer's CA) never touch /var/lib/typhapki: every process a test starts inherits this
+    variable. One directory per test, so no test sees another's cached CA (a cfssl on a
+    reused port would otherwise look like the same signer). A test that looks at the
+    state sets its own directory."""
+    monkeypatch.setenv("TYPHAPKI_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture(autouse=True)
@@ -135,9 +131,10 @@ def ca_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def issued(tmp_path: Path, ca_dir: Path) -> Iterator[Path]:
     """A full Typha + Felix set issued by `ca_dir`, under tmp_path/out."""
-    from typhapki.pki.issuance import ensure_set, load_issuer
+    from tests.support.issuing import ensure_local
+    from typhapki.pki.issuance import load_issuer
     from typhapki.pki.settings import PkiSettings, RoleName
 
     out = tmp_path / "out"
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
     yield out

@@ -19,9 +19,9 @@ from typing import Any, List, Optional, Union, get_args, get_origin
 
 import typer
 
-from typhapki.commands.pki_options import PkiOptions
-from typhapki.commands.signer_options import SignerOptions
 from typhapki.errors import EXIT_IO, EXIT_USAGE, TyphapkiError
+from typhapki.settings.pki import PkiOptions
+from typhapki.settings.signer import SignerOptions
 
 app = typer.Typer(
     name="typhapki",
@@ -213,6 +213,14 @@ _SIGNER_OPTIONS: dict[str, tuple[Any, Any]] = {
         Optional[float],
         typer.Option(None, "--cfssl-timeout", help="Seconds per attempt (default 10; 3 attempts)."),
     ),
+    "cfssl_ca_ttl": (
+        Optional[str],
+        typer.Option(
+            None,
+            "--cfssl-ca-ttl",
+            help="How long cfssl's CA is cached before check/issue ask again (default 1h).",
+        ),
+    ),
 }
 
 
@@ -281,6 +289,9 @@ def issue_cmd(
     json_out: bool = JSON,
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan and exit as `check` would; change nothing."
+    ),
 ) -> None:
     """Make sure OUT holds a valid, fresh Typha and/or Felix set, keys made here.
 
@@ -289,8 +300,10 @@ def issue_cmd(
     need only --role felix.
     """
     from typhapki.commands.issue import issue
+    from typhapki.settings.desired import Request
 
-    run(lambda: issue(ca_dir, out, role, pki, trust or [], json_out, hiera, cluster, signer))
+    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster)
+    run(lambda: issue(request, json_out, dry_run))
 
 
 @app.command("check")
@@ -329,12 +342,16 @@ def check_cmd(
         help="With --nagios: CRITICAL under this much time left (e.g. 2d). Default: a tenth "
         "of the lifetime.",
     ),
+    source: Optional[Path] = typer.Option(
+        None, "--from", help="Shipped mode: exit 0 when `install --from DIR` would change nothing."
+    ),
 ) -> None:
-    """Exit 0 when the set is valid and fresh, 1 (one line per problem) when `issue` is needed.
+    """Exit 0 when `issue` would change nothing, 1 (one line per problem) when it would.
 
-    Takes issue's signer options so Puppet's `unless` can repeat them; it never contacts
-    a signer: in cfssl mode the set is judged against the bundle on disk. With --nagios:
-    one monitoring-plugins status line (docs/monitoring.md).
+    Takes issue's options and judges by the same desired state, so Puppet's `unless`
+    agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-ttl);
+    3 and 5 as `issue` would exit. With --nagios: one monitoring-plugins status line
+    (docs/monitoring.md).
     """
     if nagios:
         from typhapki.commands.check_nagios import check_nagios
@@ -359,8 +376,10 @@ def check_cmd(
 
         run(thresholds_without_nagios)
     from typhapki.commands.check import check
+    from typhapki.settings.desired import Request
 
-    run(lambda: check(out, role, pki, ca_dir, trust or [], quiet, hiera, cluster, signer))
+    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source)
+    run(lambda: check(request, quiet))
 
 
 @app.command("install")
@@ -543,11 +562,46 @@ def manifests_cmd(
         "--wiring-dir",
         help="Write the patches to DIR/typha.yaml and DIR/node.yaml (one per target).",
     ),
+    kustomize_dir: Optional[Path] = typer.Option(
+        None,
+        "--kustomize-dir",
+        help="Write the wiring as DIR/kustomization.yaml over --kustomize-base.",
+    ),
+    kustomize_base: Optional[str] = typer.Option(
+        None,
+        "--kustomize-base",
+        help="Calico's manifests (a file under DIR, or a kustomization directory), from DIR.",
+    ),
+    post_render: bool = typer.Option(
+        False,
+        "--post-render",
+        help="Helm post-renderer: patch the rendered manifests on stdin, print them.",
+    ),
+    typha_uid: Optional[int] = typer.Option(
+        None, "--typha-uid", help="uid Typha runs as (default 10001): the Typha key's owner."
+    ),
+    typha_gid: Optional[int] = typer.Option(
+        None, "--typha-gid", help="gid Typha runs as (default 10001): the Typha key's group."
+    ),
 ) -> None:
     """Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is invalid)."""
     from typhapki.commands.manifests import manifests
 
-    run(lambda: manifests(out, fmt, namespace, identity, wiring, wiring_dir))
+    run(
+        lambda: manifests(
+            out,
+            fmt,
+            namespace,
+            identity,
+            wiring,
+            wiring_dir,
+            kustomize_dir,
+            kustomize_base,
+            post_render,
+            typha_uid,
+            typha_gid,
+        )
+    )
 
 
 @app.command("rotate-ca")
@@ -661,8 +715,8 @@ def probe_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Handshake with Typha as this node's Felix: exit 0 when it serves the certificate on disk."""
-    from typhapki.commands.pki_options import PkiOptions as Options
     from typhapki.commands.probe import probe
+    from typhapki.settings.pki import PkiOptions as Options
 
     pki = Options(typha_cn=typha_cn, typha_uri_san=typha_uri_san)
     run(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
@@ -736,6 +790,59 @@ def ferm_cmd(
         state_dir,
     )
     run(lambda: ferm(opts))
+
+
+@app.command("nft")
+def nft_cmd(
+    hiera: Path = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters."),
+    mode: Optional[str] = typer.Option(
+        None, "--mode", help="strict (every node address) or relaxed (networks)."
+    ),
+    port: Optional[int] = typer.Option(None, "--port", help="Typha port (default 5473)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", help="Write here atomically, only on change (default stdout)."
+    ),
+    check: bool = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1."),
+    sets_only: bool = typer.Option(
+        False, "--sets-only", help="Only the set update (flush set + add element) for nft -f."
+    ),
+    nameserver: Optional[List[str]] = NAMESERVERS,
+    timeout: Optional[float] = DNS_TIMEOUT,
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", help="DNS queries in flight (default 200)."
+    ),
+    dns_gate: Optional[str] = typer.Option(
+        None,
+        "--dns-gate",
+        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+        "fixed networks only: report the names, write the rule).",
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None,
+        "--state-dir",
+        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
+) -> None:
+    """Render the Typha rule of a cluster for nftables (named sets, accept rules); nothing
+    while any cluster node fails DNS."""
+    from typhapki.commands.nft import NftOptions, nft
+
+    opts = NftOptions(
+        hiera,
+        cluster,
+        mode,
+        port,
+        output,
+        check,
+        sets_only,
+        tuple(nameserver or ()),
+        timeout,
+        concurrency,
+        dns_gate,
+        state_dir,
+    )
+    run(lambda: nft(opts))
 
 
 def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:

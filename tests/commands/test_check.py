@@ -65,7 +65,7 @@ def test_check_then_issue_then_check(issued: Path, ca_dir: Path) -> None:
 def test_usage_errors_exit_two(issued: Path, tmp_path: Path) -> None:
     assert_one_line_error(run_cli("check", "--out", issued, "--key-type", "x"), 2, "key type")
     result = run_cli("check", "--out", issued, "--ca-dir", tmp_path / "nope")
-    assert_one_line_error(result, 2, "CA certificate is missing")
+    assert_one_line_error(result, 2, "nope", "CA directory does not exist")  # as `issue` says
     unknown = run_cli("check", "--bogus")
     assert unknown.returncode == 2
     assert "Traceback" not in unknown.stderr

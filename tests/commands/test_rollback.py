@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from typhapki.pki.issuance import ensure_set, load_issuer
+from tests.support.issuing import ensure_local
+from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
@@ -19,9 +20,9 @@ def _reissued(
 ) -> tuple[Path, dict[RoleName, str]]:
     """A set issued twice (the second with another key type): the first is previous."""
     out = tmp_path / "out"
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), roles)
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), roles)
     first = {r: fingerprint(load_certs(SetPaths(out).cert(r), r.value)[0]) for r in roles}
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), roles)
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), roles)
     return out, first
 
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import require, require_root, typhapki_cmd
+from tests.support.issuing import ensure_local
 from typhapki.errors import ConfigError, NeedsActionError, UsageError
 from typhapki.kubernetes.manifests import (
     IdentityKind,
@@ -26,7 +27,7 @@ from typhapki.kubernetes.manifests import (
     validate_namespace,
     wiring_patches,
 )
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.profiles import cert_pem
 from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
@@ -46,7 +47,7 @@ def now() -> datetime:
 
 
 def issue_set(out: Path, ca_dir: Path, settings: PkiSettings) -> Path:
-    ensure_set(out, load_issuer(ca_dir), settings, BOTH)
+    ensure_local(out, load_issuer(ca_dir), settings, BOTH)
     return out
 
 
@@ -127,7 +128,7 @@ def test_bundle_of_two_cas_round_trips(tmp_path: Path, ca_dir: Path) -> None:
     other = tmp_path / "other"
     init_ca(other, KeyType.ECDSA_P256, 3650, None, force=False)
     out = tmp_path / "out"
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), BOTH, [load_issuer(other).cert])
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), BOTH, [load_issuer(other).cert])
     disk = on_disk(out)
     assert disk["bundle"].count(b"BEGIN CERTIFICATE") == 2
     files = load_set(out, None, now())
@@ -285,7 +286,7 @@ def test_key_not_matching_its_certificate_is_refused(tmp_path: Path, ca_dir: Pat
 
 def test_missing_leaf_and_missing_out(tmp_path: Path, ca_dir: Path) -> None:
     out = tmp_path / "out"
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA])
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA])
     with pytest.raises(NeedsActionError, match=r"calico-node\.crt: felix certificate is missing"):
         load_set(out, None, now())
     with pytest.raises(ConfigError, match="does not exist"):

@@ -9,15 +9,22 @@ containers), the mounts must have volumes, and hostPath must be absolute whateve
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tests.conftest import ROOT, run_cli, typhapki_cmd
+from tests.conftest import ROOT, require_root, run_cli, typhapki_cmd
 from tests.test_docs import WORKLOADS, assert_tls_wiring, kubectl_patch_local
+from typhapki.kubernetes.manifests import TYPHA_NODE_LABEL, TyphaPod
 
 TYPHA_OBJ = WORKLOADS[("deployment", "calico-typha")]
 NODE_OBJ = WORKLOADS[("daemonset", "calico-node")]
@@ -96,3 +103,77 @@ def test_objects_are_calicos() -> None:
     assert TYPHA_OBJ.is_relative_to(ROOT)
     assert yaml.safe_load(TYPHA_OBJ.read_text())["kind"] == "Deployment"
     assert yaml.safe_load(NODE_OBJ.read_text())["kind"] == "DaemonSet"
+
+
+# --- Typha's placement and user ------------------------------------------------------------
+
+
+def test_typha_patch_places_and_pins_typha(tmp_path: Path, issued: Path) -> None:
+    """The label's nodeSelector, a strategy that fits the labelled nodes, the uid/gid given;
+    calico-node gets none of it. A key that uid/gid cannot read is warned about."""
+    result = run_cli("manifests", "--out", issued, "--wiring-dir", tmp_path,
+                     "--typha-uid", "20002", "--typha-gid", "20003")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # `issued` keeps the default root 0600 key: Typha as 20002 could not read it.
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("typhapki: warning: ")
+    assert "typha.key" in warning and "--key-owner 20002 --key-group 20003" in warning
+    typha = kubectl_patch_local(TYPHA_OBJ, "strategic", tmp_path / "typha.yaml")
+    node = kubectl_patch_local(NODE_OBJ, "strategic", tmp_path / "node.yaml")
+    pod = typha["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", TYPHA_NODE_LABEL: "true"}
+    assert typha["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    context = _container(typha, "calico-typha")["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (
+        20002, 20003, True,
+    )  # fmt: skip
+    assert pod["securityContext"] == {"fsGroup": 65534}  # the pod's own, untouched
+    original_node = yaml.safe_load(NODE_OBJ.read_text())
+    assert (
+        node["spec"]["template"]["spec"]["nodeSelector"]
+        == (original_node["spec"]["template"]["spec"]["nodeSelector"])
+    )
+    assert node["spec"]["updateStrategy"] == original_node["spec"]["updateStrategy"]
+
+
+def _opens_as(uid: int, gid: int, path: Path) -> bool:
+    """Whether the kernel lets uid:gid (no supplementary groups) open the file."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            with open(path, "rb"):
+                pass
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.fixture(scope="module")
+def traversable() -> Iterator[Path]:
+    # pytest's tmp_path is 0700 root: another uid could not even reach the file.
+    path = Path(tempfile.mkdtemp(prefix="typhapki-typha-pod-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+_ids = st.sampled_from([10001, 10002, 20002])
+
+
+@settings(max_examples=60, deadline=None)
+@given(owner=_ids, group=_ids, mode=st.integers(0, 0o777), uid=_ids, gid=_ids)
+def test_can_read_agrees_with_the_kernel(
+    traversable: Path, owner: int, group: int, mode: int, uid: int, gid: int
+) -> None:
+    """The warning's verdict is the kernel's, for every owner/group/mode combination."""
+    require_root()
+    key = traversable / "typha.key"
+    key.write_bytes(b"not a key")
+    os.chown(key, owner, group)
+    key.chmod(mode)
+    assert TyphaPod(uid, gid).can_read(key.stat()) == _opens_as(uid, gid, key)

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, require, run_cli
+from tests.support.issuing import ensure_local
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
 from typhapki.pki.x509compat import valid_until
@@ -161,12 +162,12 @@ def test_broken_sets_are_metrics_not_failures(
     breakages: list[str],
     ferm_state: bytes | None,
 ) -> None:
-    from typhapki.pki.issuance import ensure_set, load_issuer
+    from typhapki.pki.issuance import load_issuer
     from typhapki.pki.settings import PkiSettings
 
     work = tmp_path_factory.mktemp("broken")
     out = work / "out"
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
     for name in breakages:
         if out.is_dir():
             BREAKAGES[name](out)

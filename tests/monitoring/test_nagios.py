@@ -15,9 +15,10 @@ from tests.conftest import CliResult, run_cli
 from tests.monitoring.conftest import ProcessFactory
 from tests.support import gopeers
 from tests.support.gopeers import GoPeers, typha_env, typha_server
+from tests.support.issuing import ensure_local
 from typhapki.errors import UsageError
 from typhapki.monitoring.nagios import GRACE_MAX, Limits, NagiosState, Thresholds
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 
 go_peers = gopeers.go_peers
@@ -39,7 +40,7 @@ def _set_issued_at(tmp_path: Path, when: datetime) -> Path:
     ca, out = tmp_path / "old-ca", tmp_path / "aged"
     init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False, now=when)
     roles = [RoleName.TYPHA, RoleName.FELIX]
-    ensure_set(out, load_issuer(ca), PkiSettings(), roles, now=when)
+    ensure_local(out, load_issuer(ca), PkiSettings(), roles, now=when)
     return out
 
 
@@ -75,7 +76,7 @@ def test_critical_when_typha_serves_a_stale_certificate(
     calico_process("calico-typha")
     time.sleep(0.05)
     settings = PkiSettings(key_type=KeyType.ECDSA_P384)
-    ensure_set(issued, load_issuer(ca_dir), settings, [RoleName.TYPHA])
+    ensure_local(issued, load_issuer(ca_dir), settings, [RoleName.TYPHA])
     code, line, _ = _nagios("--out", issued, "--key-type", "ecdsa-p384", "--role", "typha")
     assert code == 2 and "stale" in line, line
 
@@ -85,7 +86,7 @@ def test_critical_from_the_probe(go_peers: GoPeers, issued: Path, ca_dir: Path) 
         address = f"127.0.0.1:{server.port}"
         ok = run_cli("check", "--nagios", "--out", issued, "--probe-address", address)
         assert ok.returncode == 0, ok.stdout
-        ensure_set(issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384),
+        ensure_local(issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384),
                    [RoleName.TYPHA])  # fmt: skip
         stale = run_cli(
             "check", "--nagios", "--out", issued, "--key-type", "ecdsa-p384",
@@ -156,7 +157,7 @@ def _one_day_leaf(tmp_path: Path, hours_ago: float) -> Path:
     if not ca.exists():
         init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False, now=when - DAY)
     settings = PkiSettings(days=1)
-    ensure_set(out, load_issuer(ca), settings, [RoleName.TYPHA, RoleName.FELIX], now=when)
+    ensure_local(out, load_issuer(ca), settings, [RoleName.TYPHA, RoleName.FELIX], now=when)
     return out
 
 

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error, require, run_cli
 from tests.support import gopeers
 from tests.support.gopeers import GoPeers, typha_env, typha_server
+from tests.support.issuing import ensure_local
 from typhapki.errors import UsageError
 from typhapki.monitoring.probe import ProbeResult, parse_address, probe
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
@@ -41,7 +42,7 @@ def _typha_fp(out: Path) -> str:
 
 def _reissue_typha(out: Path, ca_dir: Path) -> None:
     settings = PkiSettings(key_type=KeyType.ECDSA_P384)  # another key type: a new leaf
-    assert ensure_set(out, load_issuer(ca_dir), settings, [RoleName.TYPHA])
+    assert ensure_local(out, load_issuer(ca_dir), settings, [RoleName.TYPHA])
 
 
 def test_drift_after_reissue_until_typha_restarts(
@@ -99,7 +100,7 @@ def test_felix_refusing_typha_is_loud(go_peers: GoPeers, issued: Path, tmp_path:
     other_ca = tmp_path / "other-ca"
     init_ca(other_ca, KeyType.ECDSA_P256, 3650, None, force=False)
     other = tmp_path / "other"
-    ensure_set(other, load_issuer(other_ca), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
+    ensure_local(other, load_issuer(other_ca), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX])
     env = typha_env(other)
     env["TYPHA_CAFILE"] = str(SetPaths(issued).bundle)  # Typha would accept our Felix
     # Two connections: the verifying one, then one that only fetches what is served.

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.monitoring.conftest import ProcessFactory
+from tests.support.issuing import ensure_local
 from typhapki.monitoring.processes import (
     Component,
     component_processes,
@@ -18,7 +19,7 @@ from typhapki.monitoring.processes import (
     restart_status,
     restart_statuses,
 )
-from typhapki.pki.issuance import ensure_set, load_issuer
+from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.store import generation_published_at, publish
@@ -26,7 +27,9 @@ from typhapki.pki.store import generation_published_at, publish
 
 def _reissue(out: Path, ca_dir: Path, role: RoleName) -> None:
     # Another key type forces a new key and certificate.
-    changes = ensure_set(out, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), [role])
+    changes = ensure_local(
+        out, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), [role]
+    )
     assert [c.action for c in changes] == ["reissued"]
 
 

@@ -24,7 +24,8 @@ from tests.support.gopeers import (
     typha_env,
     typha_server,
 )
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from tests.support.issuing import ensure_local
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.profiles import (
     PrivateKey,
@@ -147,7 +148,7 @@ def test_cn_or_uri_san_either_match_is_enough(go_peers: GoPeers, tmp_path: Path)
     init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False)
     felix_uri = "spiffe://cluster.local/calico-node"
     settings = PkiSettings(felix=Identity(DEFAULT_FELIX_CN, felix_uri))
-    ensure_set(out, load_issuer(ca), settings, BOTH)
+    ensure_local(out, load_issuer(ca), settings, BOTH)
 
     only_uri = exchange(
         go_peers, typha_env(out, client_cn="nobody", client_uri_san=felix_uri), felix_env(out)
@@ -244,7 +245,7 @@ def test_client_certificate_from_another_ca_is_refused(
     other_ca = tmp_path / "other-ca"
     init_ca(other_ca, KeyType.ECDSA_P256, 3650, None, force=False)
     other = tmp_path / "other"
-    ensure_set(other, load_issuer(other_ca), PkiSettings(), BOTH)
+    ensure_local(other, load_issuer(other_ca), PkiSettings(), BOTH)
     felix = {
         **felix_env(issued),
         "FELIX_TYPHACERTFILE": str(SetPaths(other).cert(RoleName.FELIX)),
@@ -318,8 +319,8 @@ def test_rotation_bundle_accepts_leaves_from_either_ca(
         "old": tmp_path / "set-old",
         "new": tmp_path / "set-new",
     }
-    ensure_set(sets["old"], old, PkiSettings(), BOTH, trusted=[new.cert])
-    ensure_set(sets["new"], new, PkiSettings(), BOTH, trusted=[old.cert])
+    ensure_local(sets["old"], old, PkiSettings(), BOTH, trusted=[new.cert])
+    ensure_local(sets["new"], new, PkiSettings(), BOTH, trusted=[old.cert])
     for out in sets.values():
         bundle = load_pem_certificates(SetPaths(out).bundle.read_bytes())
         assert {c.subject for c in bundle} == {old.cert.subject, new.cert.subject}
@@ -339,7 +340,7 @@ def test_rotation_bundle_accepts_leaves_from_either_ca(
     # A Typha still on the old bundle (new CA not yet rolled out) refuses new leaves:
     # why the bundle must reach every node before any leaf from the new CA is used.
     stale = tmp_path / "stale"
-    ensure_set(stale, old, PkiSettings(), BOTH)
+    ensure_local(stale, old, PkiSettings(), BOTH)
     ex = exchange(go_peers, typha_env(stale), felix_env(sets["new"]))
     assert not ex.accepted, ex.describe()
     assert ex.typha_error == "tls: client didn't provide a certificate"

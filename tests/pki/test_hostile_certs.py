@@ -26,9 +26,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import run_cli
 from tests.support import der
+from tests.support.issuing import ensure_local
 from typhapki.errors import TyphapkiError
 from typhapki.pki.certinfo import describe
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_key, parse_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
@@ -109,7 +110,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """One CA and set per module; every example works on its own copy."""
     root = tmp_path_factory.mktemp("template")
     init_ca(root / "ca", KeyType.ECDSA_P256, 3650, None, force=False)
-    ensure_set(root / "out", load_issuer(root / "ca"), PkiSettings(), BOTH)
+    ensure_local(root / "out", load_issuer(root / "ca"), PkiSettings(), BOTH)
     return Pki(root)
 
 
@@ -187,7 +188,7 @@ def test_core_never_crashes_and_issue_repairs(
     except TyphapkiError:
         assert target == "ca"  # only a broken CA stops issue
         return
-    ensure_set(pki.out, issuer, PkiSettings(), BOTH)
+    ensure_local(pki.out, issuer, PkiSettings(), BOTH)
     # Whatever was broken in the set, issue replaced it: the set is valid again.
     report = check_set(SetPaths(pki.out), PkiSettings(), BOTH, now, [issuer.cert], issuer.cert)
     assert report.ok, [p.line() for p in report.problems]

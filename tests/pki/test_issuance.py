@@ -14,10 +14,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from tests.conftest import run_cli, typhapki_cmd
+from tests.support.issuing import ensure_local
 from typhapki.errors import ConfigError, RefusedError
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer, load_trusted, wanted_bundle
+from typhapki.pki.issuance import init_ca, load_issuer, load_trusted
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs, load_key
+from typhapki.pki.plan import wanted_bundle
 from typhapki.pki.settings import KeyFileOwnership, KeyType, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK
 from typhapki.pki.verify import check_set, fingerprint
@@ -41,12 +43,12 @@ def snapshot(out: Path) -> dict[str, tuple[bytes, int, str]]:
 
 def test_second_run_changes_nothing_same_bytes_same_inodes(issued: Path, ca_dir: Path) -> None:
     before = snapshot(issued)
-    assert ensure_set(issued, load_issuer(ca_dir), PkiSettings(), BOTH) == []
+    assert ensure_local(issued, load_issuer(ca_dir), PkiSettings(), BOTH) == []
     assert snapshot(issued) == before
 
 
 def test_first_run_reports_bundle_and_both_roles(tmp_path: Path, ca_dir: Path) -> None:
-    changes = ensure_set(tmp_path / "out", load_issuer(ca_dir), PkiSettings(), BOTH)
+    changes = ensure_local(tmp_path / "out", load_issuer(ca_dir), PkiSettings(), BOTH)
     assert [(c.scope, c.action) for c in changes] == [
         ("bundle", "rewrote"),
         ("typha", "issued"),
@@ -60,7 +62,7 @@ def test_only_the_broken_role_is_reissued(issued: Path, ca_dir: Path) -> None:
     paths = SetPaths(issued)
     typha_before = paths.cert(RoleName.TYPHA).read_bytes()
     os.unlink(paths.key(RoleName.FELIX))
-    changes = ensure_set(issued, load_issuer(ca_dir), PkiSettings(), BOTH)
+    changes = ensure_local(issued, load_issuer(ca_dir), PkiSettings(), BOTH)
     assert [(c.scope, c.action) for c in changes] == [("felix", "reissued")]
     assert paths.cert(RoleName.TYPHA).read_bytes() == typha_before
     assert check_set(paths, PkiSettings(), BOTH, datetime.now(UTC)).ok
@@ -70,7 +72,7 @@ def test_due_certificates_are_renewed(issued: Path, ca_dir: Path) -> None:
     paths = SetPaths(issued)
     old = load_certs(paths.cert(RoleName.TYPHA), "x")[0]
     later = datetime.now(UTC) + timedelta(days=250)
-    changes = ensure_set(issued, load_issuer(ca_dir), PkiSettings(), BOTH, now=later)
+    changes = ensure_local(issued, load_issuer(ca_dir), PkiSettings(), BOTH, now=later)
     assert {c.scope for c in changes} == {"typha", "felix"}
     assert all("due for renewal" in c.reason for c in changes)
     new = load_certs(paths.cert(RoleName.TYPHA), "x")[0]
@@ -82,7 +84,7 @@ def test_due_certificates_are_renewed(issued: Path, ca_dir: Path) -> None:
 
 def test_key_type_change_reissues_with_the_new_type(issued: Path, ca_dir: Path) -> None:
     settings = PkiSettings(key_type=KeyType.RSA_2048)
-    changes = ensure_set(issued, load_issuer(ca_dir), settings, BOTH)
+    changes = ensure_local(issued, load_issuer(ca_dir), settings, BOTH)
     assert {c.scope for c in changes} == {"typha", "felix"}
     key = load_key(SetPaths(issued).key(RoleName.TYPHA), "k")
     assert key.key_size == 2048
@@ -91,7 +93,7 @@ def test_key_type_change_reissues_with_the_new_type(issued: Path, ca_dir: Path) 
 def test_leaf_is_clamped_to_the_ca(tmp_path: Path) -> None:
     init_ca(tmp_path / "ca", KeyType.ECDSA_P256, 200, None, force=False)
     issuer = load_issuer(tmp_path / "ca")
-    ensure_set(tmp_path / "out", issuer, PkiSettings(days=365), BOTH)
+    ensure_local(tmp_path / "out", issuer, PkiSettings(days=365), BOTH)
     leaf = load_certs(SetPaths(tmp_path / "out").cert(RoleName.FELIX), "x")[0]
     assert valid_until(leaf) == valid_until(issuer.cert)
 
@@ -99,7 +101,7 @@ def test_leaf_is_clamped_to_the_ca(tmp_path: Path) -> None:
 def test_issuing_under_an_almost_expired_ca_is_refused(tmp_path: Path) -> None:
     init_ca(tmp_path / "ca", KeyType.ECDSA_P256, 100, None, force=False)
     with pytest.raises(RefusedError, match=r"expires .* a leaf issued now would already be due"):
-        ensure_set(tmp_path / "out", load_issuer(tmp_path / "ca"), PkiSettings(days=365), BOTH)
+        ensure_local(tmp_path / "out", load_issuer(tmp_path / "ca"), PkiSettings(days=365), BOTH)
     # Refused before anything was written, the bundle included.
     assert not (tmp_path / "out" / "calico-typha-certs" / "typha.crt").exists()
 
@@ -109,7 +111,7 @@ def test_permissions_are_fixed_without_new_keys(issued: Path, ca_dir: Path) -> N
     before = paths.key(RoleName.TYPHA).read_bytes()
     os.chmod(paths.key(RoleName.TYPHA), 0o400)  # tighter than wanted: nobody else read it
     settings = PkiSettings(key_files=KeyFileOwnership(uid=999, gid=999, mode=0o640))
-    changes = ensure_set(issued, load_issuer(ca_dir), settings, BOTH)
+    changes = ensure_local(issued, load_issuer(ca_dir), settings, BOTH)
     assert [(c.scope, c.action) for c in changes] == [
         ("typha", "fixed permissions"),
         ("felix", "fixed permissions"),
@@ -125,7 +127,7 @@ def test_trusted_cas_join_the_bundle_after_the_signing_ca(
     new = init_ca(tmp_path / "next", KeyType.ECDSA_P384, 3650, "next", force=False)
     issuer = load_issuer(ca_dir)
     trusted = load_trusted([tmp_path / "next" / "typhaca.crt"])
-    changes = ensure_set(issued, issuer, PkiSettings(), BOTH, trusted)
+    changes = ensure_local(issued, issuer, PkiSettings(), BOTH, trusted)
     assert [c.scope for c in changes] == [
         "bundle"
     ]  # leaves stay: still signed by a CA we sign with

@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from typhapki.pki.issuance import ensure_set, load_issuer
+from tests.support.issuing import ensure_local
+from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import public_key_der
@@ -93,7 +94,7 @@ def test_readers_by_name_never_see_a_partial_file_and_a_mixed_pair_never_loads(
     try:
         for i in range(30):
             settings = PkiSettings(key_type=KEY_TYPES[i % 2])
-            ensure_set(issued, issuer, settings, [RoleName.TYPHA])
+            ensure_local(issued, issuer, settings, [RoleName.TYPHA])
     finally:
         stop.set()
         for t in threads:

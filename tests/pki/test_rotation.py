@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.issuing import ensure_local
 from tests.support.tlspeers import HandshakeResult, node_to_node
 from typhapki.errors import ConfigError, RefusedError
-from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.rotation import (
@@ -44,7 +45,7 @@ def new_ca(tmp_path: Path) -> Path:
 def node(tmp_path: Path, name: str, ca_dir: Path) -> Path:
     """A node's set before the rotation: bundle and leaves by the old CA (stage 0)."""
     out = tmp_path / name
-    ensure_set(out, load_issuer(ca_dir), PkiSettings(), BOTH)
+    ensure_local(out, load_issuer(ca_dir), PkiSettings(), BOTH)
     return out
 
 

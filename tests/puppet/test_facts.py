@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.issuing import ensure_local
 from typhapki.errors import UsageError
-from typhapki.pki.issuance import ensure_set, load_issuer
+from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
@@ -159,14 +160,14 @@ def test_ferm_state_is_in_the_fact(issued: Path, tmp_path: Path) -> None:
 
 
 def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
-    from typhapki.pki.issuance import ensure_set, init_ca, load_issuer, load_trusted
+    from typhapki.pki.issuance import init_ca, load_issuer, load_trusted
 
     fact = gather(FactRequest(out=issued), PkiSettings)["typhapki"]
     assert fact["set"]["rotation"] == {"rotating": False, "stage": 0, "stage_name": "none"}
     # A newer CA trusted next to the current one: stage 1 (trust-new).
     init_ca(tmp_path / "new", KeyType.ECDSA_P256, 3651, None, force=False)
     trusted = load_trusted([tmp_path / "new" / "typhaca.crt"])
-    ensure_set(
+    ensure_local(
         issued, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA, RoleName.FELIX], trusted
     )
     rotation = gather(FactRequest(out=issued), PkiSettings)["typhapki"]["set"]["rotation"]
@@ -200,7 +201,7 @@ def test_fact_does_not_change_while_the_node_does_not(
 def test_fact_changes_when_the_node_does(issued: Path, ca_dir: Path) -> None:
     request = FactRequest(out=issued, ca_dir=ca_dir, probe=False)
     before = gather(request, PkiSettings)
-    ensure_set(
+    ensure_local(
         issued, load_issuer(ca_dir), PkiSettings(key_type=KeyType.ECDSA_P384), [RoleName.TYPHA]
     )
     after = gather(request, PkiSettings)

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
-from typhapki.commands.signer_options import SignerOptions
-from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, SignerError
 
 if TYPE_CHECKING:
+    from typhapki.pki.plan import Plan
     from typhapki.pki.settings import PkiSettings
     from typhapki.pki.verify import SetReport
+    from typhapki.settings.desired import Request
 
 
 def renewal_line(report: SetReport, settings: PkiSettings) -> str:
@@ -24,40 +23,37 @@ def renewal_line(report: SetReport, settings: PkiSettings) -> str:
     return f"node {settings.node_name} renews {', '.join(moments)}"
 
 
-def check(
-    out: Path,
-    role: str,
-    opts: PkiOptions,
-    ca_dir: Path | None,
-    trust: list[Path],
-    quiet: bool,
-    hiera: Path | None = None,
-    cluster: str | None = None,
-    signer_opts: SignerOptions | None = None,
-) -> int:
-    """Exit 0 when every managed file is present and valid, 1 with a line per problem.
+def verdict(found: Plan) -> int:
+    """A plan's exit code, with refusals (3) and an unreachable signer (5) raised as the
+    one-line errors `issue` gives for the same plan."""
+    code = found.exit_code()
+    if code == EXIT_REFUSED:
+        raise RefusedError(found.refusals[0])
+    if code == EXIT_SIGNER:
+        for line in found.lines()[:-1]:
+            print(line)
+        raise SignerError(found.lines()[-1])
+    return code
 
-    The signer options are accepted (Puppet's `unless` repeats `issue`'s) but no signer
-    is asked anything: with cfssl, leaves are judged against the bundle on disk.
+
+def check(request: Request, quiet: bool) -> int:
+    """Exit 0 when `issue` would change nothing, 1 with a line per problem when it would.
+
+    The same desired state as `issue` (settings, signer, its current CA, trust list):
+    with cfssl, its CA comes from the on-disk cache, refreshed from cfssl's info API
+    once per TTL; refused (3) and signer down while signing is needed (5) as in `issue`.
+    Without --ca-dir or a signer, the set is judged by the bundle on disk alone.
     """
     from datetime import UTC, datetime
 
-    from typhapki.pki.layout import SetPaths
-    from typhapki.pki.verify import check_set
-    from typhapki.puppet.cluster_options import with_cluster_options
+    from typhapki.pki.plan import plan
+    from typhapki.settings.desired import resolve
 
-    opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
-    if signer_opts is not None:
-        _ = signer_opts.kind  # a misspelt --signer fails here as it would in `issue`
-    settings = build_settings(opts)
-    roles = parse_roles(role)
-    signing = None
-    bundle = None
-    if ca_dir is not None:
-        from typhapki.pki.issuance import load_wanted_bundle  # only with --ca-dir: start-up cost
-
-        signing, bundle = load_wanted_bundle(ca_dir, trust)
-    report = check_set(SetPaths(out), settings, roles, datetime.now(UTC), bundle, signing)
+    desired = resolve(request, require_signer=False)
+    now = datetime.now(UTC)
+    report = desired.judge(now)
+    found = plan(desired, report, now)
+    out = request.out
     if report.bundle is not None and len(report.bundle) > 1 and not quiet:
         # Several CAs in the bundle: say which rotation stage the node is in.
         from typhapki.pki.rotation import describe_rotation
@@ -65,11 +61,14 @@ def check(
         rotation = describe_rotation(report)
         stage = rotation["stage_name"] or "unknown (see docs/rotation.md)"
         print(f"{out}: CA rotation: {rotation['bundle_cas']} CAs trusted, stage {stage}")
-    if report.ok:
+    code = verdict(found)
+    if code == EXIT_OK:
         if not quiet:
-            print(f"{out}: {', '.join(r.value for r in roles)} set valid")
-            print(f"{out}: {renewal_line(report, settings)}")
+            print(f"{out}: {', '.join(r.value for r in desired.roles)} set valid")
+            print(f"{out}: {renewal_line(report, desired.settings)}")
+            if found.unconfirmed is not None:
+                print(f"{out}: {found.unconfirmed}")
         return EXIT_OK
-    for problem in report.problems:
-        print(problem.line())
-    return EXIT_NEEDS_ACTION
+    for line in found.lines():
+        print(line)
+    return code

@@ -4,8 +4,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions
 from typhapki.monitoring.nagios import NagiosResult
+from typhapki.settings.pki import PkiOptions
 
 
 def check_nagios(

@@ -48,9 +48,9 @@ def _days(value: str | None) -> int | None:
 
 def facts(raw: RawFactOptions) -> int:
     """Print the `typhapki` external fact as JSON; exit 0 whatever it finds."""
-    from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.facts import FactRequest, gather
+    from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
     errors: list[str] = []
     if raw.config_error:
@@ -66,7 +66,7 @@ def facts(raw: RawFactOptions) -> int:
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
     hiera_options = PkiOptions()
     try:
-        from typhapki.puppet.cluster_options import load_typha_settings, pki_options_of
+        from typhapki.settings.cluster import load_typha_settings, pki_options_of
 
         typha = load_typha_settings(
             Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None

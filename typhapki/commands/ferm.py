@@ -1,13 +1,46 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 
+if TYPE_CHECKING:
+    from typhapki.firewall.ferm import Sources
+    from typhapki.puppet.hiera import Cluster
+
 DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
+
+
+class GateOptions(Protocol):
+    """The options every firewall renderer (ferm, nft) hands to `gated_rule`."""
+
+    @property
+    def hiera(self) -> Path: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def mode(self) -> str | None: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def output(self) -> Path | None: ...
+    @property
+    def check(self) -> bool: ...
+    @property
+    def nameservers(self) -> tuple[str, ...]: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def concurrency(self) -> int | None: ...
+    @property
+    def dns_gate(self) -> str | None: ...
+    @property
+    def state_dir(self) -> Path | None: ...
 
 
 @dataclass(frozen=True)
@@ -29,6 +62,23 @@ class FermOptions:
     state_dir: Path | None = None
 
 
+@dataclass(frozen=True)
+class GatedRule:
+    """What passed the DNS gate: the cluster, its mode and port, the sources to allow."""
+
+    cluster: Cluster
+    mode: str
+    port: int
+    sources: Sources
+
+
+# A renderer's part of a run: called with the cluster and its mode before any DNS
+# query (refuse what it cannot render there), it returns what renders and writes the
+# gated rule (an exit code).
+Prepare = Callable[["Cluster", str], Callable[[GatedRule], int]]
+Choice = tuple[str, "str | None", Sequence[str]]
+
+
 def ferm(opts: FermOptions) -> int:
     """Render the cluster's Typha rule behind the DNS gate; write, print or check it.
 
@@ -37,6 +87,37 @@ def ferm(opts: FermOptions) -> int:
     Exit 1: the DNS gate failed (one line per failing host, nothing written) or
     --check found the file out of date. Exit 2: bad hiera, template or option, or
     ``warn`` asked for a rule built from node addresses.
+    """
+    from typhapki.firewall import ferm as rules
+
+    def prepare(cluster: Cluster, mode: str) -> Callable[[GatedRule], int]:
+        style = opts.style or cluster.typha.style or rules.DEFAULT_STYLE
+        rules.check_templates(opts.templates, style)
+
+        def emit(rule: GatedRule) -> int:
+            text = rules.render(
+                cluster=rule.cluster.name,
+                group=rule.cluster.group,
+                mode=rule.mode,
+                style=style,
+                port=rule.port,
+                sources=rule.sources,
+                templates=opts.templates,
+            )
+            return emit_text(opts, text, "ferm rule")
+
+        return emit
+
+    return gated_rule(opts, prepare, (("--style", opts.style, rules.STYLES),))
+
+
+def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = ()) -> int:
+    """The pipeline every firewall renderer shares: options, hiera, the DNS gate, the
+    strict/relaxed decision and the state record; `prepare` adds only the rendering.
+
+    `choices` are the renderer's own (flag, value, allowed) options, checked between
+    --mode and --dns-gate. Returns EXIT_NEEDS_ACTION (nothing rendered) when the gate
+    fails under ``enforce``, else what the renderer's emit returns.
     """
     from typhapki.firewall import ferm as rules
     from typhapki.firewall.dnsgate import (
@@ -51,20 +132,19 @@ def ferm(opts: FermOptions) -> int:
 
     if opts.check and opts.output is None:
         raise UsageError("--check needs --output FILE: the file to compare with")
-    for flag, value, choices in (
+    for flag, value, allowed in (
         ("--mode", opts.mode, rules.MODES),
-        ("--style", opts.style, rules.STYLES),
+        *choices,
         ("--dns-gate", opts.dns_gate, DNS_GATES),
     ):
-        if value is not None and value not in choices:
-            raise UsageError(f"{flag}: expected one of {', '.join(choices)}, got {value!r}")
+        if value is not None and value not in allowed:
+            raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")
     if opts.port is not None and not 1 <= opts.port <= 65535:
         raise UsageError(f"--port: expected 1-65535, got {opts.port}")
 
     cluster = load_cluster(opts.hiera, opts.cluster)
     typha = cluster.typha
     mode = opts.mode or typha.mode or rules.DEFAULT_MODE
-    style = opts.style or typha.style or rules.DEFAULT_STYLE
     port = opts.port or typha.port or rules.DEFAULT_PORT
     dns_gate = opts.dns_gate or typha.dns_gate or DEFAULT_DNS_GATE
     # Fixed sources: the rule does not depend on any node's addresses.
@@ -83,7 +163,7 @@ def ferm(opts: FermOptions) -> int:
             "would drop its addresses silently (warn needs mode: relaxed with networks "
             "or network_variable)"
         )
-    rules.check_templates(opts.templates, style)
+    emit = prepare(cluster, mode)
     servers = nameservers_from(list(opts.nameservers))
 
     if cluster.cluster_nodes:
@@ -150,24 +230,19 @@ def ferm(opts: FermOptions) -> int:
                 prefix_v4=typha.prefix_v4 or rules.DEFAULT_PREFIX_V4,
                 prefix_v6=typha.prefix_v6 or rules.DEFAULT_PREFIX_V6,
             )
-        text = rules.render(
-            cluster=cluster.name,
-            group=cluster.group,
-            mode=mode,
-            style=style,
-            port=port,
-            sources=sources,
-            templates=opts.templates,
-        )
-        if opts.output is None:
-            sys.stdout.write(text)
-            code = EXIT_OK
-        else:
-            code = _write_or_check(opts.output, text.encode(), opts.check)
+        code = emit(GatedRule(cluster, mode, port, sources))
         succeeded = True  # rendered, and written, unchanged, printed or compared
     finally:
         record()
     return code
+
+
+def emit_text(opts: GateOptions, text: str, what: str) -> int:
+    """Print `text`, or write it to --output (atomic, only on change), or --check it."""
+    if opts.output is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    return _write_or_check(opts.output, text.encode(), opts.check, what)
 
 
 def _built_from(mode: str) -> str:
@@ -176,7 +251,7 @@ def _built_from(mode: str) -> str:
     return "relaxed rule derived from the node addresses (no networks or network_variable)"
 
 
-def _write_or_check(output: Path, content: bytes, check: bool) -> int:
+def _write_or_check(output: Path, content: bytes, check: bool, what: str) -> int:
     import os
     import stat
 
@@ -188,7 +263,7 @@ def _write_or_check(output: Path, content: bytes, check: bool) -> int:
         try:
             st = os.lstat(output)
         except FileNotFoundError:
-            print(f"{output}: missing, ferm rule needs writing")
+            print(f"{output}: missing, {what} needs writing")
             return EXIT_NEEDS_ACTION
         except OSError as exc:
             raise StoreError(f"{output}: {exc.strerror or exc}") from None
@@ -199,14 +274,14 @@ def _write_or_check(output: Path, content: bytes, check: bool) -> int:
         from typhapki.safeio import UnreadableFileError, read_regular
 
         try:
-            current = read_regular(output, "ferm rule", max(len(content), 1) * 2 + 4096)
+            current = read_regular(output, what, max(len(content), 1) * 2 + 4096)
         except UnreadableFileError:
-            print(f"{output}: unreadable or too large, ferm rule needs rewriting")
+            print(f"{output}: unreadable or too large, {what} needs rewriting")
             return EXIT_NEEDS_ACTION
         if current == content and (st.st_mode & 0o7777) == 0o644:
             print(f"{output}: up to date")
             return EXIT_OK
-        print(f"{output}: out of date, ferm rule needs rewriting")
+        print(f"{output}: out of date, {what} needs rewriting")
         return EXIT_NEEDS_ACTION
     if not output.parent.is_dir():
         raise StoreError(f"{output.parent}: no such directory")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
 from typhapki.errors import UsageError
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 
 def install(
@@ -20,7 +20,7 @@ def install(
     """Install a shipped set (--from) or a certificate signed elsewhere (--cert)."""
     from typhapki.commands.issue import report_changes
     from typhapki.pki.install import install_certificate, install_shipped
-    from typhapki.puppet.cluster_options import with_cluster_options
+    from typhapki.settings.cluster import with_cluster_options
 
     if (source is None) == (cert is None):
         raise UsageError("give either --from DIR (a shipped set) or --cert FILE (from request)")

@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
-from typhapki.commands.signer_options import SignerOptions, build_signer
+from typhapki.settings.desired import Request
 
 if TYPE_CHECKING:
     from typhapki.pki.issuance import Change
@@ -34,26 +33,34 @@ def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: 
             print(change.line())
 
 
-def issue(
-    ca_dir: Path | None,
-    out: Path,
-    role: str,
-    opts: PkiOptions,
-    trust: list[Path],
-    as_json: bool,
-    hiera: Path | None = None,
-    cluster: str | None = None,
-    signer_opts: SignerOptions | None = None,
-) -> int:
-    from typhapki.pki.issuance import ensure_set, load_trusted
-    from typhapki.puppet.cluster_options import with_cluster_options, with_cluster_signer
+def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
+    """Carry out the plan to the desired state; with `dry_run`, print it and exit as
+    `check` would (0 nothing to do, 1 steps to take, 3 refused, 5 signer down)."""
+    from datetime import UTC, datetime
 
-    opts = with_cluster_options(opts, hiera, cluster)  # flags win over hiera
-    signer_opts = with_cluster_signer(signer_opts or SignerOptions(), hiera, cluster)
-    settings = build_settings(opts)
-    roles = parse_roles(role)
-    trusted = load_trusted(trust)
-    signer = build_signer(signer_opts, ca_dir)
-    changes = ensure_set(out, signer, settings, roles, trusted)
-    report_changes(out, [r.value for r in roles], changes, as_json)
+    from typhapki.pki.issuance import apply
+    from typhapki.pki.plan import plan
+    from typhapki.settings.desired import resolve
+
+    desired = resolve(request, require_signer=True)
+    roles = [r.value for r in desired.roles]
+    if dry_run:
+        from typhapki.commands.check import verdict
+
+        now = datetime.now(UTC)
+        found = plan(desired, desired.judge(now), now)
+        code = verdict(found)
+        if as_json:
+            steps = [
+                {"scope": s.scope, "path": str(s.path), "action": s.action, "reason": s.reason}
+                for s in found.steps
+            ]
+            print(json.dumps({"changed": False, "plan": steps}, indent=2))
+        elif not found.steps:
+            print(f"{request.out}: {', '.join(roles)} set valid and fresh; nothing to do")
+        for step in found.steps if not as_json else ():
+            print(f"{step.scope}: would {step.action} {step.path} ({step.reason})")
+        return code
+    changes = apply(desired)
+    report_changes(request.out, roles, changes, as_json)
     return 0

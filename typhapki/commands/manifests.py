@@ -1,8 +1,42 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.errors import UsageError
+
+if TYPE_CHECKING:
+    from typhapki.kubernetes.manifests import SetFiles, TyphaPod
+
+
+def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
+    """Say when the Typha key on this host is not readable by the uid/gid Typha runs as.
+
+    A warning, not an error: the set read here may be a copy, and the nodes' keys are
+    what counts; but the same settings on the nodes would leave Typha unable to start.
+    """
+    from typhapki.pki.settings import RoleName
+
+    key = files.paths.key(RoleName.TYPHA)
+    st = key.stat()
+    if not typha.can_read(st):
+        print(
+            f"typhapki: warning: {key}: owner {st.st_uid}, group {st.st_gid}, mode "
+            f"{st.st_mode & 0o777:04o}: Typha running as {typha.uid}:{typha.gid} cannot read "
+            f"it; issue with --key-owner {typha.uid} --key-group {typha.gid} "
+            "(docs/kubernetes.md)",
+            file=sys.stderr,
+        )
+
+
+def _read_stdin() -> str:
+    from typhapki.errors import ConfigError
+
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"stdin: not UTF-8 (byte {exc.start}): not rendered manifests") from None
 
 
 def manifests(
@@ -12,6 +46,11 @@ def manifests(
     identity: str | None,
     wiring: bool,
     wiring_dir: Path | None = None,
+    kustomize_dir: Path | None = None,
+    kustomize_base: str | None = None,
+    post_render: bool = False,
+    typha_uid: int | None = None,
+    typha_gid: int | None = None,
 ) -> int:
     """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid)."""
     from datetime import UTC, datetime
@@ -19,6 +58,7 @@ def manifests(
     from typhapki.kubernetes.manifests import (
         IdentityKind,
         ManifestFormat,
+        TyphaPod,
         dump_yaml,
         hardway_objects,
         load_set,
@@ -31,18 +71,67 @@ def manifests(
     kind = IdentityKind.parse(identity) if identity else None
     if namespace is not None:
         validate_namespace(namespace)
-    wiring = wiring or wiring_dir is not None
+    typha = TyphaPod.parse(typha_uid, typha_gid)
+    modes = [
+        flag
+        for flag, on in (
+            ("--wiring", wiring),
+            ("--wiring-dir", wiring_dir is not None),
+            ("--kustomize-dir", kustomize_dir is not None),
+            ("--post-render", post_render),
+        )
+        if on
+    ]
+    if len(modes) > 1 and modes != ["--wiring", "--wiring-dir"]:
+        raise UsageError(f"{' and '.join(modes)}: choose one way to deliver the wiring")
+    if (kustomize_dir is None) != (kustomize_base is None):
+        raise UsageError("--kustomize-dir and --kustomize-base go together")
+    if (kustomize_dir is not None or post_render) and namespace is not None:
+        raise UsageError(
+            "--namespace: the kustomization and the post-renderer patch Calico's objects "
+            "in the namespace they already have"
+        )
+    wiring = bool(modes)
     if wiring and manifest_format is ManifestFormat.OPERATOR:
         raise UsageError(
-            "--wiring is for --format hardway: tigera-operator mounts its Secrets itself"
+            f"{modes[0]} is for --format hardway: tigera-operator mounts its Secrets itself"
         )
+    if kustomize_dir is not None and not kustomize_dir.is_dir():
+        raise UsageError(f"--kustomize-dir {kustomize_dir}: not a directory")
+    if wiring_dir is not None and not wiring_dir.is_dir():
+        raise UsageError(f"--wiring-dir {wiring_dir}: not a directory")
+    # The rendered chart first: a bad stream fails before the set is read, and a
+    # post-renderer must never print half a stream.
+    rendered = _read_stdin() if post_render else ""
     files = load_set(out, kind, datetime.now(UTC))
+    if post_render:
+        from typhapki.kubernetes.kustomize import post_render as render
+
+        patched = render(rendered, wiring_patches(files, out, None, typha))
+        _warn_unreadable_key(files, typha)
+        sys.stdout.write(patched)
+        return 0
+    if kustomize_dir is not None:
+        from typhapki.kubernetes.kustomize import kustomization_files
+        from typhapki.pki.store import write_file_atomic
+
+        assert kustomize_base is not None
+        texts = kustomization_files(
+            kustomize_dir, kustomize_base, wiring_patches(files, out, None, typha)
+        )
+        _warn_unreadable_key(files, typha)
+        for name, text in texts.items():
+            target = kustomize_dir / name
+            verb = "written" if write_file_atomic(target, text.encode(), 0o644) else "unchanged"
+            print(f"{target}: {verb}")
+        print(f"build with: kubectl kustomize {kustomize_dir}")
+        return 0
+    if wiring:
+        _warn_unreadable_key(files, typha)
     if wiring_dir is not None:
         from typhapki.pki.store import write_file_atomic
 
-        if not wiring_dir.is_dir():
-            raise UsageError(f"--wiring-dir {wiring_dir}: not a directory")
-        for p in wiring_patches(files, out, namespace):
+        for p in wiring_patches(files, out, namespace, typha):
             target = wiring_dir / p.file_name
             body = dump_yaml(
                 [(f"strategic-merge patch for {p.kind} {p.namespace}/{p.name}", p.patch)]
@@ -51,7 +140,7 @@ def manifests(
             print(f"{target}: {verb}; apply with: {p.command(str(target))}")
         return 0
     if wiring:
-        patches = wiring_patches(files, out, namespace)
+        patches = wiring_patches(files, out, namespace, typha)
         text = dump_yaml(
             [
                 (

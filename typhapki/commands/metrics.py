@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from typhapki.commands.monitoring_options import settings_factory, status_request
-from typhapki.commands.pki_options import PkiOptions
 from typhapki.errors import EXIT_OK
+from typhapki.settings.pki import PkiOptions
 
 
 def metrics(

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
 from typhapki.pki.settings import PkiSettings
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
     from typhapki.monitoring.status import StatusRequest
@@ -19,7 +19,7 @@ def settings_factory(
     """Flags over the cluster's hiera settings, built when called (inside a guard)."""
 
     def build() -> PkiSettings:
-        from typhapki.puppet.cluster_options import with_cluster_options
+        from typhapki.settings.cluster import with_cluster_options
 
         return build_settings(with_cluster_options(opts, hiera, cluster))
 

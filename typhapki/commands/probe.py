@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from typhapki.commands.monitoring_options import settings_factory
-from typhapki.commands.pki_options import PkiOptions
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError
+from typhapki.settings.pki import PkiOptions
 
 
 def probe(

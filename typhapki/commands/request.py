@@ -3,7 +3,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions, single_role_settings
+from typhapki.settings.cluster import single_role_settings
+from typhapki.settings.pki import PkiOptions
 
 
 def request(

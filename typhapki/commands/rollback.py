@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typhapki.commands.pki_options import parse_roles
 from typhapki.errors import UsageError
+from typhapki.settings.pki import parse_roles
 
 
 def rollback(out: Path, role: str | None, bundle: bool) -> int:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions, build_settings, parse_roles
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 
 def rotate_ca(
@@ -22,7 +22,7 @@ def rotate_ca(
 ) -> int:
     """Bring OUT to a CA rotation stage; with --check only say whether it is there."""
     from typhapki.pki.rotation import Stage, check_stage, rotate
-    from typhapki.puppet.cluster_options import with_cluster_options
+    from typhapki.settings.cluster import with_cluster_options
 
     target = Stage.parse(stage)
     opts = with_cluster_options(opts, hiera, cluster)  # the same sources as `issue`

@@ -3,8 +3,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typhapki.commands.pki_options import PkiOptions, single_role_settings
 from typhapki.pki.x509compat import valid_until
+from typhapki.settings.cluster import single_role_settings
+from typhapki.settings.pki import PkiOptions
 
 
 def sign(

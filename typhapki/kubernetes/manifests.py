@@ -84,6 +84,80 @@ OPERATOR_IDENTITY_KEY = {IdentityKind.CN: "common-name", IdentityKind.URI_SAN: "
 TYPHA_WORKLOAD = ("apps/v1", "Deployment", "calico-typha")
 NODE_WORKLOAD = ("apps/v1", "DaemonSet", "calico-node")
 
+# The node label of the nodes that hold a Typha set. Puppet cannot label a Node object,
+# so it reaches the node through the kubelet's --node-labels (docs/kubernetes.md), and
+# the Typha wiring's nodeSelector keeps Typha off every other node: with hostPath type
+# Directory a Typha pod elsewhere would hang in ContainerCreating.
+TYPHA_NODE_LABEL = "typhapki.calico/typha-set"
+TYPHA_NODE_LABEL_VALUE = "true"
+
+# The uid and gid Typha runs as. Calico's image says `USER 999`, but 999 is a system
+# account on many hosts (dnsmasq, systemd-journal), and with hostNetwork and no user
+# namespace the container's uid is the host's: whoever is 999 there could read Typha's
+# key. tigera-operator runs the same image as 10001:10001, clear of Debian's system and
+# user ranges; the wiring pins it, and the key is issued to it (--key-owner/--key-group).
+DEFAULT_TYPHA_UID = 10001
+DEFAULT_TYPHA_GID = 10001
+_MAX_ID = 4294967294  # what the kernel allows as a uid/gid (-1 means "unchanged")
+
+
+@dataclass(frozen=True)
+class TyphaPod:
+    """Where Typha runs and as whom: the part of the wiring that is not TLS."""
+
+    uid: int = DEFAULT_TYPHA_UID
+    gid: int = DEFAULT_TYPHA_GID
+
+    @classmethod
+    def parse(cls, uid: int | None, gid: int | None) -> TyphaPod:
+        for flag, value in (("--typha-uid", uid), ("--typha-gid", gid)):
+            if value is not None and not 1 <= value <= _MAX_ID:
+                raise UsageError(
+                    f"{flag}: {value} is out of range (1 to {_MAX_ID}; Typha never runs as root)"
+                )
+        return cls(
+            uid=DEFAULT_TYPHA_UID if uid is None else uid,
+            gid=DEFAULT_TYPHA_GID if gid is None else gid,
+        )
+
+    def spec_patch(self) -> dict[str, Any]:
+        """The Deployment spec fields besides the pod template: the rollout strategy.
+
+        Typha uses hostNetwork, so two replicas never share a node: with Calico's
+        maxSurge (100% in the chart) a rollout needs twice as many labelled nodes as
+        replicas. maxSurge 0 / maxUnavailable 1 replaces one pod at a time on the
+        labelled nodes there are: replicas + 1 of them let a rollout or a drain go on
+        without waiting, and the PDB's maxUnavailable 1 is never exceeded.
+        """
+        return {"strategy": {"type": "RollingUpdate",
+                             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}  # fmt: skip
+
+    def pod_patch(self) -> dict[str, Any]:
+        """The pod spec fields: the nodeSelector of the labelled nodes."""
+        return {"nodeSelector": {TYPHA_NODE_LABEL: TYPHA_NODE_LABEL_VALUE}}
+
+    def container_patch(self) -> dict[str, Any]:
+        """The calico-typha container's securityContext: the owner the key is issued to.
+
+        Container level, not pod level: fsGroup never applies to hostPath volumes, and
+        a pod-level runAsUser would also apply to containers the chart may add.
+        """
+        return {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": self.uid,
+                "runAsGroup": self.gid,
+            }
+        }
+
+    def can_read(self, st: os.stat_result) -> bool:
+        """Whether a process running as uid:gid (no supplementary groups) reads the file."""
+        if st.st_uid == self.uid:
+            return bool(st.st_mode & 0o400)
+        if st.st_gid == self.gid:
+            return bool(st.st_mode & 0o040)
+        return bool(st.st_mode & 0o004)
+
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -346,9 +420,13 @@ def _volume_name(directory: str) -> str:
 
 
 def _pod_patch(
-    container: str, env: list[dict[str, str]], host_out: Path, directories: Sequence[str]
+    container: str,
+    env: list[dict[str, str]],
+    host_out: Path,
+    directories: Sequence[str],
+    typha: TyphaPod | None = None,
 ) -> dict[str, Any]:
-    return {
+    patch: dict[str, Any] = {
         "spec": {
             "template": {
                 "spec": {
@@ -379,6 +457,12 @@ def _pod_patch(
             }
         }
     }
+    if typha is not None:
+        spec = patch["spec"]
+        spec.update(typha.spec_patch())
+        spec["template"]["spec"].update(typha.pod_patch())
+        spec["template"]["spec"]["containers"][0].update(typha.container_patch())
+    return patch
 
 
 @dataclass(frozen=True)
@@ -400,9 +484,13 @@ class WiringPatch:
 
 
 def wiring_patches(
-    files: SetFiles, host_out: Path, namespace: str | None = None
+    files: SetFiles,
+    host_out: Path,
+    namespace: str | None = None,
+    typha: TyphaPod | None = None,
 ) -> list[WiringPatch]:
-    """hostPath volumes, read-only mounts and env for calico-typha and calico-node."""
+    """hostPath volumes, read-only mounts and env for calico-typha and calico-node, and
+    Typha's placement, rollout strategy and user (`typha`, default TyphaPod())."""
     ns = namespace or DEFAULT_NAMESPACE[ManifestFormat.HARDWAY]
     env = wiring_env(files)
     typha_dirs = [BUNDLE_DIR, ROLES[RoleName.TYPHA].directory]
@@ -415,7 +503,8 @@ def wiring_patches(
         (TYPHA_WORKLOAD, RoleName.TYPHA, typha_dirs, "typha.yaml"),
         (NODE_WORKLOAD, RoleName.FELIX, felix_dirs, "node.yaml"),
     ):
-        patch = _pod_patch(name, env[role], host_out, dirs)
+        pod = (typha or TyphaPod()) if role is RoleName.TYPHA else None
+        patch = _pod_patch(name, env[role], host_out, dirs, pod)
         out.append(WiringPatch(api, kind, name, ns, patch, file_name))
     return out
 

@@ -180,19 +180,34 @@ def _publish(paths: SetPaths, candidates: Sequence[Candidate]) -> list[Change]:
     return changes
 
 
-def install_shipped(
-    source: Path,
-    out: Path,
-    settings: PkiSettings,
-    roles: Sequence[RoleName],
-    now: datetime | None = None,
-) -> tuple[list[Change], list[str]]:
-    """Install the set under `source` (the layout `issue --out` writes) into `out`.
+@dataclass(frozen=True)
+class Shipped:
+    """A shipped set, read and judged: what `install --from` would publish."""
 
-    Everything is read and judged before the first file is published; any problem
-    refuses the whole set and leaves the live one as it was. Returns the changes and
-    the warnings to print.
-    """
+    source: Path
+    bundle: list[x509.Certificate]
+    pairs: list[tuple[RoleName, x509.Certificate, PrivateKey]]
+    warnings: list[str]
+
+    def candidates(self, out: Path, settings: PkiSettings) -> list[Candidate]:
+        """The files that differ from the live set (none: nothing to install)."""
+        paths = SetPaths(out)
+        reason = f"shipped in {self.source}"
+        found = [
+            _bundle_candidate(paths, self.bundle, reason),
+            *(
+                _role_candidate(paths, role, leaf, key, settings, reason)
+                for role, leaf, key in self.pairs
+            ),
+        ]
+        return [c for c in found if c is not None]
+
+
+def read_shipped(
+    source: Path, settings: PkiSettings, roles: Sequence[RoleName], now: datetime | None = None
+) -> Shipped:
+    """Read and judge the set under `source` (the layout `issue --out` writes); any problem
+    refuses the whole set. `check --from` and `install --from` both start here."""
     now = now or datetime.now(UTC)
     if not source.is_dir():
         raise ConfigError(f"{source}: shipped set directory does not exist")
@@ -208,20 +223,25 @@ def install_shipped(
         key = parse_key(read_regular(key_path, f"shipped {role.value} key"), str(key_path))
         warnings += _judge_pair(role, chain, key, cert_path, key_path, settings, bundle, now)
         pairs.append((role, chain[0], key))
-    paths = SetPaths(out)
-    with store_locked(paths.lock):
-        candidates = [
-            c
-            for c in [
-                _bundle_candidate(paths, bundle, f"shipped in {source}"),
-                *(
-                    _role_candidate(paths, role, leaf, key, settings, f"shipped in {source}")
-                    for role, leaf, key in pairs
-                ),
-            ]
-            if c is not None
-        ]
-        return _publish(paths, candidates), warnings
+    return Shipped(source, bundle, pairs, warnings)
+
+
+def install_shipped(
+    source: Path,
+    out: Path,
+    settings: PkiSettings,
+    roles: Sequence[RoleName],
+    now: datetime | None = None,
+) -> tuple[list[Change], list[str]]:
+    """Install the set under `source` (the layout `issue --out` writes) into `out`.
+
+    Everything is read and judged before the first file is published; any problem
+    refuses the whole set and leaves the live one as it was. Returns the changes and
+    the warnings to print.
+    """
+    shipped = read_shipped(source, settings, roles, now)
+    with store_locked(SetPaths(out).lock):
+        return _publish(SetPaths(out), shipped.candidates(out, settings)), shipped.warnings
 
 
 # -- CSRs for any other PKI ---------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Creating the cluster CA and keeping a node's Typha/Felix set valid.
 
-`ensure_set` is what `issue` runs: it checks the set under the lock, changes only
-what a problem calls for, and returns exactly what it changed so the caller can say
-which pods need a restart (Typha never reloads; Felix picks up on reconnect).
+`apply` is what `issue` runs: it carries out the plan (typhapki/pki/plan.py) that takes
+the set to its desired state, changes only what a problem calls for, and returns exactly
+what it changed so the caller can say which pods need a restart (Typha never reloads;
+Felix picks up on reconnect). `ensure_set` is the same for a signer and settings.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 
 from cryptography import x509
 
-from typhapki.errors import ConfigError, RefusedError
-from typhapki.pki.layout import ROLES, CaPaths, SetPaths
-from typhapki.pki.pem import file_exists, load_certs, load_key, read_file
+from typhapki.errors import ConfigError, RefusedError, StoreError
+from typhapki.pki.layout import ROLES, CaPaths
+from typhapki.pki.pem import load_certs, load_key, read_file
+from typhapki.pki.plan import Desired, Plan, Step, plan, wanted_bundle
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -31,7 +33,6 @@ from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
-from typhapki.pki.signers.local import LocalSigner
 from typhapki.pki.store import FileSpec, collect_garbage, publish, publish_all
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import (
@@ -39,7 +40,6 @@ from typhapki.pki.verify import (
     Problem,
     RoleState,
     ca_unfit,
-    check_set,
     fingerprint,
     is_ca,
     judge_role,
@@ -154,19 +154,6 @@ def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
     return out
 
 
-def wanted_bundle(
-    signing: x509.Certificate, trusted: Sequence[x509.Certificate]
-) -> list[x509.Certificate]:
-    """The signing CA first, then the other trusted CAs, each once."""
-    seen = {fingerprint(signing)}
-    out = [signing]
-    for cert in trusted:
-        if fingerprint(cert) not in seen:
-            seen.add(fingerprint(cert))
-            out.append(cert)
-    return out
-
-
 def load_wanted_bundle(
     ca_dir: Path, trust: Sequence[Path]
 ) -> tuple[x509.Certificate, list[x509.Certificate]]:
@@ -204,8 +191,9 @@ class Change:
 
     @property
     def restarts(self) -> bool:
-        """Whether a component must restart to load it (new permissions need none)."""
-        return self.action != "fixed permissions"
+        """Whether a component must restart to load it (new permissions need none, nor
+        dropping an exposed previous generation)."""
+        return self.action not in ("fixed permissions", "dropped")
 
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
@@ -271,103 +259,157 @@ def verify_issued(
 
 
 @dataclass(frozen=True)
-class _Planned:
-    """A role's files to publish, and the change they make."""
+class _Signed:
+    """A role's new pair, signed and verified before the lock is taken."""
 
-    role: RoleName
-    files: dict[str, FileSpec]
-    change: Change
-    exposed: bool = False
+    step: Step
+    leaf: x509.Certificate
+    key: PrivateKey
+
+
+class _CaMoved(Exception):
+    """The signer signed with another CA than the one the plan was made for."""
 
 
 def ensure_set(
     out: Path,
-    signer: Signer | Issuer,
+    signer: Signer,
     settings: PkiSettings,
     roles: Sequence[RoleName],
     trusted: Sequence[x509.Certificate] = (),
     now: datetime | None = None,
     keep_leaves: bool = False,
 ) -> list[Change]:
-    """Make the set under `out` valid and fresh; return what changed (nothing when it was).
+    """Make the set under `out` valid and fresh; return what changed (nothing when it was)."""
+    current = signer.current_ca()
+    desired = Desired(out, tuple(roles), settings, signer, current, tuple(trusted))
+    return apply(desired, now, keep_leaves)
 
-    With `keep_leaves` (CA rotation, stage trust-new) only the bundle is brought up to
-    date and a missing pair is issued: an existing leaf or key is never touched.
 
-    Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees
-    a CSR. Every certificate needed is signed and verified before the first file is
-    published, so a signer that fails or returns the wrong thing leaves the set as it was.
+def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = False) -> list[Change]:
+    """Carry out the plan that takes the set to `desired`; return what changed.
+
+    Keys are made here, on this host; the signer (the local CA, cfssl) only ever sees a
+    CSR. Signing happens before the output directory's lock is taken, so a slow signer
+    never holds up another run on the node; under the lock the set is judged again and
+    published in one transaction (all of it or nothing), with the signed pairs only where
+    the plan still calls for them. A signer that fails or returns the wrong thing leaves
+    the set as it was. With `keep_leaves` (CA rotation, stage trust-new) only the bundle
+    is brought up to date and a missing pair is issued.
     """
-    paths = SetPaths(out)
-    # The local CA signs at `now`, which is only known under the lock.
-    issuer = signer if isinstance(signer, Issuer) else None
-    remote = None if isinstance(signer, Issuer) else signer
-    signing = issuer.cert if issuer is not None else signer.signing_ca()  # type: ignore[union-attr]
-    bundle = wanted_bundle(signing, trusted)
-    changes: list[Change] = []
+    now = now or datetime.now(UTC)
+    signer = desired.signer
+    assert signer is not None and desired.current is not None
+    for _attempt in range(3):
+        found = plan(desired, desired.judge(now), now, keep_leaves)
+        if found.refusals:
+            raise RefusedError(found.refusals[0])
+        if not found.steps:
+            return []
+        try:
+            signed = _sign(desired, found, now)
+        except _CaMoved:
+            # cfssl moved to another CA since it was cached: plan again with the new one.
+            current = signer.current_ca(refresh=True)
+            desired = Desired(
+                desired.out, desired.roles, desired.settings, signer, current, desired.trusted
+            )
+            continue
+        changes = _publish(desired, signed, now, keep_leaves)
+        if changes is not None:
+            return changes
+    raise StoreError(f"{desired.out}: the set kept changing under concurrent runs; try again")
+
+
+def _sign(desired: Desired, found: Plan, now: datetime) -> dict[RoleName, _Signed]:
+    """New pairs for every step that signs, each verified as `check` would judge it."""
+    signer, current = desired.signer, desired.current
+    assert signer is not None and current is not None
+    bundle = desired.bundle or []
+    signed: dict[RoleName, _Signed] = {}
+    for role in desired.roles:
+        step = found.role_step(role)
+        if step is None or not step.signs:
+            continue
+        leaf_key = generate_key(desired.settings.key_type)
+        csr = build_csr(leaf_key, desired.settings.identity(role))
+        chain = signer.sign(csr, role)
+        if chain and chain[0].issuer != current.cert.subject and not current.anchors:
+            fresh = signer.current_ca(refresh=True)
+            if fingerprint(fresh.cert) != fingerprint(current.cert):
+                raise _CaMoved
+        leaf = verify_issued(
+            signer, role, chain, leaf_key, desired.settings, bundle, current.cert, now
+        )
+        signed[role] = _Signed(step, leaf, leaf_key)
+    return signed
+
+
+def _publish(
+    desired: Desired, signed: dict[RoleName, _Signed], now: datetime, keep_leaves: bool
+) -> list[Change] | None:
+    """Under the lock: judge again, publish; None when the plan changed meanwhile."""
+    paths = desired.paths
+    bundle = desired.bundle or []
+    key_spec = desired.settings.key_files
     with store_locked(paths.lock):
-        # Judged under the lock: a second concurrent run sees the first one's result.
-        now = now or datetime.now(UTC)
-        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in roles)):
-            collect_garbage(directory)  # what killed runs left behind (we hold the lock)
-        active: Signer
-        if issuer is not None:
-            active = LocalSigner(issuer, settings, now)
-        else:
-            assert remote is not None
-            active = remote
-        report = check_set(paths, settings, roles, now, bundle, signing)
-        planned: list[_Planned] = []
-        for role in roles:
-            state = report.roles[role]
-            if not state.problems or (keep_leaves and file_exists(state.cert_path)):
-                continue
-            layout = ROLES[role]
-            key_spec = settings.key_files
-            fixes = {p.fix for p in state.problems}
-            if fixes == {Fix.PERMISSIONS} and state.chain and state.key is not None:
-                cert_bytes = b"".join(cert_pem(c) for c in state.chain)
-                key_bytes = key_pem(state.key)
-                action, hint = "fixed permissions", "no restart needed"
-                serial = fp = None
-            else:
-                leaf_key = generate_key(settings.key_type)
-                csr = build_csr(leaf_key, settings.identity(role))
-                chain = active.sign(csr, role)
-                leaf = verify_issued(active, role, chain, leaf_key, settings, bundle, signing, now)
-                cert_bytes, key_bytes = cert_pem(leaf), key_pem(leaf_key)
-                existed = file_exists(state.cert_path)
-                action = "reissued" if existed else "issued"
-                hint = RESTART_HINT[role]
-                serial, fp = format(leaf.serial_number, "x"), fingerprint(leaf)
-            files = {
-                layout.cert_file: FileSpec(cert_bytes, 0o644),
-                layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
-            }
-            first = next((p for p in state.problems if p.exposed), state.problems[0])
-            # Name the file the problem is about (the key, a directory) when not the cert.
-            reason = first.message if first.path == state.cert_path else first.line()
-            change = Change(role.value, state.cert_path, action, reason, hint, serial, fp)
-            exposed = any(p.exposed for p in state.problems)
-            planned.append(_Planned(role, files, change, exposed))
-        # Everything is published in one transaction: all of it, or nothing at all.
+        report = desired.judge(now)  # a concurrent run may have done part of the work
+        found = plan(desired, report, now, keep_leaves)
+        if found.refusals:
+            raise RefusedError(found.refusals[0])
+        if any(s.signs and RoleName(s.scope) not in signed for s in found.steps):
+            return None  # more to sign than before the lock: start over
+        for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in desired.roles)):
+            # What killed runs left behind, and a previous generation exposing its key.
+            collect_garbage(directory)
+        changes: list[Change] = []
         items: list[tuple[Path, dict[str, FileSpec]]] = []
         drop_previous: list[Path] = []
-        if any(p.fix is Fix.BUNDLE for p in report.bundle_problems):
+        bundle_step = next((s for s in found.steps if s.scope == "bundle"), None)
+        if bundle_step is not None:
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
             bundle_bytes = b"".join(cert_pem(c) for c in bundle)
             items.append((paths.bundle_dir, {paths.bundle.name: FileSpec(bundle_bytes, 0o644)}))
             if any(p.exposed for p in report.bundle_problems):
                 drop_previous.append(paths.bundle_dir)
-            why = next(p for p in report.bundle_problems if p.fix is Fix.BUNDLE)
-            changes.append(Change("bundle", paths.bundle, "rewrote", why.message, BUNDLE_HINT))
-        for plan in planned:
-            items.append((paths.role_dir(plan.role), plan.files))
-            if plan.exposed:
+            changes.append(
+                Change("bundle", paths.bundle, "rewrote", bundle_step.reason, BUNDLE_HINT)
+            )
+        for role in desired.roles:
+            step = found.role_step(role)
+            if step is None:
+                continue
+            state = report.roles[role]
+            serial = fp = None
+            if step.signs:
+                new = signed[role]
+                cert_bytes, key_bytes = cert_pem(new.leaf), key_pem(new.key)
+                action = "reissued" if step.action == "reissue" else "issued"
+                hint = RESTART_HINT[role]
+                serial, fp = format(new.leaf.serial_number, "x"), fingerprint(new.leaf)
+            elif step.action == "drop previous":  # collect_garbage above dropped it
+                changes.append(
+                    Change(role.value, step.path, "dropped", step.reason, "no restart needed")
+                )
+                continue
+            else:
+                assert state.chain and state.key is not None
+                cert_bytes = b"".join(cert_pem(c) for c in state.chain)
+                key_bytes = key_pem(state.key)
+                action, hint = "fixed permissions", "no restart needed"
+            layout = ROLES[role]
+            files = {
+                layout.cert_file: FileSpec(cert_bytes, 0o644),
+                layout.key_file: FileSpec(key_bytes, key_spec.mode, key_spec.uid, key_spec.gid),
+            }
+            items.append((paths.role_dir(role), files))
+            if any(p.exposed for p in state.problems):
                 # The old generation holds a key others could read: no copy is kept.
-                drop_previous.append(paths.role_dir(plan.role))
-            changes.append(plan.change)
-        with restarts_recorded(out, [c.scope for c in changes if c.restarts]):
+                drop_previous.append(paths.role_dir(role))
+            changes.append(
+                Change(role.value, state.cert_path, action, step.reason, hint, serial, fp)
+            )
+        with restarts_recorded(desired.out, [c.scope for c in changes if c.restarts]):
             if items:
                 publish_all(items, drop_previous)
     return changes

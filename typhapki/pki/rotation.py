@@ -270,6 +270,7 @@ def rotate(
 ) -> RotationResult:
     """Bring the set under `out` to `target`; refuse, writing nothing, if that is unsafe."""
     from typhapki.pki.issuance import ensure_set, load_issuer
+    from typhapki.pki.signers.local import LocalSigner
     from typhapki.pki.store import locked
 
     if target is Stage.NONE:
@@ -296,7 +297,8 @@ def rotate(
         # URI SANs, would lock Felix out at Typha's next restart). Only rolling back from
         # new-CA leaves reissues them, by the old CA.
         keep = target is Stage.TRUST_NEW and "new" not in before.leaves.values()
-        changes = ensure_set(out, issuer, settings, roles, trusted, now, keep_leaves=keep)
+        signer = LocalSigner(issuer, settings, now)
+        changes = ensure_set(out, signer, settings, roles, trusted, now, keep_leaves=keep)
         after = observe(paths, cas)
     return RotationResult(before.stage, after.stage, changes)
 
@@ -311,7 +313,7 @@ def check_stage(
     now: datetime | None = None,
 ) -> list[str]:
     """Why the node is not (cleanly) at `target`; empty when it is. Reads only certificates."""
-    from typhapki.pki.issuance import wanted_bundle
+    from typhapki.pki.plan import wanted_bundle
 
     cas = load_rotation_cas(old_dir, new_dir)
     paths = SetPaths(out)

@@ -491,6 +491,20 @@ def _remove_own_dir(path: Path) -> bool:
     return True
 
 
+def exposed_previous(directory: Path) -> str | None:
+    """Why the previous generation (kept for rollback) must go: a key others could read.
+    `collect_garbage` drops it; `check` reports it so that Puppet runs `issue`."""
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return None
+    previous = previous_generation(directory)
+    if previous is None:
+        return None
+    try:
+        return _generation_exposes_a_key(directory, previous)
+    except OSError:
+        return None
+
+
 def _generation_exposes_a_key(directory: Path, generation: str) -> str | None:
     """A key file in `generation` that others could read or anyone but the owner write."""
     with os.scandir(directory / generation) as entries:

@@ -25,7 +25,7 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
-from typhapki.pki.store import DATA_LINK, current_generation, link_problem
+from typhapki.pki.store import DATA_LINK, current_generation, exposed_previous, link_problem
 from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
@@ -49,6 +49,7 @@ class Fix(StrEnum):
     REISSUE = "reissue"  # new key and certificate
     PERMISSIONS = "permissions"  # same bytes, republished with the right owner and mode
     ROTATE_CA = "rotate-ca"  # nothing `issue` can do: the CA itself must be replaced
+    DROP_PREVIOUS = "drop-previous"  # the generation kept for rollback exposes its key
 
 
 @dataclass(frozen=True)
@@ -558,4 +559,7 @@ def _store_problems(
             Problem(role.value, directory, msg, Fix.REISSUE, exposed=True)
             for msg in directory_problems(directory, [paths.cert(role).name])
         ]
+        if (why := exposed_previous(directory)) is not None:
+            message = f"{why}: the previous set's key is readable by others; issue drops it"
+            per_role[role].append(Problem(role.value, directory, message, Fix.DROP_PREVIOUS))
     return bundle, per_role

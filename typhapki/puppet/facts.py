@@ -211,7 +211,7 @@ def _judged_as_rotation(
     judged against that bundle and that signing CA, as `rotate-ca --check` would, and
     is healthy when valid. Anything else keeps the ordinary verdict.
     """
-    from typhapki.pki.issuance import wanted_bundle
+    from typhapki.pki.plan import wanted_bundle
     from typhapki.pki.verify import find_issuer
 
     disk = report.bundle or []

@@ -66,9 +66,10 @@
 # @param renew_before
 #   Renew this long before expiry (`30d`); undef: as above.
 # @param key_owner
-#   Owner of the key files; undef: as above.
+#   Owner of the key files: `10001` in the module's data, the uid the wiring runs Typha
+#   as (`typhapki manifests --typha-uid`); undef (`~`): as above.
 # @param key_group
-#   Group of the key files; undef: as above.
+#   Group of the key files: `10001` in the module's data (`--typha-gid`); undef: as above.
 # @param key_mode
 #   Mode of the key files (`0640`); undef: as above.
 # @param restart_typha
@@ -172,6 +173,8 @@ class typhapki::certs (
   # What typhapki::config writes into the node configuration file's defaults.
   $config_defaults = {
     'ca_dir'              => $mode ? { 'local' => $ca_dir, default => undef },
+    # shipped: `check` judges the live set against the shipped one, as `install --from` does.
+    'from'                => $mode ? { 'shipped' => $shipped_dir, default => undef },
     'trust'               => $trust_files.empty ? { true => undef, default => $trust_files },
     'key_type'            => $key_type,
     'days'                => $days,
@@ -264,10 +267,6 @@ class typhapki::certs (
         group  => 'root',
         mode   => '0700',
       }
-      $notify_install = $paused ? {
-        true    => undef,
-        default => Exec['typhapki-install-shipped'],
-      }
       $layout.each |$name, $file| {
         file { "${shipped_dir}/${file[0]}":
           ensure    => file,
@@ -278,19 +277,9 @@ class typhapki::certs (
           show_diff => false,
           backup    => false,
           before    => $before_issue,
-          notify    => $notify_install,
         }
       }
       $command = shellquote($bin, 'install', '--from', $shipped_dir)
-      # A newly shipped set replaces a live one that `check` still finds valid.
-      unless $paused {
-        exec { 'typhapki-install-shipped':
-          command     => $command,
-          refreshonly => true,
-          require     => Exec['typhapki-issue'],
-          *           => $exec_defaults,
-        }
-      }
     }
     default: {
       if $cfssl_auth_key =~ NotUndef {

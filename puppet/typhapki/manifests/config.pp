@@ -1,14 +1,14 @@
 # @summary The node configuration file, the node's cluster data and typhapki's directories.
 #
 # The file holds the defaults of every typhapki command on this node (flags still
-# win), built from typhapki, typhapki::certs, typhapki::ferm and typhapki::monitoring:
-# `typhapki issue`, `check`, `ferm`, `facts` and `metrics` need no flags, whether
-# Puppet, the metrics timer or an operator runs them.
+# win), built from typhapki, typhapki::certs, typhapki::ferm (or typhapki::nftables) and
+# typhapki::monitoring: `typhapki issue`, `check`, `ferm` (`nft`), `facts` and `metrics`
+# need no flags, whether Puppet, the metrics timer or an operator runs them.
 #
 # No parameters of its own: it reads `typhapki::config_dir`, `typhapki::config_file`,
 # `typhapki::cluster_file`, `typhapki::out`, `typhapki::role`, `typhapki::cluster`,
 # `typhapki::state_dir` and `typhapki::options`, and the node configuration entries of
-# `typhapki::certs`, `typhapki::ferm` and `typhapki::monitoring`.
+# `typhapki::certs`, `typhapki::ferm` (or `typhapki::nftables`) and `typhapki::monitoring`.
 #
 # @api private
 class typhapki::config {
@@ -50,7 +50,10 @@ class typhapki::config {
     default => {},
   }
   $ferm_commands = $typhapki::_manage_ferm ? {
-    true    => $typhapki::ferm::config_commands,
+    true    => $typhapki::firewall_provider ? {
+      'nftables' => $typhapki::nftables::config_commands,
+      default    => $typhapki::ferm::config_commands,
+    },
     default => {},
   }
   $defaults = ($typhapki::options + $node_defaults + $certs_defaults).filter |$key, $value| {

@@ -1,5 +1,5 @@
 # @summary typhapki on a Kubernetes node: the tool, its node configuration, the fact,
-#   the Typha/Felix certificate set and the Typha ferm rule.
+#   the Typha/Felix certificate set and the Typha firewall rule (ferm or nftables).
 #
 # Declare this class (or `include` it and bind the parameters from hiera); it contains
 # its parts in this order:
@@ -7,10 +7,12 @@
 #   typhapki::install -> typhapki::config -> typhapki::fact
 #                                         -> typhapki::certs (unless manage_certs is false)
 #                                         -> typhapki::ferm  (Typha hosts; manage_ferm)
+#                                            or typhapki::nftables (firewall_provider)
 #                                         -> typhapki::monitoring (manage_monitoring)
 #
 # The node configuration file (`config_file`) holds every setting the CLI needs, so the
-# module's execs are plain `typhapki issue`, `typhapki check`, `typhapki ferm`, and the
+# module's execs are plain `typhapki issue`, `typhapki check`, `typhapki ferm` (or
+# `typhapki nft`), and the
 # same commands typed by hand on the node do exactly what Puppet does.
 #
 # @example A Typha host of the cluster staging-eqiad, certificates from cfssl
@@ -57,8 +59,13 @@
 # @param manage_certs
 #   Whether to keep the certificate set valid (typhapki::certs).
 # @param manage_ferm
-#   Whether to manage the Typha ferm rule (typhapki::ferm); default: on Typha hosts
-#   (`role` typha or both) of a node with a `cluster`.
+#   Whether to manage the Typha firewall rule (typhapki::ferm or typhapki::nftables,
+#   by `firewall_provider`); default: on Typha hosts (`role` typha or both) of a node
+#   with a `cluster`.
+# @param firewall_provider
+#   The firewall that carries the rule: `ferm` (a conf.d file, reloaded) or `nftables`
+#   (named sets included in the fleet's `table inet filter`, refreshed in one
+#   transaction without a ruleset reload).
 # @param manage_monitoring
 #   Whether to set up the metrics timer for node_exporter's textfile collector
 #   (typhapki::monitoring).
@@ -80,6 +87,7 @@ class typhapki (
   Stdlib::Absolutepath $facts_dir,
   Boolean $manage_certs,
   Boolean $manage_monitoring,
+  Typhapki::FirewallProvider $firewall_provider,
   Optional[Pattern[/\A[A-Za-z0-9][A-Za-z0-9._-]*\z/]] $cluster = undef,
   Optional[Hash[String[1], Hash]] $clusters = lookup('kubernetes::clusters', Optional[Hash], undef, undef),
   Optional[Hash] $clusters_defaults = lookup('kubernetes::clusters_defaults', Optional[Hash], undef, undef),
@@ -116,8 +124,12 @@ class typhapki (
   if $manage_certs {
     contain typhapki::certs
   }
+  $firewall_class = $firewall_provider ? {
+    'nftables' => 'typhapki::nftables',
+    default    => 'typhapki::ferm',
+  }
   if $_manage_ferm {
-    contain typhapki::ferm
+    contain $firewall_class
   }
   if $manage_monitoring {
     contain typhapki::monitoring
@@ -134,7 +146,7 @@ class typhapki (
     Class['typhapki::config'] -> Class['typhapki::certs']
   }
   if $_manage_ferm {
-    Class['typhapki::config'] -> Class['typhapki::ferm']
+    Class['typhapki::config'] -> Class[$firewall_class]
   }
   if $manage_monitoring {
     Class['typhapki::config'] -> Class['typhapki::monitoring']

@@ -1,5 +1,9 @@
 """Who signs a node's certificates: the local CA, or a cfssl server over its API.
 
+Every signer implements `Signer`: `current_ca()` names the CA that signs now (it goes
+first in the bundle), `sign(csr, role)` returns a chain. Callers never ask which signer
+they hold; `factory.build_signer` picks one from the options.
+
 A signer sees a CSR and a role, nothing else: the node makes its private keys itself
 and they never leave it. What a signer returns is not trusted: `issuance.ensure_set`
 judges it exactly as `check` would before anything is published, because a remote
@@ -9,11 +13,33 @@ restricts it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from cryptography import x509
 
 from typhapki.pki.settings import RoleName
+
+
+@dataclass(frozen=True)
+class CurrentCa:
+    """The CA a signer signs with, and how far this run may rely on it.
+
+    `confirmed`: read from the signer in this run (or from a local file); False when a
+    remote signer did not answer and a cached CA stands in (`note` says since when).
+    `anchors`: may become trusted without being in the live bundle already (a local CA
+    file the admin placed). A remote signer's CA never may: a node trusts it only
+    through a rotation stage (`--trust`), or, on an empty OUT, when `first_anchor`.
+    `first_anchor`: the CA came over a channel good enough for a node's first trust
+    anchor (TLS pinned by --cfssl-ca-file, or loopback).
+    """
+
+    cert: x509.Certificate
+    source: str = ""  # where it came from, for messages: a file, or the signer's URL
+    confirmed: bool = True
+    note: str | None = None
+    anchors: bool = True
+    first_anchor: bool = True
 
 
 class Signer(Protocol):
@@ -24,8 +50,9 @@ class Signer(Protocol):
         """Names the signer in messages: ``CA CN=...`` or ``cfssl https://...``."""
         ...
 
-    def signing_ca(self) -> x509.Certificate:
-        """The CA that signs now; it goes first in the bundle."""
+    def current_ca(self, refresh: bool = False) -> CurrentCa:
+        """The CA that signs now; it goes first in the bundle. `refresh`: ask again
+        whatever was cached (a signed leaf named another CA)."""
         ...
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:

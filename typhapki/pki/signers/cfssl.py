@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +33,7 @@ from cryptography import x509
 from typhapki.errors import ConfigError, SignerError, UsageError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import RoleName
+from typhapki.pki.signers import CurrentCa
 from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import is_ca
 from typhapki.safeio import read_regular
@@ -60,6 +62,9 @@ class CfsslConfig:
     ca_file: Path | None = None
     timeout: float = DEFAULT_TIMEOUT
     attempts: int = DEFAULT_ATTEMPTS
+    ca_ttl: timedelta = timedelta(hours=1)  # how long the cached CA is relied on
+    node_name: str = ""  # spreads the cache's expiry and retries across the fleet
+    state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
 
 
 def validate_url(url: str) -> str:
@@ -125,14 +130,22 @@ class CfsslSigner:
                 self._context = ssl.create_default_context(cadata=cadata)
             except (ssl.SSLError, ValueError):
                 raise ConfigError(f"{config.ca_file}: no usable CA certificate for TLS") from None
-        elif self.url.startswith("https:"):
-            self._context = ssl.create_default_context()
-        # No proxy from the environment: the request goes to cfssl, and only there.
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if self._context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=self._context))
-        self._opener = urllib.request.build_opener(*handlers)
-        self._ca: x509.Certificate | None = None
+        self._built: urllib.request.OpenerDirector | None = None
+        self._current: CurrentCa | None = None
+
+    @property
+    def _opener(self) -> urllib.request.OpenerDirector:
+        """Built on first use: the system trust store costs ~100 ms to load, which a
+        `check` that finds cfssl's CA in the cache never pays."""
+        if self._built is None:
+            if self._context is None and self.url.startswith("https:"):
+                self._context = ssl.create_default_context()
+            # No proxy from the environment: the request goes to cfssl, and only there.
+            handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+            if self._context is not None:
+                handlers.append(urllib.request.HTTPSHandler(context=self._context))
+            self._built = urllib.request.build_opener(*handlers)
+        return self._built
 
     @property
     def name(self) -> str:
@@ -225,16 +238,84 @@ class CfsslSigner:
 
     # -- the Signer protocol -----------------------------------------------------------
 
-    def signing_ca(self) -> x509.Certificate:
-        """The CA cfssl signs with, from its info API (asked once per run)."""
-        if self._ca is None:
-            url = self.url + INFO
-            body = {"label": self.config.label, "profile": ""}
-            certs = self._certificates(url, self._post(INFO, body))
-            if not is_ca(certs[0]):
-                raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
-            self._ca = certs[0]
-        return self._ca
+    def _cache_path(self) -> Path:
+        from typhapki.firewall.state import state_dir
+        from typhapki.pki.signers.ca_cache import cache_path
+
+        return cache_path(state_dir(self.config.state_dir), self.url, self.config.label)
+
+    def _fetch_ca(self) -> x509.Certificate:
+        url = self.url + INFO
+        body = {"label": self.config.label, "profile": ""}
+        certs = self._certificates(url, self._post(INFO, body))
+        if not is_ca(certs[0]):
+            raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
+        return certs[0]
+
+    @property
+    def _source(self) -> str:
+        label = f" label {self.config.label}" if self.config.label else ""
+        return f"{self.url}{INFO}{label}"
+
+    def _trust_channel(self) -> bool:
+        """Whether the CA came over a channel fit for a node's first trust anchor:
+        TLS pinned to --cfssl-ca-file, or loopback (nothing crosses a network)."""
+        host = urlsplit(self.url).hostname or ""
+        return (self.url.startswith("https:") and self.config.ca_file is not None) or (
+            host in ("localhost", "::1") or host.startswith("127.")
+        )
+
+    def current_ca(self, refresh: bool = False) -> CurrentCa:
+        """The CA cfssl signs with: from the on-disk cache while it is fresh, else from
+        cfssl's info API. When cfssl does not answer, a stale cached CA stands in,
+        unconfirmed; with no cached CA at all the failure is the signer's (exit 5).
+        `refresh` asks cfssl whatever the cache says (a signed leaf named another CA).
+        """
+        if self._current is not None and not refresh:
+            return self._current
+        from typhapki.pki.signers import ca_cache
+
+        path = self._cache_path()
+        label = self.config.label
+        now = int(time.time())
+        cached = ca_cache.read(path, self.url, label, now)
+        channel = self._trust_channel()
+        if cached is not None and not refresh and now < cached.fresh_until:
+            self._current = CurrentCa(
+                cached.cert, self._source, anchors=False, first_anchor=channel
+            )
+            return self._current
+        if cached is not None and not refresh and now < cached.retry_after:
+            self._current = self._stale(cached, "not asked again before its retry time")
+            return self._current
+        try:
+            cert = self._fetch_ca()
+        except SignerError as exc:
+            if cached is None:
+                raise
+            pause = ca_cache.retry_pause(self.config.ca_ttl, self.config.node_name, self.url, now)
+            ca_cache.write(
+                path, self.url, label, ca_cache.CachedCa(
+                    cached.cert, cached.fetched_at, cached.fresh_until, pause
+                ),
+            )  # fmt: skip
+            self._current = self._stale(cached, str(exc))
+            return self._current
+        fresh = ca_cache.fresh_for(self.config.ca_ttl, self.config.node_name, self.url)
+        ca_cache.write(path, self.url, label, ca_cache.CachedCa(cert, now, now + fresh, now))
+        self._current = CurrentCa(cert, self._source, anchors=False, first_anchor=channel)
+        return self._current
+
+    def _stale(self, cached: Any, why: str) -> CurrentCa:
+        fetched = datetime.fromtimestamp(cached.fetched_at, UTC)
+        note = (
+            f"{self.name}: CA not confirmed (cached {fetched:%Y-%m-%dT%H:%M:%SZ}; "
+            f"{why.removeprefix(self.url + INFO + ': ')})"
+        )
+        return CurrentCa(
+            cached.cert, self._source, confirmed=False, note=note, anchors=False,
+            first_anchor=False,
+        )  # fmt: skip
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
         request = json.dumps(

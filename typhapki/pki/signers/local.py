@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cryptography import x509
 
-from typhapki.errors import RefusedError
+from typhapki.errors import ConfigError, RefusedError
+from typhapki.pki.layout import CaPaths
 from typhapki.pki.profiles import Issuer, build_leaf
 from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.signers import CurrentCa
 from typhapki.pki.x509compat import valid_until
 
 
@@ -33,27 +36,68 @@ class LocalSigner:
     """Signs with a CA certificate and key loaded from a CA directory.
 
     Identity, EKU and lifetime come from the settings; from a CSR only the public key
-    is taken (and only after its signature verified, see `csr.parse_csr`).
+    is taken (and only after its signature verified, see `csr.parse_csr`). Give either
+    an `issuer` (certificate and key in memory) or a `ca_dir`: then the certificate is
+    read for `current_ca()` and the key only when something is signed, so judging a
+    set (`check`, an `issue` with nothing to do) never needs the CA key.
     """
 
-    def __init__(self, issuer: Issuer, settings: PkiSettings, now: datetime | None = None):
-        self.issuer = issuer
-        self.settings = settings
+    def __init__(
+        self,
+        issuer: Issuer | None = None,
+        settings: PkiSettings | None = None,
+        now: datetime | None = None,
+        ca_dir: Path | None = None,
+    ) -> None:
+        if (issuer is None) == (ca_dir is None):
+            raise ValueError("LocalSigner takes an issuer or a ca_dir")
+        self._issuer = issuer
+        self.ca_dir = ca_dir
+        self.settings = settings or PkiSettings()
         self.now = now
+        self._ca: x509.Certificate | None = issuer.cert if issuer is not None else None
 
     @property
     def name(self) -> str:
-        return f"CA {self.issuer.cert.subject.rfc4514_string()}"
+        return f"CA {self.current_ca().cert.subject.rfc4514_string()}"
 
-    def signing_ca(self) -> x509.Certificate:
-        return self.issuer.cert
+    @property
+    def issuer(self) -> Issuer:
+        """The CA certificate and key, loaded and checked on first use."""
+        if self._issuer is None:
+            from typhapki.pki.issuance import load_issuer
+
+            assert self.ca_dir is not None
+            self._issuer = load_issuer(self.ca_dir)
+        return self._issuer
+
+    def current_ca(self, refresh: bool = False) -> CurrentCa:
+        if self._ca is None:
+            from typhapki.pki.pem import load_certs
+            from typhapki.pki.verify import is_ca
+
+            assert self.ca_dir is not None
+            if not self.ca_dir.is_dir():
+                raise ConfigError(f"{self.ca_dir}: CA directory does not exist")
+            path = CaPaths(self.ca_dir).cert
+            cert = load_certs(path, "CA certificate")[0]
+            if not is_ca(cert):
+                raise ConfigError(f"{path}: not a CA certificate (basicConstraints CA:FALSE)")
+            self._ca = cert
+        source = (
+            str(CaPaths(self.ca_dir).cert)
+            if self.ca_dir is not None
+            else f"CA {self._ca.subject.rfc4514_string()}"
+        )
+        return CurrentCa(self._ca, source)
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
+        issuer = self.issuer
         now = self.now or datetime.now(UTC)
-        not_after = leaf_not_after(self.issuer, self.settings, now)
+        not_after = leaf_not_after(issuer, self.settings, now)
         public = csr.public_key()
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
         assert isinstance(public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
         identity = self.settings.identity(role)
-        return [build_leaf(self.issuer, public, role, identity, not_after, now)]
+        return [build_leaf(issuer, public, role, identity, not_after, now)]

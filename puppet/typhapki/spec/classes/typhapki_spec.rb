@@ -41,6 +41,9 @@ describe 'typhapki' do
               'hiera' => '/etc/typhapki/cluster.yaml',
               'cluster' => 'staging-eqiad',
               'ca_dir' => '/etc/typhapki/ca',
+              # The uid/gid the wiring runs Typha as (docs/kubernetes.md).
+              'key_owner' => '10001',
+              'key_group' => '10001',
             },
             'commands' => {
               'ferm' => { 'output' => '/etc/ferm/conf.d/10_calico-typha' },
@@ -83,7 +86,7 @@ describe 'typhapki' do
         it { is_expected.to compile.with_all_deps }
         it { is_expected.not_to contain_class('typhapki::ferm') }
         it { is_expected.not_to contain_file('/etc/typhapki/cluster.yaml') }
-        it { expect(node_config(catalogue)['defaults'].keys).to contain_exactly('out', 'role', 'ca_dir') }
+        it { expect(node_config(catalogue)['defaults'].keys).to contain_exactly('out', 'role', 'ca_dir', 'key_owner', 'key_group') }
       end
 
       context 'with other paths and extra options' do

@@ -11,6 +11,7 @@ require 'spec_helper'
   'Typhapki::FermMode' => [['strict', 'relaxed'], ['loose', 'Strict', nil]],
   'Typhapki::FermStyle' => [['plain', 'function'], ['functions', 'block']],
   'Typhapki::DnsGate' => [['enforce', 'warn'], ['ignore', 'off', true]],
+  'Typhapki::FirewallProvider' => [['ferm', 'nftables'], ['nft', 'iptables', 'Nftables', 'firewalld', '', nil]],
   'Typhapki::Nameserver' => [
     ['10.3.0.1', '10.3.0.1:5353', '2001:db8::1', '[2001:db8::1]:5353', '::1'],
     ['ns1.example.org', '10.3.0.1:', '10.3.0.0/24', '[2001:db8::1]', '10.3.0.1:port', ''],

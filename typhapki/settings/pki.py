@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from typhapki.errors import UsageError
 from typhapki.pki.settings import (
@@ -107,17 +106,3 @@ def parse_roles(role: str) -> list[RoleName]:
         return [RoleName(role)]
     except ValueError:
         raise UsageError(f"--role: expected typha, felix or both, got {role!r}") from None
-
-
-def single_role_settings(
-    opts: PkiOptions, hiera: Path | None, cluster: str | None, role: str, what: str
-) -> tuple[PkiSettings, RoleName]:
-    """The settings (flags over the cluster's hiera) and the one role WHAT is for
-    (`request` and `sign`: a CSR or a certificate is for typha or felix, not both)."""
-    from typhapki.puppet.cluster_options import with_cluster_options
-
-    settings = build_settings(with_cluster_options(opts, hiera, cluster))
-    roles = parse_roles(role)
-    if len(roles) != 1:
-        raise UsageError(f"--role: {what} is for one role, typha or felix")
-    return settings, roles[0]

@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_one_line_error, run_cli
-from typhapki.commands.pki_options import PkiOptions, build_settings
 from typhapki.errors import UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.verify import subject_cn
-from typhapki.puppet.cluster_options import (
+from typhapki.settings.cluster import (
     load_typha_settings,
     pki_options_of,
     require_pair,
     with_cluster_options,
 )
+from typhapki.settings.pki import PkiOptions, build_settings
 
 HIERA = """\
 kubernetes::clusters_defaults:

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.pki_options import PkiOptions, build_settings
 from typhapki.errors import ConfigError, UsageError
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
-    from typhapki.commands.signer_options import SignerOptions
+    from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.hiera import TyphaSettings
+    from typhapki.settings.signer import SignerOptions
 
 
 def require_pair(hiera: Path | None, cluster: str | None) -> bool:
@@ -54,7 +55,12 @@ def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSetting
 
 def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | None) -> PkiOptions:
     """The command-line options over the cluster's hiera settings (flags win)."""
-    typha = load_typha_settings(hiera, cluster)
+    return _merged_pki(flags, load_typha_settings(hiera, cluster), hiera, cluster)
+
+
+def _merged_pki(
+    flags: PkiOptions, typha: TyphaSettings | None, hiera: Path | None, cluster: str | None
+) -> PkiOptions:
     if typha is None:
         return flags
     merged = flags.merged_over(pki_options_of(typha))
@@ -70,9 +76,23 @@ def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | N
     return merged
 
 
+def merge_cluster(
+    pki: PkiOptions,
+    signer: SignerOptions,
+    typha: TyphaSettings | None,
+    hiera: Path | None,
+    cluster: str | None,
+) -> tuple[PkiOptions, SignerOptions]:
+    """Both option sets over one loaded ``typha:`` mapping (flags win)."""
+    if typha is None:
+        return pki, signer
+    merged_pki = _merged_pki(pki, typha, hiera, cluster)
+    return merged_pki, signer.merged_over(signer_options_of(typha))
+
+
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
     """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there)."""
-    from typhapki.commands.signer_options import SignerOptions
+    from typhapki.settings.signer import SignerOptions
 
     return SignerOptions(
         signer=typha.signer,
@@ -91,3 +111,15 @@ def with_cluster_signer(
     if typha is None:
         return flags
     return flags.merged_over(signer_options_of(typha))
+
+
+def single_role_settings(
+    opts: PkiOptions, hiera: Path | None, cluster: str | None, role: str, what: str
+) -> tuple[PkiSettings, RoleName]:
+    """The settings (flags over the cluster's hiera) and the one role WHAT is for
+    (`request` and `sign`: a CSR or a certificate is for typha or felix, not both)."""
+    settings = build_settings(with_cluster_options(opts, hiera, cluster))
+    roles = parse_roles(role)
+    if len(roles) != 1:
+        raise UsageError(f"--role: {what} is for one role, typha or felix")
+    return settings, roles[0]

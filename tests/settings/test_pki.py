@@ -1,4 +1,4 @@
-"""commands/pki_options.py: the node name that spreads renewal is never `localhost`."""
+"""settings/pki.py: the node name that spreads renewal is never `localhost`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import require, require_root, typhapki_cmd
-from typhapki.commands.pki_options import LOCALHOST_NAMES, default_node_name
 from typhapki.errors import UsageError
+from typhapki.settings.pki import LOCALHOST_NAMES, default_node_name
 
 localhosts = st.builds(
     lambda name, upper, domain: (name.upper() if upper else name) + domain,

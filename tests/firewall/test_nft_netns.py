@@ -1,0 +1,157 @@
+"""End to end in network namespaces: nft loads the rendered rule inside the fleet's
+ruleset, TCP proves who reaches Typha, and a --sets-only update applied during a
+client's connect loop never refuses it (the namespaces of tests/firewall/test_ferm_netns.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import require, run_cli
+from tests.firewall.test_ferm_netns import PORT, Lab, lab
+from tests.firewall.test_nft import fleet_ruleset
+from tests.support.dns import Dnsmasq, dnsmasq_server
+
+__all__ = ["dnsmasq_server", "lab"]
+
+HIERA = """\
+kubernetes::clusters:
+  lab:
+    netns:
+      ipv6dualstack: true
+      cluster_nodes: [{nodes}]
+      typha:
+        mode: {mode}
+"""
+
+# Connects again and again, over IPv4 and IPv6 in turn, until STOP exists; prints counts.
+CONNECT_LOOP = """
+import json, os, socket, sys
+v4, v6, port, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+counts = {"ok": 0, "refused": 0}
+while not os.path.exists(stop):
+    for target in (v4, v6):
+        try:
+            with socket.create_connection((target, port), timeout=1.0) as c:
+                ok = c.recv(64) == b"typha-hello\\n"
+        except OSError:
+            ok = False
+        counts["ok" if ok else "refused"] += 1
+print(json.dumps(counts))
+"""
+
+
+def nft(lab: Lab, *args: str | Path) -> None:
+    proc = subprocess.run(
+        ["ip", "netns", "exec", lab.server, "nft", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def render(
+    lab: Lab, dns: Dnsmasq, tmp_path: Path, nodes: str, mode: str, out: Path, *args: str
+) -> None:
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(HIERA.format(nodes=nodes, mode=mode))
+    result = run_cli(
+        "nft", "--hiera", hiera, "--cluster", "netns", "--nameserver", dns.arg,
+        "--output", out, *args,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def load_fleet_ruleset(lab: Lab, fragment: Path, tmp_path: Path) -> None:
+    require("nft")
+    ruleset = tmp_path / "nftables.conf"
+    ruleset.write_text(fleet_ruleset(fragment))
+    nft(lab, "-c", "-f", ruleset)  # the check the module's docs give, then the load
+    nft(lab, "-f", ruleset)
+
+
+def test_relaxed_rule_allows_cluster_nodes_and_blocks_others(
+    lab: Lab, dnsmasq_server: Callable[..., Dnsmasq], tmp_path: Path
+) -> None:
+    dns = dnsmasq_server({"node1.netns.test": list(lab.addresses[lab.allowed])})
+    # Before the firewall, both clients reach Typha: any later refusal is the rule's doing.
+    for client in (lab.allowed, lab.blocked):
+        assert lab.connects(client, 4) and lab.connects(client, 6)
+    fragment = tmp_path / "typha.nft"
+    # relaxed: the /24 and /64 of the node, prefixes in the interval sets (the connect
+    # loop below proves strict, single addresses).
+    render(lab, dns, tmp_path, "node1.netns.test", "relaxed", fragment)
+    expected = ("10.250.1.0/24", "fd00:5473:1::/64")
+    for source in expected:
+        assert f"\t\t{source},\n" in fragment.read_text()
+    load_fleet_ruleset(lab, fragment, tmp_path)
+    assert lab.connects(lab.allowed, 4)
+    assert lab.connects(lab.allowed, 6)
+    assert not lab.connects(lab.blocked, 4)
+    assert not lab.connects(lab.blocked, 6)
+
+
+def test_set_update_during_a_connect_loop_never_refuses_an_allowed_source(
+    lab: Lab, dnsmasq_server: Callable[..., Dnsmasq], tmp_path: Path
+) -> None:
+    dns = dnsmasq_server(
+        {
+            "node1.netns.test": list(lab.addresses[lab.allowed]),
+            "node2.netns.test": ["10.250.7.2", "fd00:5473:7::2"],
+        }
+    )
+    fragment = tmp_path / "typha.nft"
+    render(lab, dns, tmp_path, "node1.netns.test", "strict", fragment)
+    load_fleet_ruleset(lab, fragment, tmp_path)
+    # Two updates that both keep node1 (a node joins, then leaves), and one without it.
+    joined, left, gone = tmp_path / "joined.nft", tmp_path / "left.nft", tmp_path / "gone.nft"
+    render(
+        lab, dns, tmp_path, "node1.netns.test, node2.netns.test", "strict", joined, "--sets-only"
+    )
+    render(lab, dns, tmp_path, "node1.netns.test", "strict", left, "--sets-only")
+    render(lab, dns, tmp_path, "node2.netns.test", "strict", gone, "--sets-only")
+    assert "flush set inet filter calico_typha_v4\n" in joined.read_text()
+
+    stop = tmp_path / "stop"
+    v4, v6 = lab.server_addresses[lab.allowed]
+    loop = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            lab.allowed,
+            sys.executable,
+            "-c",
+            CONNECT_LOOP,
+            v4,
+            v6,
+            str(PORT),
+            str(stop),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.3)
+        for index in range(40):  # each a flush + add in one transaction, no reload
+            nft(lab, "-f", joined if index % 2 == 0 else left)
+        time.sleep(0.3)
+    finally:
+        stop.touch()
+        out, err = loop.communicate(timeout=30)
+    counts = json.loads(out)
+    assert counts["refused"] == 0, (counts, err)
+    assert counts["ok"] >= 100, counts  # connections kept coming during the updates
+    assert not lab.connects(lab.blocked, 4)
+
+    # The updates do change what is allowed: without node1, its client is refused.
+    nft(lab, "-f", gone)
+    assert not lab.connects(lab.allowed, 4)
+    assert not lab.connects(lab.allowed, 6)

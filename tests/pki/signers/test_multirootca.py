@@ -1,0 +1,107 @@
+"""The fleet's PKI as it runs: multirootca, one intermediate per cluster under one root.
+
+A cluster moves to a new intermediate (label) in stages, by configuration alone: at
+every stage one `issue` converges, `check` then agrees (exit 0) and a second `issue`
+changes nothing; skipping the trust stage is refused by both with exit 3. Typha pins
+its cluster's intermediate, so a Felix from another cluster under the same root is
+refused (the Go peers verify as Typha and Felix do).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import CliResult, run_cli
+from tests.support import gopeers
+from tests.support import multirootca as multirootca_support
+from tests.support.cfssl import write_auth_key
+from tests.support.gopeers import GoPeers, exchange, felix_env, typha_env
+from tests.support.multirootca import Multirootca
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.pem import load_certs
+from typhapki.pki.verify import fingerprint
+
+multirootca = multirootca_support.multirootca
+go_peers = gopeers.go_peers
+
+OLD, NEW = multirootca_support.LABELS
+
+
+def run(verb: str, out: Path, pki: Multirootca, key: Path, label: str, *trust: Path) -> CliResult:
+    flags: list[str | Path] = []
+    for ca in trust:
+        flags += ["--trust", ca]
+    return run_cli(
+        verb, "--out", out, "--signer", "cfssl", "--cfssl-url", pki.url,
+        "--cfssl-auth-key", key, "--cfssl-label", label, "--node-name", out.name, *flags,
+    )  # fmt: skip
+
+
+def bundle_of(out: Path) -> set[str]:
+    return {fingerprint(c) for c in load_certs(SetPaths(out).bundle, "bundle")}
+
+
+def fp(path: Path) -> str:
+    return fingerprint(load_certs(path, "ca")[0])
+
+
+def test_a_label_rotation_by_configuration_alone(
+    multirootca: Multirootca, go_peers: GoPeers, tmp_path: Path
+) -> None:
+    key = write_auth_key(tmp_path / "auth.key")
+    old_ca, new_ca = multirootca.ca_cert(OLD), multirootca.ca_cert(NEW)
+    # docs/rotation.md, cfssl mode: (label, extra trust) per stage.
+    stages: list[tuple[str, tuple[Path, ...]]] = [
+        (OLD, ()),  # 0: the cluster on its intermediate
+        (OLD, (new_ca,)),  # 1: trust the new intermediate everywhere
+        (NEW, (old_ca,)),  # 2: sign with it, still trusting the old one
+        (NEW, ()),  # 3: drop the old intermediate
+    ]
+    wanted = [{fp(old_ca)}, {fp(old_ca), fp(new_ca)}, {fp(old_ca), fp(new_ca)}, {fp(new_ca)}]
+    nodes = [tmp_path / "kube7001", tmp_path / "kube7002"]
+    for stage, (label, trust) in enumerate(stages):
+        for node in nodes:
+            first = run("issue", node, multirootca, key, label, *trust)
+            assert first.returncode == 0, first.stderr
+            assert first.stdout.strip() and "nothing changed" not in first.stdout
+            assert run("check", node, multirootca, key, label, *trust).returncode == 0
+            again = run("issue", node, multirootca, key, label, *trust)
+            assert again.returncode == 0 and "nothing changed" in again.stdout
+            assert bundle_of(node) == wanted[stage]
+            if stage == 0:
+                continue  # the other node has no set yet
+            # Neighbouring stages talk, both ways: the first node is a stage ahead.
+            for server, client in (nodes, nodes[::-1]):
+                ex = exchange(go_peers, typha_env(server), felix_env(client))
+                assert ex.accepted, (stage, ex.describe())
+
+
+def test_moving_a_label_without_the_trust_stage_is_refused_by_both(
+    multirootca: Multirootca, tmp_path: Path
+) -> None:
+    key = write_auth_key(tmp_path / "auth.key")
+    node = tmp_path / "kube7101"
+    assert run("issue", node, multirootca, key, OLD).returncode == 0
+    before = SetPaths(node).bundle.read_bytes()
+    # Trusting the new intermediate in the same change as signing with it is one step too.
+    for trust in ((), (multirootca.ca_cert(NEW),)):
+        checked = run("check", node, multirootca, key, NEW, *trust)
+        issued = run("issue", node, multirootca, key, NEW, *trust)
+        assert (checked.returncode, issued.returncode) == (3, 3), (checked, issued)
+        assert "would become trusted in one step" in issued.stderr
+        assert SetPaths(node).bundle.read_bytes() == before
+
+
+def test_typha_refuses_a_felix_of_another_cluster_under_the_same_root(
+    multirootca: Multirootca, go_peers: GoPeers, tmp_path: Path
+) -> None:
+    key = write_auth_key(tmp_path / "auth.key")
+    a, b = tmp_path / "clusterA-kube1", tmp_path / "clusterB-kube1"
+    assert run("issue", a, multirootca, key, OLD).returncode == 0
+    assert run("issue", b, multirootca, key, NEW).returncode == 0
+    # Each bundle pins its own intermediate, never the root they share.
+    assert bundle_of(a) == {fp(multirootca.ca_cert(OLD))}
+    assert fp(multirootca.root) not in bundle_of(a) | bundle_of(b)
+    assert exchange(go_peers, typha_env(a), felix_env(a)).accepted
+    foreign = exchange(go_peers, typha_env(a), felix_env(b))
+    assert not foreign.accepted, foreign.describe()

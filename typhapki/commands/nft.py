@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typhapki.commands.ferm import GatedRule, emit_text, gated_rule
+from typhapki.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typhapki.puppet.hiera import Cluster
+
+
+@dataclass(frozen=True)
+class NftOptions:
+    """Command-line values; None means "not given": hiera's typha: setting, then default."""
+
+    hiera: Path
+    cluster: str
+    mode: str | None = None
+    port: int | None = None
+    output: Path | None = None
+    check: bool = False
+    sets_only: bool = False
+    nameservers: tuple[str, ...] = ()
+    timeout: float | None = None
+    concurrency: int | None = None
+    dns_gate: str | None = None
+    state_dir: Path | None = None
+
+
+def nft(opts: NftOptions) -> int:
+    """The cluster's Typha rule for nftables, behind the same DNS gate as `ferm`.
+
+    Exit codes as `ferm` (docs/exit-codes.md). Without --sets-only: the named sets and
+    the accept rules, included by the fleet's ruleset; with it: only the set update.
+    """
+    from typhapki.firewall import nft as rules
+
+    what = "nft set update" if opts.sets_only else "nft rule"
+
+    def prepare(cluster: Cluster, mode: str) -> Callable[[GatedRule], int]:
+        typha = cluster.typha
+        if mode == "relaxed" and typha.network_variable and not typha.networks:
+            raise ConfigError(
+                f"{cluster.where}.typha.network_variable: {typha.network_variable} is a "
+                "ferm variable, which nftables cannot use; give networks instead"
+            )
+
+        def emit(rule: GatedRule) -> int:
+            name, group = rule.cluster.name, rule.cluster.group
+            if opts.sets_only:
+                text = rules.render_sets(
+                    cluster=name, group=group, mode=rule.mode, sources=rule.sources
+                )
+            else:
+                text = rules.render(
+                    cluster=name, group=group, mode=rule.mode, port=rule.port, sources=rule.sources
+                )
+            return emit_text(opts, text, what)
+
+        return emit
+
+    return gated_rule(opts, prepare)

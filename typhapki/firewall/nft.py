@@ -1,0 +1,111 @@
+"""Rendering the Typha rule for nftables from the same gated sources as the ferm rule.
+
+An ``accept`` in a base chain of typhapki's own would not override a ``drop`` in the
+fleet's input chain (every base chain on the hook sees the packet), so the rule lives in
+the fleet's own chain. ``render`` writes a fragment the fleet's ruleset includes inside
+its ``table inet filter { ... }`` block, after its ``chain input`` (docs/nftables.md):
+
+- two named sets, ``calico_typha_v4`` and ``calico_typha_v6``, with ``flags interval``
+  so that addresses and networks mix; a family without sources gets an empty set, which
+  matches nothing (nothing is opened to it);
+- ``chain input { ... }`` adding one accept rule per family for TCP to Typha's port.
+
+``render_sets`` writes only the set update, for ``nft -f``: ``flush set`` and ``add
+element`` of both sets. ``nft -f`` applies a file as one transaction, so a connection
+never sees the sets empty in between, and the ruleset is not reloaded.
+
+Every source is validated again here (typhapki/firewall/hostnames.py), whatever the
+caller did, and overlapping networks are merged: an interval set refuses overlaps. A
+ferm variable (relaxed ``network_variable``) has no nftables meaning and is refused.
+The output is deterministic: no timestamps, sources in numeric order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from typhapki.errors import ConfigError
+from typhapki.firewall.ferm import _NAME, MODES, Sources
+from typhapki.firewall.hostnames import validate_port, validate_source_network
+
+TABLE = "inet filter"  # the fleet's table, where `flush set` / `add element` find the sets
+CHAIN = "input"
+SET_V4 = "calico_typha_v4"
+SET_V6 = "calico_typha_v6"
+
+
+def split_sources(sources: Sources) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(IPv4, IPv6) elements: validated, overlaps merged, numeric order, hosts bare."""
+    if sources.variable:
+        raise ConfigError(
+            f"network_variable {sources.variable}: a ferm variable has no nftables "
+            "meaning; give the cluster's networks instead"
+        )
+    networks = [
+        ipaddress.ip_network(validate_source_network(s, "source")) for s in sources.addresses
+    ]
+    if not networks:
+        raise ConfigError("a rule needs source addresses")
+    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
+    return _elements(ipaddress.collapse_addresses(v4)), _elements(ipaddress.collapse_addresses(v6))
+
+
+def _elements(networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> tuple[str, ...]:
+    return tuple(
+        str(n.network_address) if n.prefixlen == n.max_prefixlen else n.with_prefixlen
+        for n in networks
+    )
+
+
+def _header(cluster: str, group: str, mode: str, port: int | None, sources: Sources) -> str:
+    if mode not in MODES:
+        raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    for what, name in (("cluster", cluster), ("group", group)):
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"{what}: {name!r} is not a valid {what} name")
+    # The note is ours, but keep it to one line all the same: nft comments end there.
+    note = " ".join(sources.note.split()) or "unspecified"
+    service = f"Calico Typha (tcp/{port})" if port is not None else "Calico Typha's sources"
+    return (
+        "# Managed by typhapki: do not edit, it is rewritten from hiera.\n"
+        f"# {service} for cluster {cluster} (group {group}), mode {mode}.\n"
+        f"# Sources: {note}.\n"
+    )
+
+
+def _set(name: str, kind: str, elements: tuple[str, ...]) -> str:
+    lines = [f"set {name} {{", f"\ttype {kind}", "\tflags interval"]
+    if elements:
+        lines += ["\telements = {", *(f"\t\t{e}," for e in elements), "\t}"]
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def render(*, cluster: str, group: str, mode: str, port: int, sources: Sources) -> str:
+    """The fragment included inside the fleet's `table inet filter` block."""
+    port = validate_port(port, "port")
+    header = _header(cluster, group, mode, port, sources)
+    v4, v6 = split_sources(sources)
+    return (
+        header
+        + f"# Include inside `table {TABLE} {{ ... }}`, after its `chain {CHAIN}` (a base chain).\n"
+        + _set(SET_V4, "ipv4_addr", v4)
+        + _set(SET_V6, "ipv6_addr", v6)
+        + f"chain {CHAIN} {{\n"
+        + f"\tip saddr @{SET_V4} tcp dport {port} accept\n"
+        + f"\tip6 saddr @{SET_V6} tcp dport {port} accept\n"
+        + "}\n"
+    )
+
+
+def render_sets(*, cluster: str, group: str, mode: str, sources: Sources) -> str:
+    """The set update alone (`nft -f FILE`: one transaction, no ruleset reload)."""
+    header = _header(cluster, group, mode, None, sources)
+    v4, v6 = split_sources(sources)
+    lines = [f"# Apply with `nft -f`: one transaction on the sets of `table {TABLE}`."]
+    for name, elements in ((SET_V4, v4), (SET_V6, v6)):
+        lines.append(f"flush set {TABLE} {name}")
+        if elements:  # `add element ... { }` with nothing in it is a syntax error
+            lines.append(f"add element {TABLE} {name} {{ {', '.join(elements)} }}")
+    return header + "\n".join(lines) + "\n"

@@ -1,0 +1,233 @@
+"""The desired state of a node's set, and the plan that takes the set on disk there.
+
+`check`, `issue` and `install` all start from one `Desired` value (settings, roles,
+signer, its current CA, the trust list) and one verdict on the files (`verify.check_set`),
+and `plan` turns the two into the steps that would change the set, each with its reason,
+or the refusals no step can fix. So `check` exits 0 exactly when `issue` would change
+nothing: both read the same plan (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cryptography import x509
+
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, EXIT_REFUSED, EXIT_SIGNER
+from typhapki.pki.layout import SetPaths
+from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.signers import CurrentCa, Signer
+from typhapki.pki.verify import (
+    Fix,
+    SetReport,
+    ca_unfit,
+    check_set,
+    fingerprint,
+    is_ca,
+)
+from typhapki.pki.x509compat import valid_from, valid_until
+
+if TYPE_CHECKING:
+    from typhapki.pki.install import Shipped
+
+
+def wanted_bundle(
+    signing: x509.Certificate, trusted: Sequence[x509.Certificate]
+) -> list[x509.Certificate]:
+    """The signing CA first, then the other trusted CAs, each once."""
+    seen = {fingerprint(signing)}
+    out = [signing]
+    for cert in trusted:
+        if fingerprint(cert) not in seen:
+            seen.add(fingerprint(cert))
+            out.append(cert)
+    return out
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The set as it must be. `signer` None: judged only by the bundle on disk
+    (`check --out` alone: nothing could issue, so nothing is compared)."""
+
+    out: Path
+    roles: tuple[RoleName, ...]
+    settings: PkiSettings
+    signer: Signer | None = None
+    current: CurrentCa | None = None
+    trusted: tuple[x509.Certificate, ...] = field(default_factory=tuple)
+    # Shipped mode (`--from DIR`): the set Puppet shipped, read and judged; the live set
+    # must be it, byte for byte (typhapki/pki/install.py).
+    shipped: Shipped | None = None
+
+    @property
+    def paths(self) -> SetPaths:
+        return SetPaths(self.out)
+
+    @property
+    def bundle(self) -> list[x509.Certificate] | None:
+        """The wanted CA bundle: the signing CA first, then the trusted CAs."""
+        if self.current is None:
+            return None
+        return wanted_bundle(self.current.cert, self.trusted)
+
+    def judge(self, now: datetime) -> SetReport:
+        """The one verdict on the files, against this desired state."""
+        signing = self.current.cert if self.current is not None else None
+        return check_set(self.paths, self.settings, self.roles, now, self.bundle, signing)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change `issue` would make, and why."""
+
+    scope: str  # "bundle", "typha", "felix"
+    path: Path
+    action: str  # "issue", "reissue", "rewrite", "fix permissions"
+    reason: str
+
+    @property
+    def signs(self) -> bool:
+        return self.action in ("issue", "reissue")
+
+    def line(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `issue` would do (steps), or why it must not (refusals, exit 3)."""
+
+    steps: tuple[Step, ...]
+    refusals: tuple[str, ...]
+    report: SetReport
+    unconfirmed: str | None = None  # the signer's CA could not be confirmed: why
+
+    @property
+    def signs(self) -> bool:
+        return any(s.signs for s in self.steps)
+
+    def role_step(self, role: RoleName) -> Step | None:
+        return next((s for s in self.steps if s.scope == role.value), None)
+
+    def exit_code(self) -> int:
+        """`check`'s verdict, which is `issue`'s outcome: 0 nothing to do, 1 something
+        to do, 3 refused, 5 signing needed while the signer did not answer."""
+        if self.refusals:
+            return EXIT_REFUSED
+        if not self.steps:
+            return EXIT_OK
+        if self.signs and self.unconfirmed is not None:
+            return EXIT_SIGNER
+        return EXIT_NEEDS_ACTION
+
+    def lines(self) -> list[str]:
+        """One line per refusal or problem (what `check` prints)."""
+        if self.refusals:
+            return list(self.refusals)
+        if any(s.action == "install" for s in self.steps):  # shipped mode: the files that differ
+            return [s.line() for s in self.steps]
+        out = [p.line() for p in self.report.problems]
+        if self.signs and self.unconfirmed is not None:
+            out.append(self.unconfirmed)
+        return out
+
+
+def _ca_refusal(ca: x509.Certificate, now: datetime) -> str | None:
+    name = ca.subject.rfc4514_string()
+    if not is_ca(ca):
+        return f"{name} is not a CA certificate"
+    if (why := ca_unfit(ca)) is not None:
+        return f"CA {name} {why}"
+    if now < valid_from(ca):
+        return f"CA {name} is not valid until {valid_from(ca):%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
+    if now >= valid_until(ca):
+        return f"CA {name} expired at {valid_until(ca):%Y-%m-%d}; rotate it (docs/rotation.md)"
+    return None
+
+
+def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool = False) -> Plan:
+    """The steps that take the set in `report` to `desired`, or the refusals.
+
+    With `keep_leaves` (a CA rotation's stage trust-new) an existing leaf is never
+    replaced: only the bundle, and a pair that is missing altogether.
+    """
+    paths = desired.paths
+    if desired.shipped is not None:
+        # What `install --from` would publish: every file that differs from the shipped one.
+        candidates = desired.shipped.candidates(desired.out, desired.settings)
+        shipped_steps = tuple(
+            Step(c.scope, c.change.path, "install", f"differs from the set {c.change.reason}")
+            for c in candidates
+        )
+        return Plan(shipped_steps, (), report)
+    refusals: list[str] = []
+    wanted = desired.bundle
+    current = desired.current
+    if wanted is not None:
+        for ca in wanted:
+            if (why := _ca_refusal(ca, now)) is not None:
+                where = current.source if current is not None and ca is current.cert else ""
+                refusals.append(f"{where or paths.bundle}: {why}")
+    if current is not None and not current.anchors:
+        # Only the live bundle counts: adding a CA to --trust and signing with it in the
+        # same run would be the one step a rotation stage exists to split.
+        known = {fingerprint(c) for c in report.bundle or ()}
+        # First issuance: OUT has never held a bundle (a dangling or broken one is not that).
+        empty = not os.path.lexists(paths.bundle_dir)
+        if fingerprint(current.cert) not in known and not (empty and current.first_anchor):
+            name = current.cert.subject.rfc4514_string()
+            why = (
+                "OUT holds no bundle, and the CA did not come over pinned TLS (--cfssl-ca-file)"
+                if empty
+                else "it is not in the live bundle"
+            )
+            refusals.append(
+                f"{paths.bundle}: the signer's CA {name} (sha256 {fingerprint(current.cert)}) "
+                f"would become trusted in one step: {why}. Trust it first through a "
+                "rotation stage (--trust, docs/rotation.md)"
+            )
+    steps: list[Step] = []
+    bundle_fixes = [p for p in report.bundle_problems if p.fix is Fix.BUNDLE]
+    if bundle_fixes and wanted is not None:
+        steps.append(Step("bundle", paths.bundle, "rewrite", bundle_fixes[0].message))
+    for role in desired.roles:
+        state = report.roles[role]
+        if not state.problems:
+            continue
+        if keep_leaves and state.cert_path.exists():
+            continue
+        if wanted is None:
+            continue  # nothing could issue: the problems are all there is to say
+        first = next((p for p in state.problems if p.exposed), state.problems[0])
+        # Name the file the problem is about (the key, a directory) when not the cert.
+        reason = first.message if first.path == state.cert_path else first.line()
+        # Dropping an exposed previous generation comes with any step (collect_garbage).
+        fixes = {p.fix for p in state.problems} - {Fix.DROP_PREVIOUS}
+        if not fixes:
+            steps.append(Step(role.value, state.problems[0].path, "drop previous", reason))
+            continue
+        if fixes == {Fix.PERMISSIONS} and state.chain and state.key is not None:
+            steps.append(Step(role.value, state.cert_path, "fix permissions", reason))
+            continue
+        action = "reissue" if state.cert_path.exists() else "issue"
+        steps.append(Step(role.value, state.cert_path, action, reason))
+    if wanted is None and not report.ok:
+        # Judged by its own bundle only: every problem is a step nobody here can take.
+        steps += [Step(p.scope, p.path, "report", p.message) for p in report.problems]
+    signing = any(s.signs for s in steps)
+    if signing and current is not None:
+        # A leaf signed now would already be inside its renewal window (local.leaf_not_after).
+        window = desired.settings.renew_window(timedelta(days=desired.settings.days))
+        if valid_until(current.cert) - now <= window:
+            refusals.append(
+                f"{paths.bundle}: CA {current.cert.subject.rfc4514_string()} expires "
+                f"{valid_until(current.cert):%Y-%m-%d}: a leaf issued now would already be "
+                "due for renewal. Rotate the CA first (docs/rotation.md)"
+            )
+    unconfirmed = current.note if current is not None and not current.confirmed else None
+    return Plan(tuple(steps), tuple(refusals), report, unconfirmed)

@@ -1,0 +1,125 @@
+"""A remote signer's current CA, cached on disk per signer URL and label.
+
+`check` runs on every node every Puppet run. Asking cfssl's `info` API each time would
+cost the PKI one request per node per run; the cache costs it one per node per TTL
+(default one hour, bench/bench_ca_cache.py). Each entry is fresh for the TTL less up to
+a fifth of it, from a hash of the node's name, so a fleet's entries do not all expire
+in the same minute; after a failed refresh a node waits its own share of a quarter
+TTL before asking again, so nodes do not all ask at once when cfssl comes back.
+
+    STATE_DIR/signer-ca/<sha256(url, label)>.json
+    {"version": 1, "url": ..., "label": ..., "ca_pem": "...", "fetched_at": UNIX,
+     "fresh_until": UNIX, "retry_after": UNIX}
+
+An entry that does not parse, names another signer, or whose times are impossible
+(in the future, out of order) is ignored: the CA is asked for again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from cryptography import x509
+
+from typhapki.errors import ConfigError, TyphapkiError
+from typhapki.pki.pem import parse_certs
+from typhapki.pki.settings import renewal_spread
+
+VERSION = 1
+SUBDIR = "signer-ca"
+MAX_BYTES = 64 * 1024
+FRESH_JITTER = 0.2  # share of the TTL a node's entry may expire early
+RETRY_SHARE = 0.25  # share of the TTL across which nodes retry after a failure
+CLOCK_SLACK = 300  # seconds a timestamp may lie ahead (clock steps) before it is corrupt
+
+
+@dataclass(frozen=True)
+class CachedCa:
+    """One cache entry: the CA, when it was fetched, until when it is fresh."""
+
+    cert: x509.Certificate
+    fetched_at: int
+    fresh_until: int
+    retry_after: int
+
+
+def cache_path(state_dir: Path, url: str, label: str) -> Path:
+    digest = hashlib.sha256(f"{url}\0{label}".encode()).hexdigest()[:32]
+    return state_dir / SUBDIR / f"{digest}.json"
+
+
+def fresh_for(ttl: timedelta, node_name: str, url: str) -> int:
+    """Seconds an entry stays fresh on this node: the TTL less the node's jitter."""
+    share = renewal_spread(f"{node_name}\0{url}")
+    return max(1, math.floor(ttl.total_seconds() * (1 - FRESH_JITTER * share)))
+
+
+def retry_pause(ttl: timedelta, node_name: str, url: str, attempt_at: int) -> int:
+    """When this node may ask again after a failed refresh."""
+    share = renewal_spread(f"retry\0{node_name}\0{url}\0{attempt_at // 60}")
+    return attempt_at + max(1, math.floor(ttl.total_seconds() * RETRY_SHARE * share))
+
+
+def read(path: Path, url: str, label: str, now: float) -> CachedCa | None:
+    """The entry, or None when there is none or it cannot be trusted to be one."""
+    from typhapki.safeio import read_regular
+
+    try:  # never blocks on a FIFO, never follows a size past the limit
+        raw = read_regular(path, "signer CA cache", MAX_BYTES)
+    except (ConfigError, OSError):
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        return None
+    if doc.get("url") != url or doc.get("label") != label:
+        return None
+    times = [doc.get(k) for k in ("fetched_at", "fresh_until", "retry_after")]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in times):
+        return None
+    fetched_at, fresh_until, retry_after = times
+    assert isinstance(fetched_at, int) and isinstance(fresh_until, int)
+    assert isinstance(retry_after, int)
+    if fetched_at > now + CLOCK_SLACK or fresh_until < fetched_at or retry_after < fetched_at:
+        return None
+    if fresh_until > now + CLOCK_SLACK + 366 * 86400 or retry_after > now + 366 * 86400:
+        return None
+    pem = doc.get("ca_pem")
+    if not isinstance(pem, str):
+        return None
+    try:
+        certs = parse_certs(pem.encode("ascii"), str(path))
+    except (ConfigError, UnicodeEncodeError):
+        return None
+    if len(certs) != 1:
+        return None
+    return CachedCa(certs[0], fetched_at, fresh_until, retry_after)
+
+
+def write(path: Path, url: str, label: str, entry: CachedCa) -> None:
+    """Record the entry atomically; a cache that cannot be written is no error."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from typhapki.pki.store import write_file_atomic
+
+    doc = {
+        "version": VERSION,
+        "url": url,
+        "label": label,
+        "ca_pem": entry.cert.public_bytes(Encoding.PEM).decode("ascii"),
+        "fetched_at": entry.fetched_at,
+        "fresh_until": entry.fresh_until,
+        "retry_after": entry.retry_after,
+    }
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        write_file_atomic(path, json.dumps(doc, indent=1).encode(), 0o644, durable=False)
+    except (OSError, TyphapkiError):
+        pass  # the next run asks cfssl again; `check` must not fail on a cache

@@ -1,0 +1,69 @@
+"""The one place that turns signer options into a signer (the local CA, or cfssl)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from typhapki.errors import UsageError
+from typhapki.pki.settings import PkiSettings, RoleName, parse_duration
+from typhapki.pki.signers import Signer
+from typhapki.settings.signer import SignerOptions
+
+DEFAULT_CA_TTL = timedelta(hours=1)
+
+
+def build_signer(
+    opts: SignerOptions,
+    ca_dir: Path | None,
+    settings: PkiSettings,
+    now: datetime | None = None,
+    state_dir: Path | None = None,
+) -> Signer:
+    """The local CA (`--ca-dir`) or a cfssl client, as the options say.
+
+    Nothing is read or asked here beyond what validating the options needs: the CA
+    certificate, the CA key and cfssl's answer come when the signer is used.
+    """
+    if opts.kind == "local":
+        if given := opts.given_cfssl():
+            raise UsageError(f"{given[0]} needs --signer cfssl")
+        if ca_dir is None:
+            raise UsageError("--ca-dir is required with --signer local (the default)")
+        from typhapki.pki.signers.local import LocalSigner
+
+        return LocalSigner(settings=settings, now=now, ca_dir=ca_dir)
+    if ca_dir is not None:
+        raise UsageError("--ca-dir and --signer cfssl exclude each other: cfssl holds the CA")
+    if not opts.cfssl_url:
+        raise UsageError("--signer cfssl needs --cfssl-url (or cfssl_url in hiera)")
+    if opts.cfssl_timeout is not None and not 0 < opts.cfssl_timeout <= 300:
+        raise UsageError(f"--cfssl-timeout: expected 0-300 seconds, got {opts.cfssl_timeout}")
+    ttl = (
+        parse_duration(opts.cfssl_ca_ttl, "--cfssl-ca-ttl")
+        if opts.cfssl_ca_ttl is not None
+        else DEFAULT_CA_TTL
+    )
+    from typhapki.pki.signers.cfssl import DEFAULT_TIMEOUT, CfsslConfig, CfsslSigner
+
+    for name, profile in (
+        ("typha", opts.cfssl_profile_typha),
+        ("felix", opts.cfssl_profile_felix),
+    ):
+        if profile is not None and not profile.strip():
+            raise UsageError(f"--cfssl-profile-{name}: must not be empty")
+    config = CfsslConfig(
+        url=opts.cfssl_url,
+        profiles={
+            RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
+            RoleName.FELIX: opts.cfssl_profile_felix or "felix",
+        },
+        label=opts.cfssl_label or "",
+        auth_key_file=opts.cfssl_auth_key,
+        ca_file=opts.cfssl_ca_file,
+        timeout=opts.cfssl_timeout if opts.cfssl_timeout is not None else DEFAULT_TIMEOUT,
+        ca_ttl=ttl,
+        node_name=settings.node_name or "",
+        state_dir=state_dir,
+    )
+    return CfsslSigner(config)

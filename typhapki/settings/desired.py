@@ -1,0 +1,84 @@
+"""Flags, the node configuration file, hiera and defaults resolved into one desired state.
+
+The node configuration file reaches the commands as click's defaults (typhapki/cli.py),
+so by the time a command runs its options hold flags over the file; this module puts
+the cluster's hiera under them (loaded once), validates the result into settings, builds
+the signer and asks it for its current CA. `check`, `issue` and `install` all call
+`resolve`, so they judge the set by the same desired state (typhapki/pki/plan.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typhapki.settings.cluster import load_typha_settings, merge_cluster
+from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.signer import SignerOptions
+
+if TYPE_CHECKING:
+    from typhapki.pki.plan import Desired
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a command was asked, before resolution: the options as given."""
+
+    out: Path
+    role: str
+    pki: PkiOptions
+    signer: SignerOptions
+    ca_dir: Path | None = None
+    trust: tuple[Path, ...] = ()
+    hiera: Path | None = None
+    cluster: str | None = None
+    source: Path | None = None  # shipped mode: `--from DIR`
+
+
+def wants_signer(request: Request, signer: SignerOptions) -> bool:
+    """Whether the options name a signer at all (`check --out` alone names none)."""
+    return request.ca_dir is not None or signer.kind != "local"
+
+
+def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> Desired:
+    """The desired state of the set under `request.out`.
+
+    `require_signer`: `issue` cannot work without one (exit 2); `check` without one judges
+    the set by its own bundle. `ask_signer` False builds the signer without asking for its
+    CA (nothing in the desired state depends on the signer then).
+    """
+    from typhapki.pki.issuance import load_trusted
+    from typhapki.pki.plan import Desired
+    from typhapki.pki.signers.factory import build_signer
+
+    typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
+    pki, signer_opts = merge_cluster(
+        request.pki, request.signer, typha, request.hiera, request.cluster
+    )
+    settings = build_settings(pki)
+    roles = tuple(parse_roles(request.role))
+    _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue
+    if request.source is not None:
+        from typhapki.errors import UsageError
+        from typhapki.pki.install import read_shipped
+
+        if request.ca_dir is not None or signer_opts.signer is not None:
+            raise UsageError("--from (a shipped set) excludes --ca-dir and --signer")
+        shipped = read_shipped(request.source, settings, roles)
+        return Desired(request.out, roles, settings, shipped=shipped)
+    if not require_signer and not wants_signer(request, signer_opts):
+        if given := signer_opts.given_cfssl():
+            from typhapki.errors import UsageError
+
+            raise UsageError(f"{given[0]} needs --signer cfssl")
+        return Desired(request.out, roles, settings)
+    trusted = tuple(load_trusted(request.trust))
+    signer = build_signer(signer_opts, request.ca_dir, settings)
+    current = signer.current_ca() if ask_signer else None
+    return Desired(request.out, roles, settings, signer, current, trusted)
+
+
+def trust_paths(trust: Sequence[Path] | None) -> tuple[Path, ...]:
+    return tuple(trust or ())

@@ -1,0 +1,57 @@
+"""The signer options (`--signer`, `--cfssl-*`) as given, before a signer is built.
+
+The same settings can come from a hiera cluster's ``typha:`` mapping (signer,
+cfssl_url, cfssl_profile_typha, cfssl_profile_felix, cfssl_label); the auth key is a
+file on the node, named on the command line or in the node's config, never in hiera.
+`typhapki.pki.signers.factory.build_signer` turns them into a signer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from typhapki.errors import UsageError
+
+SIGNERS = ("local", "cfssl")
+
+
+@dataclass(frozen=True)
+class SignerOptions:
+    """Signer options as given on the command line; None means not given."""
+
+    signer: str | None = None
+    cfssl_url: str | None = None
+    cfssl_auth_key: Path | None = None
+    cfssl_ca_file: Path | None = None
+    cfssl_profile_typha: str | None = None
+    cfssl_profile_felix: str | None = None
+    cfssl_label: str | None = None
+    cfssl_timeout: float | None = None
+    cfssl_ca_ttl: str | None = None
+
+    def merged_over(self, base: SignerOptions) -> SignerOptions:
+        """These options, falling back to `base` (e.g. hiera) where not given."""
+        return SignerOptions(
+            **{
+                name: getattr(self, name)
+                if getattr(self, name) is not None
+                else getattr(base, name)
+                for name in self.__dataclass_fields__
+            }
+        )
+
+    @property
+    def kind(self) -> str:
+        kind = self.signer or "local"
+        if kind not in SIGNERS:
+            raise UsageError(f"--signer: expected local or cfssl, got {kind!r}")
+        return kind
+
+    def given_cfssl(self) -> list[str]:
+        """The --cfssl-* options that were given, as flags (for "needs --signer cfssl")."""
+        return [
+            f"--{name.replace('_', '-')}"
+            for name in self.__dataclass_fields__
+            if name.startswith("cfssl_") and getattr(self, name) is not None
+        ]
