@@ -25,7 +25,9 @@
 #   /var/lib/prometheus/node-exporter).
 # @param manage_textfile_dir
 #   Whether to make sure `textfile_dir` exists (only its existence: owner and mode stay
-#   node_exporter's package's). False where another module declares it.
+#   node_exporter's package's). False where another module declares it. Its parent
+#   must exist (node_exporter's package makes it): on nodes without node_exporter set
+#   `typhapki::manage_monitoring: false`.
 # @param manage_timer
 #   Whether to enable and start the timer (and reload systemd after the drop-in
 #   changes). False where the units do not come from the package.
