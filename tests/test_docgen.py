@@ -55,6 +55,25 @@ def complete(script: Path, line: str) -> list[str]:
     return [w for w in proc.stdout.splitlines() if w]
 
 
+def complete_equals(script: Path, line: str) -> list[str]:
+    """COMPREPLY for `... --option=VALUE` as readline hands it over: COMP_WORDBREAKS
+    makes `=` a word of its own, and COMP_LINE has no spaces around it."""
+    require("bash")
+    if not BASH_COMPLETION.exists():
+        require("bash-completion-is-missing")
+    head, _, value = line.partition("=")
+    *words, option = head.split(" ")
+    bash = (
+        f"source {BASH_COMPLETION}; source {script}; "
+        'COMP_LINE="$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); '
+        'COMP_POINT=${#COMP_LINE}; _typhapki; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    argv = ["bash", "-c", bash, "bash", line, *words, option, "=", value]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [w for w in proc.stdout.splitlines() if w]
+
+
 def leaf_commands() -> list[str]:
     return [" ".join(c.path) for c in docgen.commands()]
 
@@ -88,6 +107,25 @@ def check_completion(script: Path) -> None:
     assert complete(script, "typhapki ferm --port ") == []
     for cmd in leaf_commands():
         assert "--help" in complete(script, f"typhapki {cmd} --"), cmd
+    assert complete(script, "typhapki --v") == ["--version"]
+    # Every option that takes one of a fixed set of words offers them, as `--opt WORD`
+    # and as `--opt=WORD`, on every command that has it; request and sign hold one role.
+    offered = set()
+    for command in docgen.commands():
+        path = " ".join(command.path)
+        for opt in command.options:
+            values = docgen.choices(path, opt.names[0])
+            if values is None:
+                continue
+            offered.add(opt.names[0])
+            assert complete(script, f"typhapki {path} {opt.names[0]} ") == list(values), path
+            first = values[-1][:1]
+            want = [v for v in values if v.startswith(first)]
+            got = complete_equals(script, f"typhapki {path} {opt.names[0]}={first}")
+            assert got == want, (path, opt.names[0], got)
+    assert offered == set(docgen.CHOICES)
+    assert complete(script, "typhapki ferm --dns-gate ") == ["enforce", "warn"]
+    assert complete(script, "typhapki request --role ") == ["typha", "felix"]
 
 
 def test_generated_man_page_renders_every_command_and_option(generated: tuple[Path, Path]) -> None:

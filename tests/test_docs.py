@@ -388,7 +388,54 @@ def _puppet_validate(docs: Docs, sandbox: Sandbox, block: Block) -> str:
     return "" if proc.returncode == 0 else proc.stdout + proc.stderr
 
 
-LINKS = [(doc, line, target) for doc in documents() for line, target in links(doc)]
+# The module's README is linked to and links out; its blocks are checked by the module's
+# own tests (tests/puppet/test_module.py), its links here.
+LINKED = [*documents(), Path("puppet/typhapki/README.md")]
+LINKS = [(doc, line, target) for doc in LINKED for line, target in links(doc)]
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown file: lower case, punctuation dropped,
+    spaces as hyphens, a repeated heading numbered (-1, -2...)."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            in_code = not in_code
+        if in_code or not re.match(r"#{1,6} ", line):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+REPO_PATH = re.compile(
+    r"`((?:docs|contrib|tests|typhapki|puppet|bench|debian|scripts|ferm_templates)/[\w./-]*\w)`"
+)
+
+
+@pytest.mark.parametrize("doc", LINKED, ids=str)
+def test_repository_paths_named_in_prose_exist(doc: Path) -> None:
+    """A file named in backticks (`tests/pki/test_go_interop.py`) is a link too."""
+    dead = [
+        f"{doc}:{number}: {m[1]}"
+        for number, line in enumerate((ROOT / doc).read_text(encoding="utf-8").splitlines(), 1)
+        for m in REPO_PATH.finditer(line)
+        if not (ROOT / m[1]).exists() and not (ROOT / doc).parent.joinpath(m[1]).exists()
+        and not re.search(r"[A-Z]{2,}|\.\w+\.", m[1].rsplit("/", 1)[-1])
+    ]  # fmt: skip
+    assert not dead, dead
+
+
+def test_anchors_are_githubs(tmp_path: Path) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "# A `check --nagios`: B\n```sh\n# not a heading\n```\n## A `check --nagios`: B\n"
+    )
+    assert _anchors(doc) == {"a-check---nagios-b", "a-check---nagios-b-1"}
 
 
 @pytest.mark.parametrize(
@@ -397,12 +444,13 @@ LINKS = [(doc, line, target) for doc in documents() for line, target in links(do
 def test_link_resolves_inside_the_repository(doc: Path, line: int, target: str) -> None:
     if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
         return
-    path = target.split("#", 1)[0]
-    if not path:
-        return
+    path = target.split("#", 1)[0] or str(Path(doc).name)
     resolved = (ROOT / doc).parent.joinpath(path).resolve()
     assert resolved.is_relative_to(ROOT), f"{doc}:{line}: {target} is outside the repository"
     assert resolved.exists(), f"{doc}:{line}: {target} does not exist"
+    fragment = target.partition("#")[2]
+    if fragment and resolved.suffix == ".md":
+        assert fragment in _anchors(resolved), f"{doc}:{line}: {target}: no such heading"
 
 
 COMMAND_LINE = re.compile(r"^\s*(\$ |sudo |typhapki |kubectl |puppet |crictl )", re.MULTILINE)

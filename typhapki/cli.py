@@ -35,6 +35,27 @@ ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from typhapki import __version__
+
+        print(f"typhapki {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print typhapki's version and exit.",
+    ),
+) -> None:
+    """Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."""
+
+
 @dataclass(frozen=True)
 class CliState:
     """What main() learnt before parsing: the node configuration file's error, if any."""
@@ -337,6 +358,18 @@ def check_cmd(
     ),
     probe_address: Optional[str] = PROBE_ADDRESS,
     no_probe: bool = NO_PROBE,
+    warning: Optional[str] = typer.Option(
+        None,
+        "--warning",
+        help="With --nagios: WARNING under this much time left (e.g. 7d). Default: renewal "
+        "overdue past a grace.",
+    ),
+    critical: Optional[str] = typer.Option(
+        None,
+        "--critical",
+        help="With --nagios: CRITICAL under this much time left (e.g. 2d). Default: a tenth "
+        "of the lifetime.",
+    ),
     source: Optional[Path] = typer.Option(
         None, "--from", help="Shipped mode: exit 0 when `install --from DIR` would change nothing."
     ),
@@ -353,9 +386,23 @@ def check_cmd(
 
         run(
             lambda: check_nagios(
-                out, role, pki, ca_dir, trust or [], hiera, cluster, probe_address, no_probe
+                out,
+                role,
+                pki,
+                ca_dir,
+                trust or [],
+                hiera,
+                cluster,
+                probe_address,
+                no_probe,
+                warning,
+                critical,
             )
         )
+    if warning is not None or critical is not None:
+        from typhapki.commands.check_nagios import thresholds_without_nagios
+
+        run(thresholds_without_nagios)
     from typhapki.commands.check import check
     from typhapki.settings.desired import Request
 
@@ -442,7 +489,9 @@ def inspect_cmd(
 @app.command("rollback")
 def rollback_cmd(
     out: Path = OUT,
-    role: str = ROLE,
+    role: Optional[str] = typer.Option(
+        None, "--role", help="typha, felix or both. Default: the sets OUT holds."
+    ),
     bundle: bool = typer.Option(
         False, "--bundle", help="Also roll back the CA bundle (not during a rotation)."
     ),
@@ -847,7 +896,8 @@ def nft_cmd(
 def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
     """click's default_map from the node configuration file, and its error if any.
 
-    `facts` never fails (its error goes into the fact) and `--help` always helps;
+    `facts` never fails (its error goes into the fact), `--help` always helps and
+    `--version` always answers;
     every other command stops with one line when the file is unusable.
     """
     from typhapki import nodeconfig
@@ -858,7 +908,7 @@ def _node_defaults(argv: List[str]) -> tuple[dict[str, Any], Optional[str]]:
             return {}, None
         return nodeconfig.default_map(config, typer.main.get_command(app)), None
     except TyphapkiError as exc:
-        if argv[:1] == ["facts"] or "--help" in argv:
+        if argv[:1] == ["facts"] or "--help" in argv or argv[:1] == ["--version"]:
             return {}, str(exc)
         print(f"typhapki: error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None

@@ -30,7 +30,19 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--identity": ("cn", "uri-san"),
     "--signer": ("local", "cfssl"),
     "--component": ("typha", "felix"),
+    "--dns-gate": ("enforce", "warn"),
 }
+# Where one command takes fewer of them: (command, option) -> values.
+COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("request", "--role"): ("typha", "felix"),
+    ("sign", "--role"): ("typha", "felix"),
+}
+
+
+def choices(command: str, option: str) -> tuple[str, ...] | None:
+    """The values completion offers for `option` of `command` (None: not a fixed set)."""
+    return COMMAND_CHOICES.get((command, option), CHOICES.get(option))
+
 
 EXIT_STATUS = (
     ("0", "Success: the work is done, or nothing needed doing."),
@@ -158,6 +170,8 @@ def man_page() -> str:
         "\\fBtyphapki\\fR \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
         ".br",
         "\\fBtyphapki\\fR [\\fICOMMAND\\fR] \\fB\\-\\-help\\fR",
+        ".br",
+        "\\fBtyphapki \\-\\-version\\fR",
         ".SH DESCRIPTION",
         "typhapki creates the per-cluster CA and, on every node, the Typha server and",
         "Felix client certificates that Calico's Typha and Felix accept for mutual TLS;",
@@ -227,8 +241,17 @@ def bash_completion() -> str:
         "               fi ;;",
         "        esac",
         "    done",
-        '    case "$prev" in',
     ]
+    narrowed: dict[tuple[str, ...], list[str]] = {}
+    for (command, name), values in sorted(COMMAND_CHOICES.items()):
+        narrowed.setdefault(values, []).append(f'"{command} {name}"')
+    if narrowed:
+        lines.append('    case "$path $prev" in')
+        for values, keys in narrowed.items():
+            offer = f'COMPREPLY=($(compgen -W "{" ".join(values)}" -- "$cur"))'
+            lines.append(f"        {' | '.join(keys)}) {offer}; return ;;")
+        lines.append("    esac")
+    lines.append('    case "$prev" in')
     for name, choices in sorted(CHOICES.items()):
         if name in value_opts:
             offer = f'COMPREPLY=($(compgen -W "{" ".join(choices)}" -- "$cur"))'
@@ -242,7 +265,8 @@ def bash_completion() -> str:
         lines.append(f"        {' | '.join(free)}) return ;;")
     lines += ["    esac", "    $split && return", '    case "$path" in']
     tops = sorted({c.path[0] for c in cmds})
-    lines.append(f'        "") COMPREPLY=($(compgen -W "{" ".join(tops)} --help" -- "$cur")) ;;')
+    top_words = " ".join([*tops, "--help", "--version"])
+    lines.append(f'        "") COMPREPLY=($(compgen -W "{top_words}" -- "$cur")) ;;')
     for group in groups:
         subs = sorted(c.path[1] for c in cmds if c.path[0] == group and len(c.path) > 1)
         words = " ".join([*subs, "--help"])

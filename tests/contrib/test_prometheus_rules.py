@@ -83,3 +83,29 @@ def test_rules_fail_when_an_alert_is_missing(tmp_path: Path) -> None:
     (tmp_path / TESTS.name).write_text(yaml.safe_dump(tests))
     proc = _promtool("test", "rules", TESTS.name, cwd=tmp_path)
     assert proc.returncode != 0 and "TyphapkiRestartPending" in proc.stdout + proc.stderr
+
+
+def test_certificate_alerts_use_check_nagios_thresholds() -> None:
+    """The rules and `check --nagios` judge a certificate with the same numbers."""
+    from typhapki.monitoring.nagios import CRITICAL_FRACTION, GRACE_FRACTION, GRACE_MAX
+
+    exprs = {a["alert"]: " ".join(a["expr"].split()) for a in _alerts()}
+    overdue = exprs["TyphapkiCertificateRenewalOverdue"]
+    assert f") / {GRACE_FRACTION}, {int(GRACE_MAX.total_seconds())})" in overdue, overdue
+    tenth = f"typhapki_cert_not_before_timestamp_seconds) / {CRITICAL_FRACTION}"
+    assert tenth in overdue and tenth in exprs["TyphapkiCertificateNearExpiry"]
+
+
+def test_certificate_alerts_are_tested_over_24h_28d_and_365d_leaves() -> None:
+    doc = yaml.safe_load(TESTS.read_text())
+    lifetimes = set()
+    for group in doc["tests"]:
+        series = {s["series"].split("{")[0]: s["values"] for s in group["input_series"]}
+        after = series.get("typhapki_cert_not_after_timestamp_seconds")
+        before = series.get("typhapki_cert_not_before_timestamp_seconds")
+        if after is None or before is None:
+            continue
+        alerts = {c["alertname"] for c in group["alert_rule_test"] if c["exp_alerts"]}
+        assert alerts == {"TyphapkiCertificateRenewalOverdue", "TyphapkiCertificateNearExpiry"}
+        lifetimes.add(int(after.split("x")[0]) - int(before.split("x")[0]))
+    assert lifetimes == {86400, 28 * 86400, 365 * 86400}

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,3 +192,49 @@ def test_openssl_server_refusing_the_felix_certificate(issued: Path, tmp_path: P
         result = _probe_when_up(address, issued)
     assert not result.accepted and not result.serves_disk
     assert result.error is not None and "refused" in result.error, result
+
+
+@contextmanager
+def _closing_typha(out: Path) -> Iterator[str]:
+    """A TLS server with Typha's certificate that requires a client certificate from the
+    bundle, then closes without an alert: what a Typha shutting down or shedding
+    connections does, and what the probe cannot tell from an identity refusal."""
+    paths = SetPaths(out)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(paths.cert(RoleName.TYPHA), paths.key(RoleName.TYPHA))
+    ctx.load_verify_locations(paths.bundle)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with ctx.wrap_socket(conn, server_side=True):
+            pass  # handshake done, then a clean close
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+def test_a_close_after_the_handshake_blames_the_identity_only_when_known(issued: Path) -> None:
+    with _closing_typha(issued) as address:
+        unknown = probe(address, issued, TYPHA, felix_identity=Identity("calico-node", None))
+    assert not unknown.accepted and unknown.error is not None
+    assert "without saying why" in unknown.error and "shutting down" in unknown.error
+    assert "CN 'calico-node'" in unknown.error and "reissue" not in unknown.error
+
+    with _closing_typha(issued) as address:
+        known = probe(address, issued, TYPHA, felix_identity=Identity("calico-node-2", None))
+    assert not known.accepted and known.error is not None
+    assert "is not the cluster's Felix identity CN=calico-node-2" in known.error
+    assert "without saying why" not in known.error and "reissue the Felix set" in known.error
+    # Either name suffices for Typha: a matching CN with a URI SAN the set lacks is
+    # not known to be refused.
+    with _closing_typha(issued) as address:
+        felix = Identity("calico-node", "spiffe://cluster.local/felix")
+        either = probe(address, issued, TYPHA, felix_identity=felix)
+    assert either.error is not None and "without saying why" in either.error

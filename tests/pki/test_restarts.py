@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
+from typhapki.pki.layout import SetPaths
 from typhapki.pki.restarts import (
     READERS,
     Component,
@@ -18,6 +19,7 @@ from typhapki.pki.restarts import (
     pending_restarts,
     restarts_recorded,
 )
+from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation
 
 
@@ -84,6 +86,21 @@ def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
     assert pending_restarts(out) == [Component.TYPHA, Component.FELIX]
 
 
+def test_a_worker_gets_no_typha_marker(tmp_path: Path, ca_dir: Path) -> None:
+    """A node without Typha: a bundle change marks Felix only, never an orphan
+    `.restart-typha` that no restart would ever clear."""
+    out = tmp_path / "out"
+    assert _issue(ca_dir, out, "--role", "felix")["restart"] == ["felix"]
+    _clear(out)
+    other = tmp_path / "other-ca"
+    assert run_cli("ca", "init", "--ca-dir", other).returncode == 0
+    bundle = _issue(ca_dir, out, "--role", "felix", "--trust", other / "typhaca.crt")
+    assert [c["scope"] for c in bundle["changes"]] == ["bundle"]
+    assert bundle["restart"] == ["felix"]
+    assert pending_restarts(out) == [Component.FELIX]
+    assert not (out / ".restart-typha").exists()
+
+
 def test_restarted_clears_one_marker(tmp_path: Path, issued: Path) -> None:
     (issued / ".restart-typha").write_text("..x\n")
     (issued / ".restart-felix").write_text("..x\n")
@@ -102,7 +119,8 @@ def test_restarted_clears_one_marker(tmp_path: Path, issued: Path) -> None:
 def test_a_failed_publish_leaves_no_new_marker(tmp_path: Path) -> None:
     """Markers are made before the switch and taken back when it fails."""
     out = tmp_path / "out"
-    out.mkdir()
+    for role in RoleName:  # a node that holds both sets
+        SetPaths(out).role_dir(role).mkdir(parents=True)
     (out / ".restart-felix").write_text("..older\n")  # a restart already pending
     with pytest.raises(RuntimeError), restarts_recorded(out, ["bundle"]):
         assert (out / ".restart-typha").read_text() == "pending\n"

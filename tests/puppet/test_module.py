@@ -107,6 +107,10 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
         assert params <= documented, (name, params - documented)
         assert name not in ("typhapki", "typhapki::certs") or len(params) > 15, (name, params)
         assert f"`{name}`" in readme, name
+        # Its README section lists its parameters, or says it has none and what it reads.
+        section = readme.split(f"### `{name}`\n", 1)[1].split("\n### ", 1)[0]
+        assert params or "No parameters of its own" in section, (name, section)
+        assert not params or "| hiera key / parameter |" in section, name
         for param in params:
             # Classes: the hiera key of automatic parameter lookup; the define: the name.
             key = param if name == "typhapki::restart" else f"{name}::{param}"

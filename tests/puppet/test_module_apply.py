@@ -9,6 +9,7 @@ hieradata under a test layer that moves every path into tmp_path (tests/support/
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +99,14 @@ def test_local_converges_then_changes_nothing(tmp_path: Path, ca_dir: Path, dns:
     second = node.apply()
     assert second.returncode == 0, second.stdout
     assert node.log("ferm-reloads") == ["reload"]
+
+    # The metrics timer, with the drop-in's environment, judges the set Puppet made.
+    env = dict(re.findall(r'^Environment="(\w+)=(.*)"$', node.metrics_dropin.read_text(), re.M))
+    assert env == {"TYPHAPKI_CONFIG": str(node.config_file)}
+    assert run_cli("metrics", "--no-probe", env=env).returncode == 0
+    metrics = (node.textfile_dir / "typhapki.prom").read_text()
+    assert re.search(r"^typhapki_set_valid\{.*\} 1\.0$", metrics, re.M), metrics
+    assert (node.textfile_dir / "typhapki-expected.prom").exists()
 
     # The fact, as Facter runs the installed executable, reads the same configuration.
     fact = _facter(node)

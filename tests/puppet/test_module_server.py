@@ -237,6 +237,13 @@ def test_agent_converges_from_the_server_then_changes_nothing(
     assert node.log("ferm-reloads") == ["reload"]
     assert (node.facts_d / "typhapki").read_text().endswith(f"exec {TYPHAPKI} facts\n")
 
+    # What reaches the agent's cached catalog (docs/puppet.md says the same): Sensitive
+    # values are redacted from the run's output and reports, not from the catalog the
+    # agent applies and caches on the node, which is not world-readable.
+    [cached] = (agent / "var" / "client_data" / "catalog").glob("*.json")
+    assert ca.key.read_text().splitlines()[1] in cached.read_text()
+    assert cached.stat().st_mode & 0o007 == 0
+
     second = _agent(puppetserver, agent)
     assert second.returncode == 0, (second.stdout, second.stderr)
     assert node.log("ferm-reloads") == ["reload"]

@@ -80,6 +80,14 @@ class PuppetNode:
     def state_dir(self) -> Path:
         return self.root / "var" / "lib" / "typhapki-state"
 
+    @property
+    def textfile_dir(self) -> Path:
+        return self.root / "var" / "lib" / "prometheus" / "node-exporter"
+
+    @property
+    def metrics_dropin(self) -> Path:
+        return self.root / "etc/systemd/system/typhapki-metrics.service.d/typhapki.conf"
+
     def log(self, name: str) -> list[str]:
         path = self.root / f"{name}.log"
         return path.read_text().splitlines() if path.exists() else []
@@ -108,6 +116,10 @@ class PuppetNode:
             "typhapki::ferm::output": str(self.ferm_rule),
             "typhapki::ferm::manage_output_dir": True,
             "typhapki::ferm::reload_command": f"echo reload >> {log / 'ferm-reloads.log'}",
+            # The timer's drop-in and the textfile directory under the root; no systemd.
+            "typhapki::monitoring::textfile_dir": str(self.textfile_dir),
+            "typhapki::monitoring::unit_dir": str(self.root / "etc" / "systemd" / "system"),
+            "typhapki::monitoring::manage_timer": False,
             # The ferm state file (INTERFACES §4) under the root, never /var/lib/typhapki.
             **({"typhapki::state_dir": str(self.state_dir)} if STATE_DIR_OPTION else {}),
             **self.data,
@@ -117,6 +129,9 @@ class PuppetNode:
         for directory in (self.root / "etc" / "facter", self.facts_d, self.out.parent):
             directory.mkdir(parents=True, exist_ok=True)
         (self.root / "etc" / "ferm").mkdir(parents=True, exist_ok=True)
+        # What a node has: systemd's unit directory; node_exporter's /var/lib/prometheus.
+        self.metrics_dropin.parent.parent.mkdir(parents=True, exist_ok=True)
+        self.textfile_dir.parent.mkdir(parents=True, exist_ok=True)
 
     def hiera_config(self, directory: Path) -> Path:
         """hiera.yaml (v5) with the test layer over the example's data."""

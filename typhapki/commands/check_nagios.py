@@ -18,13 +18,27 @@ def check_nagios(
     cluster: str | None,
     probe_address: str | None,
     no_probe: bool,
+    warning: str | None = None,
+    critical: str | None = None,
 ) -> int:
     """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3."""
     from typhapki.errors import TyphapkiError
     from typhapki.monitoring.nagios import unknown
 
     try:
-        result = _evaluate(out, role, pki, ca_dir, trust, hiera, cluster, probe_address, no_probe)
+        result = _evaluate(
+            out,
+            role,
+            pki,
+            ca_dir,
+            trust,
+            hiera,
+            cluster,
+            probe_address,
+            no_probe,
+            warning,
+            critical,
+        )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
         result = unknown(str(exc))
     except Exception as exc:  # never a traceback to the monitoring system
@@ -43,10 +57,14 @@ def _evaluate(
     cluster: str | None,
     probe_address: str | None,
     no_probe: bool,
+    warning: str | None,
+    critical: str | None,
 ) -> NagiosResult:
     from typhapki.commands.monitoring_options import settings_factory, status_request
-    from typhapki.monitoring.nagios import evaluate
+    from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
+
+    thresholds = Thresholds.parse(warning, critical)  # the wrong order: UNKNOWN
 
     request = status_request(
         out, role, ca_dir, trust, cluster, probe_address, no_probe, ferm_state=False
@@ -56,4 +74,11 @@ def _evaluate(
         from typhapki.pki.issuance import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
-    return evaluate(collect(request, lambda: settings))
+    return evaluate(collect(request, lambda: settings), thresholds)
+
+
+def thresholds_without_nagios() -> int:
+    """`check --warning/--critical` without --nagios: a usage error, not ignored."""
+    from typhapki.errors import UsageError
+
+    raise UsageError("--warning and --critical need --nagios")

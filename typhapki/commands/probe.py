@@ -23,7 +23,7 @@ def probe(
 
     parse_address(address)
     settings = settings_factory(pki, hiera, cluster)()
-    result = run_probe(address, out, settings.typha, timeout)
+    result = run_probe(address, out, settings.typha, timeout, settings.felix)
     if json_out:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     served = result.served

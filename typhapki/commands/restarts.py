@@ -13,14 +13,14 @@ from pathlib import Path
 from typhapki.pki.changes import Change
 
 
-def components(changes: Sequence[Change]) -> list[str]:
-    """Typha reads its set and the bundle; Felix reads its set and the bundle."""
-    from typhapki.pki.restarts import components_to_restart
+def components(out: Path, changes: Sequence[Change]) -> list[str]:
+    """Typha reads its set and the bundle; Felix reads its set and the bundle; only the
+    components whose set OUT holds."""
+    from typhapki.pki.restarts import components_held
 
-    return [c.value for c in components_to_restart(ch.scope for ch in changes if ch.restarts)]
+    return [c.value for c in components_held(out, (ch.scope for ch in changes if ch.restarts))]
 
 
 def record_restarts(out: Path, changes: Sequence[Change]) -> list[str]:
     """The components to restart after `changes` (their markers are already on disk)."""
-    del out  # the pki layer wrote the markers under the lock
-    return components(changes)
+    return components(out, changes)

@@ -1,22 +1,38 @@
 """`check --nagios`: the monitoring-plugins status line for Icinga and NRPE.
 
 One line, ``TYPHAPKI STATUS: text | perfdata``, then one line per problem (the
-plugins' long output). Exit 0 OK, 1 WARNING (renewal due; Felix still on the old
-files), 2 CRITICAL (expired, invalid or missing; Typha serves a stale certificate),
-3 UNKNOWN (the check itself could not run).
+plugins' long output). Exit 0 OK, 1 WARNING (renewal overdue; Felix still on the old
+files), 2 CRITICAL (under a tenth of the lifetime left, expired, invalid or missing;
+Typha serves a stale certificate), 3 UNKNOWN (the check itself could not run).
+
+The thresholds are relative to each certificate's own lifetime and renewal moment, as
+the alert rules in contrib/prometheus/typhapki.rules.yml are, so a 24-hour leaf and a
+365-day leaf are judged at the same point of their lives: WARNING once the renewal
+moment has passed by more than a grace (a quarter of the time from the renewal moment
+to expiry, at most GRACE_MAX), CRITICAL under a tenth of the lifetime left. `--warning`
+and `--critical` (time left) replace them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import IntEnum
 
+from typhapki.errors import UsageError
 from typhapki.monitoring.processes import Component
 from typhapki.monitoring.status import NodeStatus
+from typhapki.pki.settings import parse_duration
 from typhapki.pki.verify import Problem, renewal_due_at
-from typhapki.pki.x509compat import valid_until
+from typhapki.pki.x509compat import valid_from, valid_until
 
 RENEWAL_DUE = "due for renewal"  # verify.validity_problem's wording
+
+# The same numbers as the alert rules (contrib/prometheus/typhapki.rules.yml; a test
+# keeps them equal): four Puppet runs at the default 30-minute interval.
+GRACE_MAX = timedelta(hours=2)
+GRACE_FRACTION = 4  # of the time from the renewal moment to expiry
+CRITICAL_FRACTION = 10  # of the lifetime
 
 
 class NagiosState(IntEnum):
@@ -46,27 +62,98 @@ def unknown(reason: str) -> NagiosResult:
     return NagiosResult(NagiosState.UNKNOWN, reason, [], [])
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Time left under which a certificate is WARNING / CRITICAL; None: relative to
+    the certificate's own lifetime and renewal moment."""
+
+    warning: timedelta | None = None
+    critical: timedelta | None = None
+
+    @classmethod
+    def parse(cls, warning: str | None, critical: str | None) -> Thresholds:
+        """--warning / --critical; CRITICAL must come first, and before expiry."""
+        warn = None if warning is None else parse_duration(warning, "--warning")
+        crit = None if critical is None else parse_duration(critical, "--critical")
+        if warn is not None and crit is not None and crit >= warn:
+            raise UsageError(
+                f"--critical {critical} must be shorter than --warning {warning} "
+                "(time left: WARNING comes first, CRITICAL later and before expiry)"
+            )
+        return cls(warn, crit)
+
+    def limits(self, not_before: datetime, not_after: datetime, due: datetime) -> Limits:
+        lifetime = not_after - not_before
+        grace = min(GRACE_MAX, (not_after - due) / GRACE_FRACTION)
+        warn = self.warning if self.warning is not None else not_after - due - grace
+        crit = self.critical if self.critical is not None else lifetime / CRITICAL_FRACTION
+        return Limits(warn, crit)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One certificate's thresholds, as time left."""
+
+    warning: timedelta
+    critical: timedelta
+
+    def judge(self, left: timedelta) -> NagiosState:
+        """The state of a certificate with `left` time left (negative: expired)."""
+        if left < self.critical or left <= timedelta(0):
+            return NagiosState.CRITICAL
+        if left < self.warning:
+            return NagiosState.WARNING
+        return NagiosState.OK
+
+
 def _renewal_only(problem: Problem) -> bool:
     return problem.message.startswith(RENEWAL_DUE)
 
 
-def evaluate(status: NodeStatus) -> NagiosResult:
+def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> NagiosResult:
     """Judge the node the way the plugin guidelines want it judged."""
+    thresholds = thresholds or Thresholds()
     report = status.report
     if report is None:
         return unknown(status.errors.get("set", "the set could not be read"))
     details = [p.line() for p in report.problems]
     crit_problems = [p for p in report.problems if not _renewal_only(p)]
-    warn_problems = [p for p in report.problems if _renewal_only(p)]
     crit: list[str] = []
     warn: list[str] = []
     if crit_problems:
         first = crit_problems[0]
         more = f" (+{len(crit_problems) - 1} more)" if len(crit_problems) > 1 else ""
         crit.append(f"{first.scope}: {first.message}{more}")
-    if warn_problems:
-        scopes = sorted({p.scope for p in warn_problems})
-        warn.append(f"renewal due for {', '.join(scopes)}")
+
+    perfdata = []
+    overdue: list[str] = []
+    for role, role_state in report.roles.items():
+        leaf = role_state.leaf
+        if leaf is None:
+            continue
+        not_after = valid_until(leaf)
+        left = not_after - status.now
+        limits = thresholds.limits(
+            valid_from(leaf), not_after, renewal_due_at(leaf, status.settings)
+        )
+        judged = limits.judge(left)
+        if judged is NagiosState.CRITICAL and left > timedelta(0):  # expired: a problem above
+            crit.append(
+                f"{role.value} expires in {_span(left)} (CRITICAL under {_span(limits.critical)})"
+            )
+        elif judged is NagiosState.WARNING and thresholds.warning is None:
+            overdue.append(role.value)
+        elif judged is NagiosState.WARNING:
+            warn.append(
+                f"{role.value} expires in {_span(left)} (WARNING under {_span(limits.warning)})"
+            )
+        perfdata.append(
+            f"{role.value}_days_left={left.total_seconds() / 86400:.2f};"
+            f"{limits.warning.total_seconds() / 86400:.2f};"
+            f"{limits.critical.total_seconds() / 86400:.2f}"
+        )
+    if overdue:
+        warn.append(f"renewal overdue for {', '.join(sorted(overdue))}")
 
     typha = status.restarts.get(Component.TYPHA)
     felix = status.restarts.get(Component.FELIX)
@@ -83,15 +170,6 @@ def evaluate(status: NodeStatus) -> NagiosResult:
         if source in ("settings", "processes", "probe"):
             details.append(f"{source}: {message}")
 
-    perfdata = []
-    for role, role_state in report.roles.items():
-        leaf = role_state.leaf
-        if leaf is None:
-            continue
-        left = (valid_until(leaf) - status.now).total_seconds() / 86400
-        window = (valid_until(leaf) - renewal_due_at(leaf, status.settings)).total_seconds()
-        perfdata.append(f"{role.value}_days_left={left:.2f};{window / 86400:.2f};0")
-
     summaries: list[str]
     if crit:
         state, summaries = NagiosState.CRITICAL, crit + warn
@@ -105,3 +183,13 @@ def evaluate(status: NodeStatus) -> NagiosResult:
             soonest = min(valid_until(s.leaf) for s in report.roles.values() if s.leaf is not None)
             summaries[0] += f", first expiry {soonest:%Y-%m-%d}"
     return NagiosResult(state, "; ".join(summaries), perfdata, details)
+
+
+def _span(delta: timedelta) -> str:
+    """A short time span for the status line: 3d4h, 5h12m, 40m."""
+    minutes = int(delta.total_seconds() // 60)
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    return f"{hours}h{mins}m" if hours else f"{mins}m"

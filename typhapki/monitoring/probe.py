@@ -170,9 +170,16 @@ def _served_unverified(host: str, port: int, paths: SetPaths, timeout: float) ->
     return CertSummary.of(x509.load_der_x509_certificate(der)) if der else None
 
 
-def probe(address: str, out: Path, typha_identity: Identity, timeout: float = 5.0) -> ProbeResult:
+def probe(
+    address: str,
+    out: Path,
+    typha_identity: Identity,
+    timeout: float = 5.0,
+    felix_identity: Identity | None = None,
+) -> ProbeResult:
     """Handshake with the Typha at `address` as this node's Felix; never raises for a
-    refused or failed handshake (only for a malformed address)."""
+    refused or failed handshake (only for a malformed address). `felix_identity`, the
+    cluster's Felix identity when known, lets a refusal name its cause."""
     host, port = parse_address(address)
     paths = SetPaths(out)
     disk, disk_error = _disk_certificate(paths)
@@ -223,8 +230,11 @@ def probe(address: str, out: Path, typha_identity: Identity, timeout: float = 5.
             except TimeoutError:
                 data = None  # Typha waits for Felix's hello: accepted
             except ssl.SSLError as exc:
+                why = _felix_mismatch(paths, felix_identity)
                 return failed(
-                    f"Typha refused this node's Felix certificate: {_refusal(exc)}", served
+                    f"Typha refused this node's Felix certificate: {_refusal(exc)}"
+                    + (f"; {why}" if why else ""),
+                    served,
                 )
             except OSError as exc:
                 return failed(
@@ -232,9 +242,52 @@ def probe(address: str, out: Path, typha_identity: Identity, timeout: float = 5.
                     served,
                 )
             if data == b"":
-                return failed(
-                    "Typha closed the connection right after the handshake: it refused this "
-                    "node's Felix identity (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN)",
-                    served,
-                )
+                return failed(_closed_after_handshake(paths, felix_identity), served)
     return ProbeResult(address, True, None, served, disk, disk_error)
+
+
+def _felix_names(paths: SetPaths) -> tuple[str | None, list[str]] | None:
+    """The CN and URI SANs of the Felix certificate on disk (None: unreadable)."""
+    from typhapki.pki.pem import load_certs
+    from typhapki.pki.verify import subject_cn, uri_sans
+
+    try:
+        leaf = load_certs(paths.cert(RoleName.FELIX), "Felix certificate")[0]
+    except ConfigError:
+        return None
+    return subject_cn(leaf), uri_sans(leaf)
+
+
+def _felix_mismatch(paths: SetPaths, felix: Identity | None) -> str | None:
+    """Why Typha would refuse this node's Felix identity, when that is known: the
+    certificate on disk matches neither the CN nor the URI SAN of the cluster's Felix
+    identity (Typha accepts either), which is what TYPHA_CLIENTCN / TYPHA_CLIENTURISAN
+    hold. None when it matches or nothing is known."""
+    names = _felix_names(paths)
+    if felix is None or names is None:
+        return None
+    cn, uris = names
+    if (felix.cn is not None and felix.cn == cn) or (felix.uri_san in uris):
+        return None
+    return (
+        f"this node's Felix certificate (CN {cn!r}, URI SANs {uris or 'none'}) is not the "
+        f"cluster's Felix identity {felix.describe()}, which Typha requires "
+        "(TYPHA_CLIENTCN / TYPHA_CLIENTURISAN): reissue the Felix set"
+    )
+
+
+def _closed_after_handshake(paths: SetPaths, felix: Identity | None) -> str:
+    """Typha closes without a word when it shuts down or sheds connections (and, in
+    Calico versions that check the client's CN after the handshake, on a mismatch):
+    the identity is blamed only when the certificate on disk is known not to match."""
+    head = "Typha closed the connection right after the handshake"
+    mismatch = _felix_mismatch(paths, felix)
+    if mismatch is not None:
+        return f"{head}: {mismatch}"
+    names = _felix_names(paths)
+    shown = f" (CN {names[0]!r}, URI SANs {names[1] or 'none'})" if names else ""
+    return (
+        f"{head}, without saying why: Typha does so when it is shutting down or shedding "
+        f"connections, or when this node's Felix certificate{shown} is not the identity "
+        "its TYPHA_CLIENTCN / TYPHA_CLIENTURISAN name; Typha's log says which"
+    )

@@ -162,7 +162,9 @@ def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
             return
         address = DEFAULT_ADDRESS
     try:
-        status.probe = probe(address, request.out, status.settings.typha)
+        status.probe = probe(
+            address, request.out, status.settings.typha, felix_identity=status.settings.felix
+        )
     except Exception as exc:
         status.error("probe", _message(exc))
 

@@ -66,6 +66,19 @@ def components_to_restart(scopes: Iterable[str]) -> list[Component]:
     return [c for c in Component if c in wanted]
 
 
+def components_held(out: Path, scopes: Iterable[str]) -> list[Component]:
+    """components_to_restart, less those whose set OUT does not hold and `scopes` does
+    not write: a worker runs no Typha, and a `.restart-typha` there (after a bundle
+    change) would never be cleared by any restart."""
+    scopes = set(scopes)
+    paths = SetPaths(out)
+    return [
+        c
+        for c in components_to_restart(scopes)
+        if _ROLE[c].value in scopes or os.path.lexists(paths.role_dir(_ROLE[c]))
+    ]
+
+
 def live_generation(out: Path, component: Component) -> str:
     """The newest live generation among the directories `component` reads."""
     paths = SetPaths(out)
@@ -82,14 +95,15 @@ def live_generation(out: Path, component: Component) -> str:
 
 @contextlib.contextmanager
 def restarts_recorded(out: Path, scopes: Iterable[str]) -> Iterator[list[Component]]:
-    """Mark the components that read the changed `scopes`, around the publish it wraps.
+    """Mark the components that read the changed `scopes`, around the publish it wraps;
+    only those whose set OUT holds (or that this publish writes).
 
     A missing marker is created *before* the files switch, so a full disk fails the run
     while nothing has changed yet (and a switch never happens without its marker); it
     is removed again when the publish fails. After the switch each marker is rewritten
     with the live generation's name (best effort: "pending" stays true if that fails).
     """
-    components = components_to_restart(scopes)
+    components = components_held(out, scopes)
     created: list[Path] = []
     try:
         for component in components:

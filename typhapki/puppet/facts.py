@@ -293,7 +293,9 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
         from typhapki.monitoring.probe import probe  # ssl only on nodes that run Typha
 
         try:
-            fact["probe"] = probe(address, request.out, settings.typha).as_dict()
+            fact["probe"] = probe(
+                address, request.out, settings.typha, felix_identity=settings.felix
+            ).as_dict()
         except Exception as exc:  # a malformed --probe-address
             errors.append(str(exc) or type(exc).__name__)
     return fact

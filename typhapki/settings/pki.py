@@ -22,12 +22,23 @@ from typhapki.pki.settings import (
     validate_node_name,
 )
 
+LOCALHOST_NAMES = frozenset({"localhost", "localhost4", "localhost6", "ip6-localhost"})
+
 
 def default_node_name() -> str:
-    """The host's FQDN, as Puppet names the node (Facter's fqdn)."""
+    """The host's FQDN, as Puppet names the node (Facter's fqdn), else its host name.
+
+    Never `localhost`: every node whose name resolves so would share one renewal moment
+    and restart Typha in the same Puppet run (the spread of settings.renewal_moment)."""
     import socket
 
-    return socket.getfqdn() or socket.gethostname()
+    for name in (socket.getfqdn(), socket.gethostname()):
+        if name and name.split(".")[0].lower() not in LOCALHOST_NAMES:
+            return name
+    raise UsageError(
+        "this node's name is localhost, which would renew at the same moment as every "
+        "other such node: give --node-name (its FQDN) or fix the host name"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,14 @@
 # @summary The node configuration file, the node's cluster data and typhapki's directories.
 #
 # The file holds the defaults of every typhapki command on this node (flags still
-# win), built from typhapki, typhapki::certs and typhapki::ferm (or typhapki::nftables):
-# `typhapki issue`, `check`, `ferm` (`nft`) and `facts` need no flags, whether Puppet or
-# an operator runs them.
+# win), built from typhapki, typhapki::certs, typhapki::ferm (or typhapki::nftables) and
+# typhapki::monitoring: `typhapki issue`, `check`, `ferm` (`nft`), `facts` and `metrics`
+# need no flags, whether Puppet, the metrics timer or an operator runs them.
+#
+# No parameters of its own: it reads `typhapki::config_dir`, `typhapki::config_file`,
+# `typhapki::cluster_file`, `typhapki::out`, `typhapki::role`, `typhapki::cluster`,
+# `typhapki::state_dir` and `typhapki::options`, and the node configuration entries of
+# `typhapki::certs`, `typhapki::ferm` (or `typhapki::nftables`) and `typhapki::monitoring`.
 #
 # @api private
 class typhapki::config {
@@ -54,7 +59,11 @@ class typhapki::config {
   $defaults = ($typhapki::options + $node_defaults + $certs_defaults).filter |$key, $value| {
     $value =~ NotUndef
   }
-  $commands = $ferm_commands.map |$command, $options| {
+  $monitoring_commands = $typhapki::manage_monitoring ? {
+    true    => $typhapki::monitoring::config_commands,
+    default => {},
+  }
+  $commands = ($ferm_commands + $monitoring_commands).map |$command, $options| {
     [$command, $options.filter |$key, $value| { $value =~ NotUndef }]
   }.convert_to(Hash).filter |$command, $options| { !$options.empty }
 

@@ -3,6 +3,9 @@
 # The fact reads the node configuration file like every other command, so the
 # executable passes no options; it never fails the Facter run.
 #
+# No parameters of its own: it reads `typhapki::facts_dir`, `typhapki::bin` and
+# `typhapki::config_file`; `typhapki::manage_fact` switches it.
+#
 # @api private
 class typhapki::fact {
   assert_private()

@@ -8,6 +8,7 @@
 #                                         -> typhapki::certs (unless manage_certs is false)
 #                                         -> typhapki::ferm  (Typha hosts; manage_ferm)
 #                                            or typhapki::nftables (firewall_provider)
+#                                         -> typhapki::monitoring (manage_monitoring)
 #
 # The node configuration file (`config_file`) holds every setting the CLI needs, so the
 # module's execs are plain `typhapki issue`, `typhapki check`, `typhapki ferm` (or
@@ -65,6 +66,9 @@
 #   The firewall that carries the rule: `ferm` (a conf.d file, reloaded) or `nftables`
 #   (named sets included in the fleet's `table inet filter`, refreshed in one
 #   transaction without a ruleset reload).
+# @param manage_monitoring
+#   Whether to set up the metrics timer for node_exporter's textfile collector
+#   (typhapki::monitoring).
 # @param options
 #   More defaults for the node configuration file, by option name (e.g. `timeout`).
 #   Values set by the module's own parameters win.
@@ -82,6 +86,7 @@ class typhapki (
   Boolean $manage_fact,
   Stdlib::Absolutepath $facts_dir,
   Boolean $manage_certs,
+  Boolean $manage_monitoring,
   Typhapki::FirewallProvider $firewall_provider,
   Optional[Pattern[/\A[A-Za-z0-9][A-Za-z0-9._-]*\z/]] $cluster = undef,
   Optional[Hash[String[1], Hash]] $clusters = lookup('kubernetes::clusters', Optional[Hash], undef, undef),
@@ -126,7 +131,10 @@ class typhapki (
   if $_manage_ferm {
     contain $firewall_class
   }
-  # After certs and ferm: the node configuration holds their settings too.
+  if $manage_monitoring {
+    contain typhapki::monitoring
+  }
+  # After certs, ferm and monitoring: the node configuration holds their settings too.
   contain typhapki::config
   if $manage_fact {
     contain typhapki::fact
@@ -139,5 +147,8 @@ class typhapki (
   }
   if $_manage_ferm {
     Class['typhapki::config'] -> Class[$firewall_class]
+  }
+  if $manage_monitoring {
+    Class['typhapki::config'] -> Class['typhapki::monitoring']
   }
 }

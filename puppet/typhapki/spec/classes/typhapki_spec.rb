@@ -48,6 +48,7 @@ describe 'typhapki' do
             'commands' => {
               'ferm' => { 'output' => '/etc/ferm/conf.d/10_calico-typha' },
               'facts' => { 'ferm_output' => '/etc/ferm/conf.d/10_calico-typha' },
+              'metrics' => { 'textfile_dir' => '/var/lib/prometheus/node-exporter' },
             },
           )
         end
@@ -76,7 +77,7 @@ describe 'typhapki' do
         it { is_expected.to contain_exec('typhapki-restart-felix') }
         it { is_expected.not_to contain_exec('typhapki-restart-typha') }
         it { expect(node_config(catalogue)['defaults']['role']).to eq('felix') }
-        it { expect(node_config(catalogue)).not_to have_key('commands') }
+        it { expect(node_config(catalogue)['commands'].keys).to eq(['metrics']) }
       end
 
       context 'without a cluster' do
