@@ -3,7 +3,7 @@
 Puppet (the typhapki module) writes `/etc/typhapki/typhapki.yaml`, so that
 `typhapki issue`, `check`, `ferm` or `facts` typed by hand on a node does exactly what
 the Puppet run does, with no flags. `$TYPHAPKI_CONFIG` names another file (an empty
-value: no file at all). An absent file means no defaults (INTERFACES §2), whichever
+value: no file at all). An absent file means no defaults, whichever
 path names it.
 
     version: 1

@@ -18,7 +18,7 @@ from typhapki.firewall.ferm import (
     uncovered,
 )
 
-# What a Puppet ferm module's 00_defs provides (REFERENCE.md section 3).
+# What a Puppet ferm module's 00_defs provides (docs/ferm.md).
 FERM_DEFS = """\
 @def &R_SERVICE($proto, $port, $srange) = {
     domain (ip ip6) chain INPUT { proto $proto dport $port saddr $srange ACCEPT; }

@@ -1,4 +1,4 @@
-"""Certificate profiles: the fields REFERENCE.md section 2 asks for, for every key type,
+"""Certificate profiles: the fields docs/certificates.md lists, for every key type,
 and a real RFC 5280 path validation (cryptography's verifier) in each role."""
 
 from __future__ import annotations

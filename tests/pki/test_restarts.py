@@ -1,4 +1,4 @@
-"""Restart markers: only the component whose files changed is marked (INTERFACES.md §1)."""
+"""Restart markers: only the component whose files changed is marked (docs/kubernetes.md)."""
 
 from __future__ import annotations
 

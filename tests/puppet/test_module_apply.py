@@ -30,12 +30,12 @@ RECORDS = {
     "kubestage1001.eqiad.wmnet": ["10.64.0.2", "2620:0:861:101::2"],
 }
 
-# Restart markers (INTERFACES §1): until they are in the CLI, no restart exec ever runs,
+# Restart markers (docs/kubernetes.md): until they are in the CLI, no restart exec ever runs,
 # so the restart assertions of the shipped and cfssl tests wait for them.
 MARKERS = cli_has("restarted")
 NO_MARKERS = pytest.mark.xfail(
     not MARKERS,
-    reason="restart markers, `typhapki restarted` (INTERFACES §1, runbooks) not in this checkout",
+    reason="restart markers, `typhapki restarted` (docs/kubernetes.md) not in this checkout",
     strict=False,
 )
 
@@ -203,7 +203,7 @@ def _workstation_set(ca_dir: Path, where: Path, role: str) -> dict[str, str]:
 
 @pytest.mark.xfail(
     not cli_has("install", "--from"),
-    reason="`typhapki install --from` (INTERFACES §3, signers) not in this checkout",
+    reason="`typhapki install --from` not in this checkout",
     strict=False,
 )
 def test_shipped_felix_worker(tmp_path: Path, ca_dir: Path) -> None:
@@ -313,7 +313,7 @@ def cfssl(tmp_path: Path, ca_dir: Path) -> Iterator[str]:
 
 @pytest.mark.xfail(
     not cli_has("issue", "--signer"),
-    reason="`typhapki issue --signer cfssl` (INTERFACES §3, signers) not in this checkout",
+    reason="`typhapki issue --signer cfssl` not in this checkout",
     strict=False,
 )
 def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) -> None:

@@ -120,7 +120,7 @@ class PuppetNode:
             "typhapki::monitoring::textfile_dir": str(self.textfile_dir),
             "typhapki::monitoring::unit_dir": str(self.root / "etc" / "systemd" / "system"),
             "typhapki::monitoring::manage_timer": False,
-            # The ferm state file (INTERFACES §4) under the root, never /var/lib/typhapki.
+            # The ferm state file (docs/ferm.md) under the root, never /var/lib/typhapki.
             **({"typhapki::state_dir": str(self.state_dir)} if STATE_DIR_OPTION else {}),
             **self.data,
         }

@@ -2,7 +2,7 @@
 
 The marker files themselves (`OUT/.restart-typha`, `OUT/.restart-felix`) are written by
 the pki layer (`typhapki.pki.restarts.record_restarts`) in the same locked run that
-published the files (INTERFACES.md §1).
+published the files (docs/kubernetes.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The DNS gate: every cluster node must resolve before any ferm rule is written.
 
 ferm's ``@resolve`` and a Puppet-side srange both drop a name that does not resolve,
-silently (REFERENCE.md section 3). Here each host is resolved up front, A and AAAA,
+silently (docs/ferm.md). Here each host is resolved up front, A and AAAA,
 concurrently (dnspython asyncio, a semaphore bounds the queries in flight), with a
 per-query timeout and retries rotating over the nameservers; and each failing host is
 reported with its reason. The caller emits nothing unless `GateResult.ok`.

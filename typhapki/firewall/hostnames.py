@@ -1,7 +1,7 @@
 """Validators for everything that may reach a rendered ferm rule.
 
 ferm's tokenizer silently drops characters it does not expect and treats ``#``, ``;``,
-``(``, ``)``, ``{``, ``}``, ``@`` and ``$`` as syntax (REFERENCE.md section 3). So a
+``(``, ``)``, ``{``, ``}``, ``@`` and ``$`` as syntax (docs/ferm.md). So a
 value from hiera reaches a rule only after one of these functions has proved it is a
 DNS name, an IP literal, a CIDR or a ferm variable name, and returned it normalised.
 Each raises ConfigError naming `where` (file, key path) and the offending value.

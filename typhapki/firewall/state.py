@@ -1,4 +1,4 @@
-"""The ferm state file: what the last `typhapki ferm` runs found (INTERFACES.md section 4).
+"""The ferm state file: what the last `typhapki ferm` runs found (docs/ferm.md).
 
 Every `ferm` run that reaches the DNS gate records, in ``STATE_DIR/ferm.json``::
 

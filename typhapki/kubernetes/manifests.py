@@ -1,6 +1,6 @@
 """Kubernetes objects built from a set on disk: Secrets, ConfigMaps and hostPath wiring.
 
-Two shapes, named after where they come from (REFERENCE.md section 1):
+Two shapes, named after where they come from (docs/kubernetes.md):
 
 - ``hardway``: Calico's "the hard way" guide. ConfigMap ``calico-typha-ca`` (``typhaca.crt``),
   Secrets ``calico-typha-certs`` (``typha.crt``/``typha.key``) and ``calico-node-certs``
@@ -72,7 +72,7 @@ DEFAULT_NAMESPACE = {
     ManifestFormat.OPERATOR: "tigera-operator",
 }
 
-# Object names and keys, per format (REFERENCE.md section 1).
+# Object names and keys, per format (docs/kubernetes.md).
 HARDWAY_CONFIGMAP = "calico-typha-ca"
 HARDWAY_SECRETS = {RoleName.TYPHA: "calico-typha-certs", RoleName.FELIX: "calico-node-certs"}
 OPERATOR_CONFIGMAP = "typha-ca"

@@ -6,7 +6,7 @@ keys are united; a top-level key may be defined by one file only (the same key i
 files is an error naming both), so no ordering rule ever decides silently which value
 wins. Inside one mapping a key may appear once.
 
-Shape (REFERENCE.md section 4)::
+Shape (hiera_sample/, docs/puppet.md)::
 
     kubernetes::clusters_defaults: {...}          # merged under every cluster
     kubernetes::clusters:
