@@ -129,12 +129,12 @@ def test_no_out_is_an_error() -> None:
 
 
 def test_unexpected_exception_never_escapes(issued: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import typhapki.puppet.facts
+    import typhapki.monitoring.status
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(typhapki.puppet.facts, "check_set", boom)
+    monkeypatch.setattr(typhapki.monitoring.status, "check_set", boom)  # the shared verdict
     fact = _fact(FactRequest(out=issued))
     assert fact["ok"] is False
     assert "RuntimeError: disk on fire" in str(fact["error"])

@@ -21,6 +21,8 @@ from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport, check_set
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from typhapki.monitoring.probe import ProbeResult
 
 # The sources an error can come from: the `source` label of typhapki_collect_error.
@@ -125,22 +127,49 @@ def collect(
     return status
 
 
+def judge_set(
+    out: Path,
+    settings: PkiSettings,
+    roles: Sequence[RoleName],
+    ca_dir: Path | None,
+    trust: Sequence[Path],
+    now: datetime,
+) -> tuple[SetReport, x509.Certificate | None, str | None]:
+    """The one verdict monitoring reports (the fact, the metrics, `check --nagios`):
+    the report, the CA it was judged against, and why the CA could not be read.
+
+    As `check` judges it; and when the bundle on disk shows a CA rotation that the
+    caller was not told about (stage 1 or 2 of docs/rotation.md), as `rotate-ca
+    --check` would judge that stage.
+    """
+    from typhapki.errors import TyphapkiError
+
+    bundle = signing = None
+    error = None
+    if ca_dir is not None:
+        from typhapki.pki.issuance import load_wanted_bundle
+
+        try:
+            signing, bundle = load_wanted_bundle(ca_dir, trust)
+        except TyphapkiError as exc:
+            error = str(exc)  # still judge the set, without the CA
+    report = check_set(SetPaths(out), settings, roles, now, bundle, signing)
+    if signing is not None and not report.ok:
+        from typhapki.pki.rotation import judged_as_rotation
+
+        report = judged_as_rotation(report, settings, roles, now, signing) or report
+    return report, signing, error
+
+
 def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
     from typhapki.monitoring.processes import content_published_at
 
     try:
-        bundle = signing = None
-        if request.ca_dir is not None:
-            from typhapki.errors import TyphapkiError
-            from typhapki.pki.issuance import load_wanted_bundle
-
-            try:
-                signing, bundle = load_wanted_bundle(request.ca_dir, request.trust)
-            except TyphapkiError as exc:
-                status.error("settings", str(exc))  # still judge the set, without the CA
-        status.report = check_set(
-            SetPaths(request.out), status.settings, request.roles, status.now, bundle, signing
+        status.report, _, error = judge_set(
+            request.out, status.settings, request.roles, request.ca_dir, request.trust, status.now
         )
+        if error is not None:
+            status.error("settings", error)
         if status.report.bundle is not None and len(status.report.bundle) > 1:
             from typhapki.pki.rotation import describe_rotation  # only during a rotation
 

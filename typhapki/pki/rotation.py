@@ -389,3 +389,37 @@ def describe_rotation(report: SetReport) -> dict[str, Any]:
     if stage is not None:
         out["stage"], out["stage_name"] = int(stage), stage.label
     return out
+
+
+def judged_as_rotation(
+    report: SetReport,
+    settings: PkiSettings,
+    roles: Sequence[RoleName],
+    now: datetime,
+    ca: x509.Certificate,
+) -> SetReport | None:
+    """The set judged as a CA rotation in progress, when the bundle on disk shows one.
+
+    Monitoring (the facts.d wrapper, the metrics timer) names one CA directory and is
+    not told about the rotation. A bundle on disk holding that CA and exactly one
+    other, with every leaf signed by the same one of the two, is rotation stage 1 or 2
+    (docs/rotation.md): the set is then judged against that bundle and that signing
+    CA, as `rotate-ca --check` would, and is healthy when valid. Anything else keeps
+    the ordinary verdict.
+    """
+    from typhapki.pki.plan import wanted_bundle
+
+    disk = report.bundle or []
+    if len(disk) != 2 or fingerprint(ca) not in {fingerprint(c) for c in disk}:
+        return None
+    signers = {
+        fingerprint(issuer)
+        for state in report.roles.values()
+        if state.leaf is not None and (issuer := find_issuer(state.leaf, disk)) is not None
+    }
+    if len(signers) != 1:
+        return None
+    [signing] = [c for c in disk if fingerprint(c) in signers]
+    others = [c for c in disk if fingerprint(c) not in signers]
+    judged = check_set(report.paths, settings, roles, now, wanted_bundle(signing, others), signing)
+    return judged if judged.ok else None

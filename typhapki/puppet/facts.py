@@ -21,17 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-
 from typhapki import __version__
 from typhapki.pki.certinfo import describe
-from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import (
     Problem,
     RoleState,
     SetReport,
-    check_set,
     fingerprint,
     renewal_due_at,
 )
@@ -206,61 +202,19 @@ def _rotation_fact(report: SetReport) -> dict[str, Any]:
     return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
 
 
-def _judged_as_rotation(
-    report: SetReport,
-    settings: PkiSettings,
-    request: FactRequest,
-    now: datetime,
-    ca: x509.Certificate,
-) -> SetReport | None:
-    """The set judged as a CA rotation in progress, when the bundle on disk shows one.
-
-    The facts.d wrapper names one CA directory and is not told about the rotation. A
-    bundle on disk holding that CA and exactly one other, with every leaf signed by the
-    same one of the two, is rotation stage 1 or 2 (docs/rotation.md): the set is then
-    judged against that bundle and that signing CA, as `rotate-ca --check` would, and
-    is healthy when valid. Anything else keeps the ordinary verdict.
-    """
-    from typhapki.pki.plan import wanted_bundle
-    from typhapki.pki.verify import find_issuer
-
-    disk = report.bundle or []
-    if len(disk) != 2 or fingerprint(ca) not in {fingerprint(c) for c in disk}:
-        return None
-    signers = {
-        fingerprint(issuer)
-        for state in report.roles.values()
-        if state.leaf is not None and (issuer := find_issuer(state.leaf, disk)) is not None
-    }
-    if len(signers) != 1:
-        return None
-    [signing] = [c for c in disk if fingerprint(c) in signers]
-    others = [c for c in disk if fingerprint(c) not in signers]
-    judged = check_set(
-        report.paths, settings, request.roles, now, wanted_bundle(signing, others), signing
-    )
-    return judged if judged.ok else None
-
-
 def _set_fact(
     request: FactRequest, settings: PkiSettings, now: datetime, errors: list[str]
 ) -> dict[str, Any]:
     """Check the set exactly as `check` would and describe each part."""
-    from typhapki.errors import TyphapkiError
+
+    from typhapki.monitoring.status import judge_set  # the metrics' verdict too
 
     assert request.out is not None
-    bundle = signing = None
-    if request.ca_dir is not None:
-        try:
-            from typhapki.pki.issuance import load_wanted_bundle
-
-            signing, bundle = load_wanted_bundle(request.ca_dir, request.trust)
-        except TyphapkiError as exc:
-            # Still describe the set, judged without the CA.
-            errors.append(str(exc))
-    report = check_set(SetPaths(request.out), settings, request.roles, now, bundle, signing)
-    if signing is not None and not report.ok:
-        report = _judged_as_rotation(report, settings, request, now, signing) or report
+    report, signing, error = judge_set(
+        request.out, settings, request.roles, request.ca_dir, request.trust, now
+    )
+    if error is not None:
+        errors.append(error)  # still describe the set, judged without the CA
     return {
         "out": str(request.out),
         "ca_dir": str(request.ca_dir) if request.ca_dir is not None else None,
