@@ -304,6 +304,29 @@ def test_expired_leaf_is_refused(
         assert ex.felix_error == BAD_CERTIFICATE
 
 
+def test_the_peers_clock_option_moves_go_verification(go_peers: GoPeers, issued: Path) -> None:
+    """`-now` on both peers: a valid set verified one leaf lifetime later is refused as
+    expired by each side, and verified before it was issued, as not yet valid. This is
+    how tests move Go's clock (faketime cannot: Go reads it through the vDSO)."""
+    leaf = load_pem_certificates(SetPaths(issued).cert(RoleName.FELIX).read_bytes())[0]
+    now = datetime.now(UTC)
+    when = {
+        "now": now,
+        "after expiry": valid_until(leaf) + timedelta(hours=1),
+        "before issuance": now - timedelta(days=1),
+    }
+    for name, at in when.items():
+        stamp = ["-now", at.strftime("%Y-%m-%dT%H:%M:%SZ")]
+        # One side's clock at a time: each refuses the other's leaf on its own.
+        felix_late = exchange(go_peers, typha_env(issued), felix_env(issued), stamp, ())
+        typha_late = exchange(go_peers, typha_env(issued), felix_env(issued), (), stamp)
+        if name == "now":
+            assert felix_late.accepted and typha_late.accepted, felix_late.describe()
+            continue
+        assert felix_late.felix_error.startswith(EXPIRED), (name, felix_late.describe())
+        assert EXPIRED in typha_late.typha_error, (name, typha_late.describe())
+
+
 # -- CA rotation: one bundle, two CAs ----------------------------------------------------
 
 

@@ -211,9 +211,12 @@ def exchange(
     typha: Mapping[str, str],
     felix: Mapping[str, str],
     felix_args: Sequence[str] = (),
+    typha_args: Sequence[str] = (),
 ) -> Exchange:
-    """One Felix connection to one Typha: what each side made of the other."""
-    with typha_server(peers, typha) as server:
+    """One Felix connection to one Typha: what each side made of the other.
+    Both peers take `-now RFC3339` to verify at another time (faketime cannot move
+    Go's clock)."""
+    with typha_server(peers, typha, args=typha_args) as server:
         felix_result = run_felix(peers, server.port, felix, *felix_args)
         typha_result = server.finish()
     return Exchange(typha_result, felix_result)

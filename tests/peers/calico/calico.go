@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // tls12Ciphers: crypto/pkg/tls/tls.go `tls12Ciphers`, in Calico's order (Calico lists
@@ -104,7 +105,25 @@ func NewTLSConfig() (*tls.Config, error) {
 		MinVersion:   minVersion,
 		MaxVersion:   tls.VersionTLS13,
 		CipherSuites: ciphers,
+		Time:         Clock, // nil: the real clock
 	}, nil
+}
+
+// Clock, when set (the peers' -now flag), is the time both sides verify at: Go reads
+// the clock through the vDSO, so faketime cannot move it. Not in Calico: a test option.
+var Clock func() time.Time
+
+// ClockAt sets Clock from an RFC 3339 time ("" leaves the real clock).
+func ClockAt(when string) error {
+	if when == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, when)
+	if err != nil {
+		return fmt.Errorf("-now: %w", err)
+	}
+	Clock = func() time.Time { return t }
+	return nil
 }
 
 // CertificateVerifier: typha/pkg/tlsutils/tlsutils.go CertificateVerifier, used as
@@ -129,6 +148,9 @@ func CertificateVerifier(logf func(string, ...any), roots *x509.CertPool, requir
 			opts := x509.VerifyOptions{
 				Roots:         roots,
 				Intermediates: x509.NewCertPool(),
+			}
+			if Clock != nil {
+				opts.CurrentTime = Clock()
 			}
 			for i, cert := range certs {
 				if i == 0 {

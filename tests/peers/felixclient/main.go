@@ -60,7 +60,11 @@ func main() {
 		"cap the TLS version (1.2 or 1.3); an earlier crypto/pkg/tls/tls.go "+
 			"NewTLSConfig(fipsMode) capped FIPS mode at TLS 1.2")
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
+	now := flag.String("now", "", "verify peers at this RFC 3339 time (a test option)")
 	flag.Parse()
+	if err := calico.ClockAt(*now); err != nil {
+		fail(2, "%v", err)
+	}
 
 	target := calico.Env(*addr, "FELIX_TYPHAADDR")
 	if target == "" {

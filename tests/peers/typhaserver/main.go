@@ -63,7 +63,11 @@ func main() {
 	clientURISAN := flag.String("clienturisan", "", "TYPHA_CLIENTURISAN")
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
 	mode := flag.String("mode", "verify", "verify, no-client-cert or plain")
+	now := flag.String("now", "", "verify peers at this RFC 3339 time (a test option)")
 	flag.Parse()
+	if err := calico.ClockAt(*now); err != nil {
+		fail(2, "%v", err)
+	}
 	if *mode != "verify" && *mode != "no-client-cert" && *mode != "plain" {
 		fail(2, "-mode: expected verify, no-client-cert or plain, got %q", *mode)
 	}
