@@ -41,6 +41,10 @@ def plain_copy(src: Path, dst: Path) -> Path:
     ):
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, dst / rel)
+        if rel.endswith(".key"):
+            # Puppet ships keys 0600; one others could read is refused as exposed
+            # (tests/pki/test_install.py).
+            (dst / rel).chmod(0o600)
     return dst
 
 

@@ -34,13 +34,14 @@ from typhapki.pki.store import FileSpec, ensure_dir, publish_all, write_file_ato
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import (
     RoleState,
+    ca_problem,
     fingerprint,
-    is_ca,
     judge_role,
+    key_exposure,
     renewal_due_at,
     snapshot_paths,
+    trusts_line,
 )
-from typhapki.pki.x509compat import valid_until
 from typhapki.safeio import read_regular
 
 STAGING_DIR = ".typhapki-staging"  # inside OUT, 0700; never mounted into a pod
@@ -61,14 +62,18 @@ def _read_certs(path: Path, what: str) -> list[x509.Certificate]:
 
 
 def _judge_bundle(bundle: Sequence[x509.Certificate], source: Path, now: datetime) -> None:
+    """Every CA of a shipped bundle must be one `check` trusts: a CA, fit to sign (as Go
+    and OpenSSL both require), valid now."""
     for ca in bundle:
-        name = ca.subject.rfc4514_string()
-        if not is_ca(ca):
-            raise RefusedError(f"{source}: {name} is not a CA certificate; nothing installed")
-        if now >= valid_until(ca):
-            raise RefusedError(
-                f"{source}: CA {name} expired at {valid_until(ca):%Y-%m-%d}; nothing installed"
-            )
+        if (why := ca_problem(ca, now)) is not None:
+            raise RefusedError(f"{source}: {why}; nothing installed")
+
+
+def _judge_key_file(path: Path, settings: PkiSettings) -> None:
+    """A shipped or staged key that others could read is exposed: `check` would call the
+    live set exposed at once, so it is never published."""
+    if (why := key_exposure(path, settings)) is not None:
+        raise RefusedError(f"{path}: {why.split(':')[0]}; nothing installed")
 
 
 def _judge_pair(
@@ -131,6 +136,12 @@ def _bundle_candidate(
     live = _live(paths.bundle_dir, [BUNDLE_FILE])
     if live is not None and live[BUNDLE_FILE] == content:
         return None
+    try:
+        old = parse_certs(live[BUNDLE_FILE], str(paths.bundle)) if live is not None else None
+    except ConfigError:
+        old = None  # a broken live bundle trusted nothing
+    trusts = trusts_line(bundle, old)
+    reason = f"{reason}; {trusts}" if trusts else reason
     change = Change("bundle", paths.bundle, "installed", reason, BUNDLE_HINT)
     return Candidate("bundle", paths.bundle_dir, {BUNDLE_FILE: FileSpec(content, 0o644)}, change)
 
@@ -221,6 +232,7 @@ def read_shipped(
         cert_path, key_path = src.cert(role), src.key(role)
         chain = _read_certs(cert_path, f"shipped {role.value} certificate")
         key = parse_key(read_regular(key_path, f"shipped {role.value} key"), str(key_path))
+        _judge_key_file(key_path, settings)
         warnings += _judge_pair(role, chain, key, cert_path, key_path, settings, bundle, now)
         pairs.append((role, chain[0], key))
     return Shipped(source, bundle, pairs, warnings)
@@ -311,6 +323,7 @@ def install_certificate(
         key: PrivateKey | None = None
         if staged.exists():
             key = parse_key(read_regular(staged, "staged key"), str(staged))
+            _judge_key_file(staged, settings)
         live = _live(paths.role_dir(role), [ROLES[role].key_file])
         live_key = parse_key(live[ROLES[role].key_file], str(paths.key(role))) if live else None
         from typhapki.pki.profiles import public_key_der

@@ -44,6 +44,7 @@ from typhapki.pki.verify import (
     fingerprint,
     is_ca,
     judge_role,
+    trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
 
@@ -332,9 +333,9 @@ def _publish(
             items.append((paths.bundle_dir, {paths.bundle.name: FileSpec(bundle_bytes, 0o644)}))
             if any(p.exposed for p in report.bundle_problems):
                 drop_previous.append(paths.bundle_dir)
-            changes.append(
-                Change("bundle", paths.bundle, "rewrote", bundle_step.reason, BUNDLE_HINT)
-            )
+            trusts = trusts_line(bundle, report.bundle)
+            reason = f"{bundle_step.reason}; {trusts}" if trusts else bundle_step.reason
+            changes.append(Change("bundle", paths.bundle, "rewrote", reason, BUNDLE_HINT))
         for role in desired.roles:
             step = found.role_step(role)
             if step is None:

@@ -22,15 +22,8 @@ from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, EXIT_REFUSED, EXIT_SIGNE
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CurrentCa, Signer
-from typhapki.pki.verify import (
-    Fix,
-    SetReport,
-    ca_unfit,
-    check_set,
-    fingerprint,
-    is_ca,
-)
-from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerprint
+from typhapki.pki.x509compat import valid_until
 
 if TYPE_CHECKING:
     from typhapki.pki.install import Shipped
@@ -137,19 +130,6 @@ class Plan:
         return out
 
 
-def _ca_refusal(ca: x509.Certificate, now: datetime) -> str | None:
-    name = ca.subject.rfc4514_string()
-    if not is_ca(ca):
-        return f"{name} is not a CA certificate"
-    if (why := ca_unfit(ca)) is not None:
-        return f"CA {name} {why}"
-    if now < valid_from(ca):
-        return f"CA {name} is not valid until {valid_from(ca):%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
-    if now >= valid_until(ca):
-        return f"CA {name} expired at {valid_until(ca):%Y-%m-%d}; rotate it (docs/rotation.md)"
-    return None
-
-
 def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool = False) -> Plan:
     """The steps that take the set in `report` to `desired`, or the refusals.
 
@@ -170,7 +150,7 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
     current = desired.current
     if wanted is not None:
         for ca in wanted:
-            if (why := _ca_refusal(ca, now)) is not None:
+            if (why := ca_problem(ca, now)) is not None:
                 where = current.source if current is not None and ca is current.cert else ""
                 refusals.append(f"{where or paths.bundle}: {why}")
     if current is not None and not current.anchors:

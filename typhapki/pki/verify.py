@@ -247,6 +247,32 @@ def ca_unfit(ca: x509.Certificate) -> str | None:
     return None
 
 
+def ca_problem(ca: x509.Certificate, now: datetime) -> str | None:
+    """Why `ca` cannot be trusted now (not a CA, unfit to sign, not yet or no longer
+    valid); None when it can. What plan.py refuses to sign under and install.py refuses
+    to ship into a bundle, in the words `check` uses."""
+    name = ca.subject.rfc4514_string()
+    if not is_ca(ca):
+        return f"{name} is not a CA certificate"
+    if (why := ca_unfit(ca)) is not None:
+        return f"CA {name} {why}"
+    if now < valid_from(ca):
+        return f"CA {name} is not valid until {valid_from(ca):%Y-%m-%dT%H:%M:%SZ} (clock skew?)"
+    if now >= valid_until(ca):
+        return f"CA {name} expired at {valid_until(ca):%Y-%m-%d}; rotate it (docs/rotation.md)"
+    return None
+
+
+def trusts_line(new: Sequence[x509.Certificate], old: Sequence[x509.Certificate] | None) -> str:
+    """The CAs of `new` that `old` did not hold, named for a change line ("" if none):
+    a CA that becomes trusted is always said, with its fingerprint."""
+    before = {fingerprint(c) for c in old or ()}
+    added = [c for c in new if fingerprint(c) not in before]
+    return "; ".join(
+        f"now trusts CA {c.subject.rfc4514_string()} (sha256 {fingerprint(c)})" for c in added
+    )
+
+
 def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     """True when `ca` signed `cert` in a way Go accepts (a fit CA, not SHA-1)."""
     if cert.issuer != ca.subject:
