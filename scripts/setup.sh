@@ -29,6 +29,15 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get -o DPkg::Lock::Timeout=900 update -qq
+  # A machine image may carry another package's /usr/bin/kubectl (Google's "kubectl"),
+  # which Debian's kubernetes-client also ships: divert that one aside, or dpkg refuses
+  # to overwrite it and the whole install fails.
+  owner=$(dpkg-query -S /usr/bin/kubectl 2>/dev/null | cut -d: -f1 || true)
+  if [[ " ${missing[*]} " == *" kubernetes-client "* ]] && [ -n "$owner" ] &&
+    [ "$owner" != kubernetes-client ] && [ -z "$(dpkg-divert --list /usr/bin/kubectl)" ]; then
+    $SUDO dpkg-divert --package kubernetes-client --rename \
+      --divert "/usr/bin/kubectl.$owner" --add /usr/bin/kubectl >/dev/null
+  fi
   $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
