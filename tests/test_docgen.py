@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LEG, require
+from tests.conftest import LEG, SOURCE, require
 from typhapki import docgen
 
 INSTALLED_MAN = Path("/usr/share/man/man1/typhapki.1.gz")
@@ -161,3 +161,17 @@ def test_installed_completion_is_the_generated_one() -> None:
     _installed_leg()
     assert INSTALLED_COMPLETION.read_text() == docgen.bash_completion()
     check_completion(INSTALLED_COMPLETION)
+
+
+def test_the_options_doc_is_generated_from_the_declaration() -> None:
+    """docs/options.md, each option's marks, and the node file's refusals agree."""
+    from typhapki import nodeconfig
+    from typhapki.docgen import options_doc
+    from typhapki.settings import options
+
+    assert (SOURCE / "docs" / "options.md").read_text() == options_doc()
+    assert {o.name for o in options.OPTIONS if o.flag_only} == nodeconfig.FLAG_ONLY
+    assert {"force", "allow_rollback", "cfssl_allow_http", "skip_mtls_proof"} <= (
+        nodeconfig.FLAG_ONLY
+    )
+    assert "cfssl_auth_key" in options.SECRETS

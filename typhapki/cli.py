@@ -20,6 +20,7 @@ from typing import Any, List, Optional, Union, get_args, get_origin
 import typer
 
 from typhapki.errors import EXIT_IO, EXIT_USAGE, TyphapkiError
+from typhapki.settings import options
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
 
@@ -85,6 +86,21 @@ def run(body: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
+def declared(name: str) -> Any:
+    """The typer option of a shared option, from its one declaration
+    (typhapki/settings/options.py)."""
+    opt = options.BY_NAME[name]
+    return typer.Option(opt.default, opt.flag, help=opt.help)
+
+
+def shared(group: str) -> dict[str, tuple[Any, Any]]:
+    """A group of shared options as name -> (annotation, typer option)."""
+    return {
+        opt.name: (bool if opt.kind is bool else Optional[opt.kind], declared(opt.name))
+        for opt in options.group(group)
+    }
+
+
 # Options shared by several commands. Declared in typer's default-value form, which
 # typer 0.7 (Debian bookworm) understands as well as the newest releases do; typer 0.7
 # knows neither `Annotated` nor `X | None`, hence `Optional` and `List` in this file.
@@ -109,26 +125,11 @@ NAMESERVERS = typer.Option(
 DNS_TIMEOUT = typer.Option(None, "--timeout", help="Seconds per DNS query (default 2).")
 
 # The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md).
-PROOF_OUT = typer.Option(
-    None, "--out", help="This node's set: a relaxed rule's mTLS proof connects as its Felix."
-)
-TYPHA_ADDRESS = typer.Option(
-    None,
-    "--typha-address",
-    help="The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
-)
-PROOF_LIFETIME = typer.Option(
-    None, "--proof-lifetime", help="Seconds an mTLS proof stays valid (default 21600)."
-)
-PROOF_TIMEOUT = typer.Option(
-    None, "--proof-timeout", help="Seconds per mTLS probe, connect included (default 5)."
-)
-SKIP_MTLS_PROOF = typer.Option(
-    False,
-    "--skip-mtls-proof",
-    help="Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
-    "A flag only (the node configuration may not set it).",
-)
+PROOF_OUT = declared("out")
+TYPHA_ADDRESS = declared("typha_address")
+PROOF_LIFETIME = declared("proof_lifetime")
+PROOF_TIMEOUT = declared("proof_timeout")
+SKIP_MTLS_PROOF = declared("skip_mtls_proof")
 
 # Which Typha the monitoring commands probe (metrics, check --nagios).
 PROBE_ADDRESS = typer.Option(
@@ -138,118 +139,10 @@ PROBE_ADDRESS = typer.Option(
 )
 NO_PROBE = typer.Option(False, "--no-probe", help="Never probe Typha.")
 
-# The certificate options every PKI command takes, in PkiOptions field order:
-# name -> (type, option).
-_PKI_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "typha_cn": (
-        Optional[str],
-        typer.Option(None, "--typha-cn", help="Typha's CN (FELIX_TYPHACN). Default calico-typha."),
-    ),
-    "felix_cn": (
-        Optional[str],
-        typer.Option(None, "--felix-cn", help="Felix's CN (TYPHA_CLIENTCN). Default calico-node."),
-    ),
-    "typha_uri_san": (
-        Optional[str],
-        typer.Option(None, "--typha-uri-san", help="Typha's URI SAN (FELIX_TYPHAURISAN)."),
-    ),
-    "felix_uri_san": (
-        Optional[str],
-        typer.Option(None, "--felix-uri-san", help="Felix's URI SAN (TYPHA_CLIENTURISAN)."),
-    ),
-    "key_type": (
-        Optional[str],
-        typer.Option(
-            None,
-            "--key-type",
-            help="ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.",
-        ),
-    ),
-    "days": (
-        Optional[int],
-        typer.Option(None, "--days", help="Leaf lifetime in days (default 365)."),
-    ),
-    "renew_before": (
-        Optional[str],
-        typer.Option(
-            None,
-            "--renew-before",
-            help="Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime.",
-        ),
-    ),
-    "key_owner": (
-        Optional[str],
-        typer.Option(None, "--key-owner", help="Owner of the key files (name or uid)."),
-    ),
-    "key_group": (
-        Optional[str],
-        typer.Option(None, "--key-group", help="Group of the key files (name or gid)."),
-    ),
-    "key_mode": (
-        Optional[str],
-        typer.Option(None, "--key-mode", help="Octal mode of the key files (default 0600)."),
-    ),
-    "node_name": (
-        Optional[str],
-        typer.Option(
-            None,
-            "--node-name",
-            help="This node's name: spreads its renewal moment (default: the FQDN).",
-        ),
-    ),
-}
-
-# How certificates get signed (docs/issuance.md), in SignerOptions field order.
-_SIGNER_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "signer": (
-        Optional[str],
-        typer.Option(None, "--signer", help="local (default: the CA in --ca-dir) or cfssl."),
-    ),
-    "cfssl_url": (
-        Optional[str],
-        typer.Option(None, "--cfssl-url", help="cfssl's API, e.g. https://pki.example:8888."),
-    ),
-    "cfssl_auth_key": (
-        Optional[Path],
-        typer.Option(
-            None, "--cfssl-auth-key", help="File holding the profiles' HMAC key (hex): authsign."
-        ),
-    ),
-    "cfssl_ca_file": (
-        Optional[Path],
-        typer.Option(None, "--cfssl-ca-file", help="CA certificate(s) to trust for TLS to cfssl."),
-    ),
-    "cfssl_profile_typha": (
-        Optional[str],
-        typer.Option(None, "--cfssl-profile-typha", help="cfssl profile for Typha (typha)."),
-    ),
-    "cfssl_profile_felix": (
-        Optional[str],
-        typer.Option(None, "--cfssl-profile-felix", help="cfssl profile for Felix (felix)."),
-    ),
-    "cfssl_label": (
-        Optional[str],
-        typer.Option(None, "--cfssl-label", help="cfssl signer label (multirootca)."),
-    ),
-    "cfssl_timeout": (
-        Optional[float],
-        typer.Option(None, "--cfssl-timeout", help="Seconds per attempt (default 10; 3 attempts)."),
-    ),
-    "cfssl_ca_ttl": (
-        Optional[str],
-        typer.Option(
-            None,
-            "--cfssl-ca-ttl",
-            help="How long cfssl's CA is cached before check/issue ask again (default 1h).",
-        ),
-    ),
-    "cfssl_allow_http": (
-        bool,
-        typer.Option(
-            False, "--cfssl-allow-http", help="Allow plain http:// beyond loopback (discouraged)."
-        ),
-    ),
-}
+# The certificate options every PKI command takes (PkiOptions), and how certificates
+# get signed (SignerOptions, docs/issuance.md): name -> (type, option).
+_PKI_OPTIONS = shared("pki")
+_SIGNER_OPTIONS = shared("signer")
 
 
 def _with_shared(
@@ -293,7 +186,7 @@ def ca_init_cmd(
     key_type: str = typer.Option("ecdsa-p256", "--key-type", help="Key type of the CA."),
     days: int = typer.Option(3650, "--days", help="CA lifetime in days."),
     cn: Optional[str] = typer.Option(None, "--cn", help="CA common name (default: dated, unique)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing CA."),
+    force: bool = declared("force"),
 ) -> None:
     """Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key."""
     from typhapki.commands.ca_init import ca_init
@@ -645,9 +538,7 @@ def rotate_ca_cmd(
     role: str = ROLE,
     pki: PkiOptions,
     check: bool = typer.Option(False, "--check", help="Exit 0 if OUT is at the stage, 1 if not."),
-    allow_rollback: bool = typer.Option(
-        False, "--allow-rollback", help="Allow going back one stage."
-    ),
+    allow_rollback: bool = declared("allow_rollback"),
     json_out: bool = JSON,
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,

@@ -18,19 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from typhapki import __version__
+from typhapki.settings import options
 
 # Values a completion offers for options that take one of a fixed set of words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "--role": ("typha", "felix", "both"),
-    "--key-type": ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"),
     "--mode": ("strict", "relaxed"),
     "--style": ("plain", "function"),
     "--format": ("hardway", "operator"),
     "--stage": ("trust-new", "reissue", "drop-old"),
     "--identity": ("cn", "uri-san"),
-    "--signer": ("local", "cfssl"),
     "--component": ("typha", "felix"),
     "--dns-gate": ("enforce", "warn"),
+    # the shared options' values, from their one declaration
+    **{opt.flag: opt.choices for opt in options.OPTIONS if opt.choices},
 }
 # Where one command takes fewer of them: (command, option) -> values.
 COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -281,12 +282,33 @@ def bash_completion() -> str:
     return "\n".join(lines)
 
 
+OPTIONS_DOC_HEAD = """# Options shared by several commands
+
+Generated from their one declaration (`typhapki/settings/options.py`) by
+`python3 -m typhapki.docgen options docs/options.md`; `tests/test_docgen.py` fails
+when this file and the declaration disagree. Every other option belongs to one
+command: `typhapki COMMAND --help`, or `man typhapki`.
+
+A value may come from a flag, from the node configuration file
+(`/etc/typhapki/typhapki.yaml`, under `defaults:` or `commands: COMMAND:`), or, for
+the certificate and signer options marked below, from the cluster's `typha:` mapping
+in hiera. Flags win over the file, the file over hiera. Secrets are files on the node,
+never values in hiera; flag-only options are never read from the file.
+
+"""
+
+
+def options_doc() -> str:
+    """docs/options.md: the shared options' table."""
+    return OPTIONS_DOC_HEAD + options.markdown_table()
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("man", "bash"):
-        print("usage: python3 -m typhapki.docgen man|bash FILE", file=sys.stderr)
+    kinds = {"man": man_page, "bash": bash_completion, "options": options_doc}
+    if len(argv) != 2 or argv[0] not in kinds:
+        print("usage: python3 -m typhapki.docgen man|bash|options FILE", file=sys.stderr)
         return 2
-    text = man_page() if argv[0] == "man" else bash_completion()
-    Path(argv[1]).write_text(text, encoding="utf-8")
+    Path(argv[1]).write_text(kinds[argv[0]](), encoding="utf-8")
     return 0
 
 

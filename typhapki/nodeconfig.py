@@ -40,6 +40,7 @@ from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.safeio import read_regular
+from typhapki.settings import options
 
 DEFAULT_PATH = Path("/etc/typhapki/typhapki.yaml")
 ENV_VAR = "TYPHAPKI_CONFIG"
@@ -49,11 +50,11 @@ LIMIT = 1024 * 1024
 # `ca init --days` and `--key-type` are the CA's, not the leaves': `defaults` would
 # hand a leaf lifetime to a new CA. The CA is made once, by hand, with flags.
 NO_DEFAULTS = frozenset({("ca", "init")})
-# Options that override a safety check: replacing a CA, going back a rotation stage,
+# Options that override a safety check (replacing a CA, going back a rotation stage,
 # sending the CSR and the auth token in clear, writing a relaxed rule without the mTLS
-# proof (docs/ferm.md: the last resort). A file must not decide them for every later
-# run; the person who types the flag does, for one run.
-FLAG_ONLY = frozenset({"force", "allow_rollback", "cfssl_allow_http", "skip_mtls_proof"})
+# proof): marked flag-only where they are declared. A file must not decide them for
+# every later run; the person who types the flag does, for one run.
+FLAG_ONLY = options.FLAG_ONLY
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from typhapki.firewall.hostnames import (
     validate_port,
     validate_source_network,
 )
+from typhapki.settings import options
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
 from typhapki.yamllimits import scan_events, yaml_loader
@@ -512,8 +513,9 @@ _PKI_STR_FIELDS = (
     "cfssl_label",
 )
 _SIGNERS = ("local", "cfssl")
-# Keys that would put a secret into hiera (and so into catalogs and PuppetDB).
-_SECRET_KEYS = ("cfssl_auth_key", "auth_key", "cfssl_key")
+# Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
+# options marked secret where they are declared, and two names a user may try.
+_SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
 
 
 def _typha_settings(node: YNode) -> TyphaSettings:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.errors import ConfigError, UsageError
+from typhapki.settings import options
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
@@ -29,18 +30,7 @@ def require_pair(hiera: Path | None, cluster: str | None) -> bool:
 
 def pki_options_of(typha: TyphaSettings) -> PkiOptions:
     """A cluster's ``typha:`` mapping as certificate options (None where not set)."""
-    return PkiOptions(
-        typha_cn=typha.typha_cn,
-        felix_cn=typha.felix_cn,
-        typha_uri_san=typha.typha_uri_san,
-        felix_uri_san=typha.felix_uri_san,
-        key_type=typha.key_type,
-        days=typha.days,
-        renew_before=typha.renew_before,
-        key_owner=typha.key_owner,
-        key_group=typha.key_group,
-        key_mode=typha.key_mode,
-    )
+    return PkiOptions(**{name: getattr(typha, name) for name in options.hiera_keys("pki")})
 
 
 def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSettings | None:
@@ -94,13 +84,7 @@ def signer_options_of(typha: TyphaSettings) -> SignerOptions:
     """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there)."""
     from typhapki.settings.signer import SignerOptions
 
-    return SignerOptions(
-        signer=typha.signer,
-        cfssl_url=typha.cfssl_url,
-        cfssl_profile_typha=typha.cfssl_profile_typha,
-        cfssl_profile_felix=typha.cfssl_profile_felix,
-        cfssl_label=typha.cfssl_label,
-    )
+    return SignerOptions(**{name: getattr(typha, name) for name in options.hiera_keys("signer")})
 
 
 def with_cluster_signer(
