@@ -41,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
             )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy end-to-end tests (marked `once`) run in one CI leg, the Debian one: the
+    packaged artifact, as fleets run it. What they prove does not depend on the library
+    set, and running them twice cost CI minutes it needs for the rest (a developer's
+    own run, with no leg named, runs them)."""
+    if LEG != "newest":
+        return
+    skip = pytest.mark.skip(reason="heavy end-to-end test: runs in the Debian leg (`once`)")
+    for item in items:
+        if item.get_closest_marker("once") is not None:
+            item.add_marker(skip)
+
+
 def require(*tools: str) -> None:
     """Skip locally, fail under CI, when a real component is not installed."""
     missing = [t for t in tools if shutil.which(t) is None]

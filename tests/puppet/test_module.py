@@ -11,8 +11,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import require
 from tests.support.puppet import MODULE, SYSTEM_MODULES
+
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 
 def _run(

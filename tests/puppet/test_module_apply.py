@@ -24,6 +24,8 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
 
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+
 # examples/hieradata/common.yaml: the cluster staging-eqiad, dual-stack.
 RECORDS = {
     "kubestagemaster1001.eqiad.wmnet": ["10.64.0.1", "2620:0:861:101::1"],

@@ -25,6 +25,8 @@ from tests.puppet.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F
 from tests.puppet.test_module_apply import RECORDS, _ca_data, _node
 from tests.support.puppet import PuppetNode
 
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+
 
 @pytest.fixture
 def netns() -> Iterator[str]:

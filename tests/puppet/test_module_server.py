@@ -33,6 +33,8 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import subject_cn
 
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+
 SERVER_CONF = Path("/etc/puppet/puppetserver")
 SERVER_JAR = Path("/usr/share/puppetserver/puppetserver.jar")
 START_TIMEOUT = 600  # seconds: a loaded CI machine, a cold JVM and JRuby

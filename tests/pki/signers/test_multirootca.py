@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CliResult, run_cli
 from tests.support import gopeers
 from tests.support import multirootca as multirootca_support
@@ -20,6 +22,8 @@ from tests.support.multirootca import Multirootca
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.verify import fingerprint
+
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
 go_peers = gopeers.go_peers
