@@ -131,6 +131,28 @@ PROOF_LIFETIME = declared("proof_lifetime")
 PROOF_TIMEOUT = declared("proof_timeout")
 SKIP_MTLS_PROOF = declared("skip_mtls_proof")
 
+# The firewall commands' options, shared by ferm and nft (typhapki/commands/ferm.py).
+FW_HIERA = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them.")
+FW_CLUSTER = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters.")
+FW_MODE = typer.Option(None, "--mode", help="strict (every node address) or relaxed (networks).")
+FW_PORT = typer.Option(None, "--port", help="Typha port (default 5473).")
+FW_OUTPUT = typer.Option(
+    None, "--output", help="Write here atomically, only on change (default stdout)."
+)
+FW_CHECK = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1.")
+FW_CONCURRENCY = typer.Option(None, "--concurrency", help="DNS queries in flight (default 200).")
+FW_DNS_GATE = typer.Option(
+    None,
+    "--dns-gate",
+    help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
+    "fixed networks only: report the names, write the rule).",
+)
+FW_STATE_DIR = typer.Option(
+    None,
+    "--state-dir",
+    help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+)
+
 # Which Typha the monitoring commands probe (metrics, check --nagios).
 PROBE_ADDRESS = typer.Option(
     None,
@@ -655,40 +677,60 @@ def lint_hiera_cmd(
     run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
 
 
+def _gate_values(
+    mode: Optional[str],
+    port: Optional[int],
+    output: Optional[Path],
+    check: bool,
+    nameserver: Optional[List[str]],
+    timeout: Optional[float],
+    concurrency: Optional[int],
+    dns_gate: Optional[str],
+    state_dir: Optional[Path],
+    out: Optional[Path],
+    typha_address: Optional[str],
+    proof_lifetime: Optional[int],
+    proof_timeout: Optional[float],
+    skip_mtls_proof: bool,
+) -> dict[str, Any]:
+    """The firewall commands' shared values, as GateOptions fields."""
+    return {
+        "mode": mode,
+        "port": port,
+        "output": output,
+        "check": check,
+        "nameservers": tuple(nameserver or ()),
+        "timeout": timeout,
+        "concurrency": concurrency,
+        "dns_gate": dns_gate,
+        "state_dir": state_dir,
+        "out": out,
+        "typha_address": typha_address,
+        "proof_lifetime": proof_lifetime,
+        "proof_timeout": proof_timeout,
+        "skip_mtls_proof": skip_mtls_proof,
+    }
+
+
 @app.command("ferm")
 def ferm_cmd(
-    hiera: Path = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them."),
-    cluster: str = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters."),
-    mode: Optional[str] = typer.Option(
-        None, "--mode", help="strict (every node address) or relaxed (networks)."
-    ),
+    hiera: Path = FW_HIERA,
+    cluster: str = FW_CLUSTER,
+    mode: Optional[str] = FW_MODE,
     style: Optional[str] = typer.Option(
         None, "--style", help="plain (domain/chain block) or function (&R_SERVICE)."
     ),
-    port: Optional[int] = typer.Option(None, "--port", help="Typha port (default 5473)."),
-    output: Optional[Path] = typer.Option(
-        None, "--output", help="Write here atomically, only on change (default stdout)."
-    ),
-    check: bool = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1."),
+    port: Optional[int] = FW_PORT,
+    output: Optional[Path] = FW_OUTPUT,
+    check: bool = FW_CHECK,
     templates: Optional[Path] = typer.Option(
         None, "--templates", help="Directory of STYLE.ferm.j2 templates."
     ),
     nameserver: Optional[List[str]] = NAMESERVERS,
     timeout: Optional[float] = DNS_TIMEOUT,
-    concurrency: Optional[int] = typer.Option(
-        None, "--concurrency", help="DNS queries in flight (default 200)."
-    ),
-    dns_gate: Optional[str] = typer.Option(
-        None,
-        "--dns-gate",
-        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
-        "fixed networks only: report the names, write the rule).",
-    ),
-    state_dir: Optional[Path] = typer.Option(
-        None,
-        "--state-dir",
-        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
-    ),
+    concurrency: Optional[int] = FW_CONCURRENCY,
+    dns_gate: Optional[str] = FW_DNS_GATE,
+    state_dir: Optional[Path] = FW_STATE_DIR,
     out: Optional[Path] = PROOF_OUT,
     typha_address: Optional[str] = TYPHA_ADDRESS,
     proof_lifetime: Optional[int] = PROOF_LIFETIME,
@@ -699,59 +741,34 @@ def ferm_cmd(
     from typhapki.commands.ferm import FermOptions, ferm
 
     opts = FermOptions(
-        hiera,
-        cluster,
-        mode,
-        style,
-        port,
-        output,
-        check,
-        templates,
-        tuple(nameserver or ()),
-        timeout,
-        concurrency,
-        dns_gate,
-        state_dir,
-        out,
-        typha_address,
-        proof_lifetime,
-        proof_timeout,
-        skip_mtls_proof,
-    )
+        hiera=hiera,
+        cluster=cluster,
+        style=style,
+        templates=templates,
+        **_gate_values(
+            mode, port, output, check, nameserver, timeout, concurrency, dns_gate, state_dir,
+            out, typha_address, proof_lifetime, proof_timeout, skip_mtls_proof,
+        ),
+    )  # fmt: skip
     run(lambda: ferm(opts))
 
 
 @app.command("nft")
 def nft_cmd(
-    hiera: Path = typer.Option(..., "--hiera", help="Hiera YAML file, or a directory of them."),
-    cluster: str = typer.Option(..., "--cluster", help="Cluster name in kubernetes::clusters."),
-    mode: Optional[str] = typer.Option(
-        None, "--mode", help="strict (every node address) or relaxed (networks)."
-    ),
-    port: Optional[int] = typer.Option(None, "--port", help="Typha port (default 5473)."),
-    output: Optional[Path] = typer.Option(
-        None, "--output", help="Write here atomically, only on change (default stdout)."
-    ),
-    check: bool = typer.Option(False, "--check", help="Exit 0 if --output is up to date, else 1."),
+    hiera: Path = FW_HIERA,
+    cluster: str = FW_CLUSTER,
+    mode: Optional[str] = FW_MODE,
+    port: Optional[int] = FW_PORT,
+    output: Optional[Path] = FW_OUTPUT,
+    check: bool = FW_CHECK,
     sets_only: bool = typer.Option(
         False, "--sets-only", help="Only the set update (flush set + add element) for nft -f."
     ),
     nameserver: Optional[List[str]] = NAMESERVERS,
     timeout: Optional[float] = DNS_TIMEOUT,
-    concurrency: Optional[int] = typer.Option(
-        None, "--concurrency", help="DNS queries in flight (default 200)."
-    ),
-    dns_gate: Optional[str] = typer.Option(
-        None,
-        "--dns-gate",
-        help="enforce (default: nothing while a node fails DNS) or warn (relaxed rules of "
-        "fixed networks only: report the names, write the rule).",
-    ),
-    state_dir: Optional[Path] = typer.Option(
-        None,
-        "--state-dir",
-        help="Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
-    ),
+    concurrency: Optional[int] = FW_CONCURRENCY,
+    dns_gate: Optional[str] = FW_DNS_GATE,
+    state_dir: Optional[Path] = FW_STATE_DIR,
     out: Optional[Path] = PROOF_OUT,
     typha_address: Optional[str] = TYPHA_ADDRESS,
     proof_lifetime: Optional[int] = PROOF_LIFETIME,
@@ -763,24 +780,14 @@ def nft_cmd(
     from typhapki.commands.nft import NftOptions, nft
 
     opts = NftOptions(
-        hiera,
-        cluster,
-        mode,
-        port,
-        output,
-        check,
-        sets_only,
-        tuple(nameserver or ()),
-        timeout,
-        concurrency,
-        dns_gate,
-        state_dir,
-        out,
-        typha_address,
-        proof_lifetime,
-        proof_timeout,
-        skip_mtls_proof,
-    )
+        hiera=hiera,
+        cluster=cluster,
+        sets_only=sets_only,
+        **_gate_values(
+            mode, port, output, check, nameserver, timeout, concurrency, dns_gate, state_dir,
+            out, typha_address, proof_lifetime, proof_timeout, skip_mtls_proof,
+        ),
+    )  # fmt: skip
     run(lambda: nft(opts))
 
 

@@ -5,7 +5,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 
@@ -19,55 +19,17 @@ DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
 
 
-class GateOptions(Protocol):
-    """The options every firewall renderer (ferm, nft) hands to `gated_rule`."""
-
-    @property
-    def hiera(self) -> Path: ...
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def mode(self) -> str | None: ...
-    @property
-    def port(self) -> int | None: ...
-    @property
-    def output(self) -> Path | None: ...
-    @property
-    def check(self) -> bool: ...
-    @property
-    def nameservers(self) -> tuple[str, ...]: ...
-    @property
-    def timeout(self) -> float | None: ...
-    @property
-    def concurrency(self) -> int | None: ...
-    @property
-    def dns_gate(self) -> str | None: ...
-    @property
-    def state_dir(self) -> Path | None: ...
-    @property
-    def out(self) -> Path | None: ...
-    @property
-    def typha_address(self) -> str | None: ...
-    @property
-    def proof_lifetime(self) -> int | None: ...
-    @property
-    def proof_timeout(self) -> float | None: ...
-    @property
-    def skip_mtls_proof(self) -> bool: ...
-
-
 @dataclass(frozen=True)
-class FermOptions:
-    """Command-line values; None means "not given": hiera's typha: setting, then default."""
+class GateOptions:
+    """The options every firewall renderer (ferm, nft) hands to `gated_rule`; None means
+    "not given": hiera's typha: setting, then the default."""
 
     hiera: Path
     cluster: str
     mode: str | None = None
-    style: str | None = None
     port: int | None = None
     output: Path | None = None
     check: bool = False
-    templates: Path | None = None
     nameservers: tuple[str, ...] = ()
     timeout: float | None = None
     concurrency: int | None = None
@@ -79,6 +41,14 @@ class FermOptions:
     proof_lifetime: int | None = None
     proof_timeout: float | None = None
     skip_mtls_proof: bool = False
+
+
+@dataclass(frozen=True)
+class FermOptions(GateOptions):
+    """The gate's options, and how ferm renders the rule."""
+
+    style: str | None = None
+    templates: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.ferm import GatedRule, emit_text, gated_rule
+from typhapki.commands.ferm import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -13,27 +12,10 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class NftOptions:
-    """Command-line values; None means "not given": hiera's typha: setting, then default."""
+class NftOptions(GateOptions):
+    """The gate's options, and whether to write only the set update."""
 
-    hiera: Path
-    cluster: str
-    mode: str | None = None
-    port: int | None = None
-    output: Path | None = None
-    check: bool = False
     sets_only: bool = False
-    nameservers: tuple[str, ...] = ()
-    timeout: float | None = None
-    concurrency: int | None = None
-    dns_gate: str | None = None
-    state_dir: Path | None = None
-    # The mTLS proof a relaxed rule needs (typhapki/firewall/mtls_proof.py).
-    out: Path | None = None
-    typha_address: str | None = None
-    proof_lifetime: int | None = None
-    proof_timeout: float | None = None
-    skip_mtls_proof: bool = False
 
 
 def nft(opts: NftOptions) -> int:
