@@ -1,7 +1,7 @@
 """The Puppet module's own gates, run from pytest so CI runs them: puppet-lint with no
 warnings, `puppet parser validate` / `puppet epp validate` on every file, rspec-puppet
 compiling every class in every mode, and puppet-strings documentation of every
-parameter, which README.md lists too."""
+parameter, which README.md lists too and REFERENCE.md is generated from."""
 
 from __future__ import annotations
 
@@ -126,3 +126,13 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
     }
     for alias in aliases:
         assert f"`{alias}`" in readme, alias
+
+
+def test_reference_md_is_what_puppet_strings_generates(tmp_path: Path) -> None:
+    require("puppet")
+    out = tmp_path / "REFERENCE.md"
+    proc = _run("puppet", "strings", "generate", "--format", "markdown", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (MODULE / "REFERENCE.md").read_text() == out.read_text(), (
+        "stale: cd puppet/typhapki && puppet strings generate --format markdown --out REFERENCE.md"
+    )
