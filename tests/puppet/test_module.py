@@ -42,7 +42,7 @@ def test_puppet_lint_has_no_warnings() -> None:
 
 def test_every_manifest_and_template_validates() -> None:
     require("puppet")
-    manifests = _files("manifests/**/*.pp", "types/*.pp", "examples/*.pp")
+    manifests = _files("manifests/**/*.pp", "types/**/*.pp", "examples/*.pp")
     assert len(manifests) >= 12
     proc = _run("puppet", "parser", "validate", *manifests)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -75,7 +75,7 @@ def _strings() -> dict[str, list[dict[str, object]]]:
         "generate",
         "--format",
         "json",
-        *_files("manifests/**/*.pp", "types/*.pp"),
+        *_files("manifests/**/*.pp", "types/**/*.pp"),
     )
     assert proc.returncode == 0, proc.stderr
     start = proc.stdout.index("{")
@@ -90,6 +90,8 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
     entries = data["puppet_classes"] + data["defined_types"]
     names = {str(e["name"]) for e in entries}
     assert names >= {"typhapki", "typhapki::certs", "typhapki::ferm", "typhapki::restart"}
+    # typhapki::certs dispatches to one class per issuance mode.
+    assert names >= {f"typhapki::certs::{mode}" for mode in ("local", "shipped", "cfssl")}
     for entry in entries:
         name = str(entry["name"])
         doc = entry["docstring"]
@@ -123,6 +125,10 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
         "Typhapki::FermMode",
         "Typhapki::FermStyle",
         "Typhapki::DnsGate",
+        "Typhapki::Certs::Settings",
+        "Typhapki::Certs::Local",
+        "Typhapki::Certs::Shipped",
+        "Typhapki::Certs::Cfssl",
     }
     for alias in aliases:
         assert f"`{alias}`" in readme, alias
