@@ -1,7 +1,7 @@
 """The Puppet module's own gates, run from pytest so CI runs them: puppet-lint with no
 warnings, `puppet parser validate` / `puppet epp validate` on every file, rspec-puppet
 compiling every class in every mode, and puppet-strings documentation of every
-parameter, which README.md lists too."""
+parameter, which README.md lists too and REFERENCE.md is generated from."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_puppet_lint_has_no_warnings() -> None:
 
 def test_every_manifest_and_template_validates() -> None:
     require("puppet")
-    manifests = _files("manifests/**/*.pp", "types/*.pp", "examples/*.pp")
+    manifests = _files("manifests/**/*.pp", "types/**/*.pp", "examples/*.pp")
     assert len(manifests) >= 12
     proc = _run("puppet", "parser", "validate", *manifests)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -79,7 +79,7 @@ def _strings() -> dict[str, list[dict[str, object]]]:
         "generate",
         "--format",
         "json",
-        *_files("manifests/**/*.pp", "types/*.pp"),
+        *_files("manifests/**/*.pp", "types/**/*.pp"),
     )
     assert proc.returncode == 0, proc.stderr
     start = proc.stdout.index("{")
@@ -94,6 +94,8 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
     entries = data["puppet_classes"] + data["defined_types"]
     names = {str(e["name"]) for e in entries}
     assert names >= {"typhapki", "typhapki::certs", "typhapki::ferm", "typhapki::restart"}
+    # typhapki::certs dispatches to one class per issuance mode.
+    assert names >= {f"typhapki::certs::{mode}" for mode in ("local", "shipped", "cfssl")}
     for entry in entries:
         name = str(entry["name"])
         doc = entry["docstring"]
@@ -127,6 +129,20 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
         "Typhapki::FermMode",
         "Typhapki::FermStyle",
         "Typhapki::DnsGate",
+        "Typhapki::Certs::Settings",
+        "Typhapki::Certs::Local",
+        "Typhapki::Certs::Shipped",
+        "Typhapki::Certs::Cfssl",
     }
     for alias in aliases:
         assert f"`{alias}`" in readme, alias
+
+
+def test_reference_md_is_what_puppet_strings_generates(tmp_path: Path) -> None:
+    require("puppet")
+    out = tmp_path / "REFERENCE.md"
+    proc = _run("puppet", "strings", "generate", "--format", "markdown", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (MODULE / "REFERENCE.md").read_text() == out.read_text(), (
+        "stale: cd puppet/typhapki && puppet strings generate --format markdown --out REFERENCE.md"
+    )

@@ -10,8 +10,14 @@
 # start) is restarted only when its files changed, and a failed restart is retried on
 # the next run.
 #
+# A short dispatcher: it builds the mode's settings from its parameters (the hiera keys
+# fleets bind) and declares the mode's class, `typhapki::certs::local`,
+# `typhapki::certs::shipped` or `typhapki::certs::cfssl`, whose Struct type
+# (`Typhapki::Certs::Settings`) refuses a parameter of another mode or one missing for
+# the node's role. The secrets travel beside the struct, as Sensitive parameters.
+#
 # Secrets per mode: `local` ships the cluster CA key to the node; `shipped` ships the
-# node's own keys; `cfssl` ships only the cfssl auth key (the node makes its keys).
+# node's own keys; `cfssl` ships only the cfssl auth keys (the node makes its keys).
 # Keys are `Sensitive`: redacted from reports and stored catalogs, never diffed nor
 # backed up to the filebucket (but in clear on the node, as they must be).
 #
@@ -48,6 +54,11 @@
 #   cfssl: the cfssl server's URL (`--cfssl-url`).
 # @param cfssl_auth_key
 #   cfssl: the hex HMAC key of authsign (`--cfssl-auth-key`), Sensitive.
+# @param cfssl_auth_key_typha
+#   cfssl: the auth key of Typha's profile, Sensitive, when it differs from
+#   `cfssl_auth_key` (node configuration `cfssl_auth_key_typha`).
+# @param cfssl_auth_key_felix
+#   cfssl: the auth key of Felix's profile, Sensitive (node configuration `cfssl_auth_key_felix`).
 # @param cfssl_ca_cert
 #   cfssl: the CA certificate(s) (PEM) to trust for TLS to an https cfssl_url
 #   (`--cfssl-ca-file`); undef: the system's trust store.
@@ -93,6 +104,8 @@ class typhapki::certs (
   Optional[Sensitive[String[1]]] $shipped_felix_key = undef,
   Optional[Stdlib::HTTPUrl] $cfssl_url = undef,
   Optional[Sensitive[String[1]]] $cfssl_auth_key = undef,
+  Optional[Sensitive[String[1]]] $cfssl_auth_key_typha = undef,
+  Optional[Sensitive[String[1]]] $cfssl_auth_key_felix = undef,
   Optional[String[1]] $cfssl_ca_cert = undef,
   Optional[String[1]] $cfssl_profile_typha = undef,
   Optional[String[1]] $cfssl_profile_felix = undef,
@@ -107,100 +120,63 @@ class typhapki::certs (
   assert_private('declare class typhapki (typhapki::manage_certs) instead of typhapki::certs')
 
   $role = $typhapki::role
-  $bin = $typhapki::bin
   $config_dir = $typhapki::config_dir
   $with_typha = $role in ['typha', 'both']
   $with_felix = $role in ['felix', 'both']
 
-  # Parameters of another mode are a mistake in hiera: say so instead of ignoring them.
-  $by_mode = {
-    'local'   => { 'ca_cert' => $ca_cert, 'ca_key' => $ca_key },
-    'shipped' => {
-      'shipped_bundle'     => $shipped_bundle,
-      'shipped_typha_cert' => $shipped_typha_cert,
-      'shipped_typha_key'  => $shipped_typha_key,
-      'shipped_felix_cert' => $shipped_felix_cert,
-      'shipped_felix_key'  => $shipped_felix_key,
-    },
+  # Every mode's parameter that is set, whatever the mode: the mode class's Struct type
+  # (types/certs/) refuses a stray one of another mode and a missing one for the role.
+  # A secret appears as `true`; its value travels apart, as a Sensitive parameter.
+  $settings = {
+    'mode'                 => $mode,
+    'role'                 => $role,
+    'ca_dir'               => $mode ? { 'local' => $ca_dir, default => undef },
+    'ca_cert'              => $ca_cert,
+    'ca_key'               => $ca_key =~ NotUndef,
+    'shipped_dir'          => $mode ? { 'shipped' => $shipped_dir, default => undef },
+    'shipped_bundle'       => $shipped_bundle,
+    'shipped_typha_cert'   => $shipped_typha_cert,
+    'shipped_typha_key'    => $shipped_typha_key =~ NotUndef,
+    'shipped_felix_cert'   => $shipped_felix_cert,
+    'shipped_felix_key'    => $shipped_felix_key =~ NotUndef,
+    'cfssl_url'            => $cfssl_url,
+    'cfssl_auth_key'       => $cfssl_auth_key =~ NotUndef,
+    'cfssl_auth_key_typha' => $cfssl_auth_key_typha =~ NotUndef,
+    'cfssl_auth_key_felix' => $cfssl_auth_key_felix =~ NotUndef,
+    'cfssl_ca_cert'        => $cfssl_ca_cert,
+    'cfssl_profile_typha'  => $cfssl_profile_typha,
+    'cfssl_profile_felix'  => $cfssl_profile_felix,
+    'cfssl_label'          => $cfssl_label,
+  }.filter |$name, $value| { $value =~ NotUndef and $value != false }
+  $secrets = {
+    'local'   => { 'ca_key' => $ca_key },
+    'shipped' => { 'shipped_typha_key' => $shipped_typha_key, 'shipped_felix_key' => $shipped_felix_key },
     'cfssl'   => {
-      'cfssl_url'           => $cfssl_url,
-      'cfssl_auth_key'      => $cfssl_auth_key,
-      'cfssl_ca_cert'       => $cfssl_ca_cert,
-      'cfssl_profile_typha' => $cfssl_profile_typha,
-      'cfssl_profile_felix' => $cfssl_profile_felix,
-      'cfssl_label'         => $cfssl_label,
+      'cfssl_auth_key'       => $cfssl_auth_key,
+      'cfssl_auth_key_typha' => $cfssl_auth_key_typha,
+      'cfssl_auth_key_felix' => $cfssl_auth_key_felix,
     },
-  }
-  $by_mode.each |$other, $params| {
-    if $other != $mode {
-      $stray = $params.filter |$name, $value| { $value =~ NotUndef }.keys
-      unless $stray.empty {
-        fail("typhapki::certs: mode is '${mode}' but ${stray.join(', ')} belong to mode '${other}'")
-      }
-    }
-  }
+  }[$mode]
 
-  case $mode {
-    'local': {
-      if ($ca_cert =~ Undef) != ($ca_key =~ Undef) {
-        fail('typhapki::certs: mode local needs both ca_cert and ca_key, or neither (a CA made on the node)')
-      }
-    }
-    'shipped': {
-      $needed = ['shipped_bundle']
-        + ($with_typha ? { true => ['shipped_typha_cert', 'shipped_typha_key'], default => [] })
-        + ($with_felix ? { true => ['shipped_felix_cert', 'shipped_felix_key'], default => [] })
-      $missing = $needed.filter |$name| { $by_mode['shipped'][$name] =~ Undef }
-      unless $missing.empty {
-        fail("typhapki::certs: mode shipped with role ${role} needs ${missing.join(', ')}")
-      }
-      $unneeded = $by_mode['shipped'].filter |$name, $value| { $value =~ NotUndef and !($name in $needed) }.keys
-      unless $unneeded.empty {
-        fail("typhapki::certs: role ${role} holds no ${unneeded.join(', ')}: remove them (keys belong only where they are used)")
-      }
-    }
-    default: {
-      if $cfssl_url =~ Undef {
-        fail('typhapki::certs: mode cfssl needs cfssl_url')
-      }
-    }
+  $mode_class = "typhapki::certs::${mode}"
+  class { $mode_class:
+    settings => $settings,
+    *        => $secrets,
   }
+  contain $mode_class
 
   $trust_files = $trust_certs.map |$index, $pem| { "${config_dir}/trust-${index}.crt" }
-  $cfssl_auth_file = "${config_dir}/cfssl-auth.key"
-  $cfssl_ca_file = "${config_dir}/cfssl-ca.crt"
 
-  # What typhapki::config writes into the node configuration file's defaults.
-  $config_defaults = {
-    'ca_dir'              => $mode ? { 'local' => $ca_dir, default => undef },
-    # shipped: `check` judges the live set against the shipped one, as `install --from` does.
-    'from'                => $mode ? { 'shipped' => $shipped_dir, default => undef },
-    'trust'               => $trust_files.empty ? { true => undef, default => $trust_files },
-    'key_type'            => $key_type,
-    'days'                => $days,
-    'renew_before'        => $renew_before,
-    'key_owner'           => $key_owner,
-    'key_group'           => $key_group,
-    'key_mode'            => $key_mode,
-    'signer'              => $mode ? { 'cfssl' => 'cfssl', default => undef },
-    'cfssl_url'           => $cfssl_url,
-    'cfssl_auth_key'      => $cfssl_auth_key ? { undef => undef, default => $cfssl_auth_file },
-    'cfssl_ca_file'       => $cfssl_ca_cert ? { undef => undef, default => $cfssl_ca_file },
-    'cfssl_profile_typha' => $cfssl_profile_typha,
-    'cfssl_profile_felix' => $cfssl_profile_felix,
-    'cfssl_label'         => $cfssl_label,
-  }
-
-  # Paused: no exec changes the set, so nothing is ordered before one.
-  $before_issue = $paused ? {
-    true    => undef,
-    default => Exec['typhapki-issue'],
-  }
-
-  $exec_defaults = {
-    'path'        => $typhapki::exec_path,
-    'environment' => ["TYPHAPKI_CONFIG=${typhapki::config_file}"],
-    'logoutput'   => true,
+  # What typhapki::config writes into the node configuration file's defaults: the mode's
+  # own entries, and those of every mode.
+  $config_defaults = getvar("${mode_class}::config_defaults") + {
+    'trust'        => $trust_files.empty ? { true => undef, default => $trust_files },
+    'key_type'     => $key_type,
+    'days'         => $days,
+    'renew_before' => $renew_before,
+    'key_owner'    => $key_owner,
+    'key_group'    => $key_group,
+    'key_mode'     => $key_mode,
   }
 
   $trust_certs.each |$index, $pem| {
@@ -210,109 +186,18 @@ class typhapki::certs (
       group   => 'root',
       mode    => '0644',
       content => $pem,
-      before  => $before_issue,
     }
   }
 
-  case $mode {
-    'local': {
-      file { $ca_dir:
-        ensure => directory,
-        owner  => 'root',
-        group  => 'root',
-        mode   => '0700',
-      }
-      if $ca_cert =~ NotUndef {
-        file { "${ca_dir}/typhaca.crt":
-          ensure  => file,
-          owner   => 'root',
-          group   => 'root',
-          mode    => '0644',
-          content => $ca_cert,
-          before  => $before_issue,
-        }
-        file { "${ca_dir}/typhaca.key":
-          ensure    => file,
-          owner     => 'root',
-          group     => 'root',
-          mode      => '0600',
-          content   => $ca_key,
-          show_diff => false,
-          backup    => false,
-          before    => $before_issue,
-        }
-      } else {
-        exec { 'typhapki-ca-init':
-          command => shellquote($bin, 'ca', 'init', '--ca-dir', $ca_dir),
-          creates => "${ca_dir}/typhaca.crt",
-          require => File[$ca_dir],
-          before  => $before_issue,
-          *       => $exec_defaults,
-        }
-      }
-      $command = shellquote($bin, 'issue')
-    }
-    'shipped': {
-      $layout = {
-        'shipped_bundle'     => ['calico-typha-ca/typhaca.crt', '0644', $shipped_bundle],
-        'shipped_typha_cert' => ['calico-typha-certs/typha.crt', '0644', $shipped_typha_cert],
-        'shipped_typha_key'  => ['calico-typha-certs/typha.key', '0600', $shipped_typha_key],
-        'shipped_felix_cert' => ['calico-node-certs/calico-node.crt', '0644', $shipped_felix_cert],
-        'shipped_felix_key'  => ['calico-node-certs/calico-node.key', '0600', $shipped_felix_key],
-      }.filter |$name, $file| { $file[2] =~ NotUndef }
-      $subdirs = $layout.map |$name, $file| { "${shipped_dir}/${dirname($file[0])}" }.unique
-      file { [$shipped_dir] + $subdirs:
-        ensure => directory,
-        owner  => 'root',
-        group  => 'root',
-        mode   => '0700',
-      }
-      $layout.each |$name, $file| {
-        file { "${shipped_dir}/${file[0]}":
-          ensure    => file,
-          owner     => 'root',
-          group     => 'root',
-          mode      => $file[1],
-          content   => $file[2],
-          show_diff => false,
-          backup    => false,
-          before    => $before_issue,
-        }
-      }
-      $command = shellquote($bin, 'install', '--from', $shipped_dir)
-    }
-    default: {
-      if $cfssl_auth_key =~ NotUndef {
-        file { $cfssl_auth_file:
-          ensure    => file,
-          owner     => 'root',
-          group     => 'root',
-          mode      => '0600',
-          content   => $cfssl_auth_key,
-          show_diff => false,
-          backup    => false,
-          before    => $before_issue,
-        }
-      }
-      if $cfssl_ca_cert =~ NotUndef {
-        file { $cfssl_ca_file:
-          ensure  => file,
-          owner   => 'root',
-          group   => 'root',
-          mode    => '0644',
-          content => $cfssl_ca_cert,
-          before  => $before_issue,
-        }
-      }
-      $command = shellquote($bin, 'issue')
-    }
-  }
-
+  # Paused: no exec changes the set, so nothing is ordered before one.
   unless $paused {
     exec { 'typhapki-issue':
-      command => $command,
-      unless  => shellquote($bin, 'check', '--quiet'),
-      *       => $exec_defaults,
+      command     => getvar("${mode_class}::command"),
+      unless      => shellquote($typhapki::bin, 'check', '--quiet'),
+      path        => $typhapki::exec_path,
+      environment => ["TYPHAPKI_CONFIG=${typhapki::config_file}"],
+      logoutput   => true,
+      require     => [Class[$mode_class]] + $trust_files.map |$file| { File[$file] },
     }
   }
 

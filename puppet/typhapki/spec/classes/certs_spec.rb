@@ -122,12 +122,16 @@ describe 'typhapki' do
             'cfssl_profile_typha' => 'typha',
             'cfssl_profile_felix' => 'felix',
             'cfssl_label' => 'primary',
+            'cfssl_auth_key_typha' => '/etc/typhapki/cfssl-auth-typha.key',
           )
           expect(node_config(catalogue)['defaults']).not_to have_key('ca_dir')
+          expect(node_config(catalogue)['defaults']).not_to have_key('cfssl_auth_key_felix')
         end
 
         it 'keeps the auth key out of the configuration, in a Sensitive 0600 file' do
           expect(catalogue.resource('File', '/etc/typhapki/typhapki.yaml')[:content]).not_to include('0123456789abcdef')
+          expect(catalogue.resource('File', '/etc/typhapki/typhapki.yaml')[:content]).not_to include('fedcba9876543210')
+          expect(catalogue.resource('File', '/etc/typhapki/cfssl-auth-typha.key').sensitive_parameters).to include(:content)
           expect(catalogue.resource('File', '/etc/typhapki/cfssl-auth.key').sensitive_parameters).to include(:content)
           is_expected.to contain_file('/etc/typhapki/cfssl-auth.key')
             .with(mode: '0600', show_diff: false, backup: false)
@@ -155,11 +159,13 @@ describe 'typhapki' do
 
       describe 'rejects at compile time' do
         {
-          'bad_stray_cfssl' => %r{typhapki::certs: mode is 'local' but cfssl_url belong to mode 'cfssl'},
-          'bad_shipped_missing' => %r{typhapki::certs: mode shipped with role both needs shipped_typha_cert, shipped_typha_key},
-          'bad_shipped_extra' => %r{typhapki::certs: role felix holds no shipped_typha_cert, shipped_typha_key},
-          'bad_cfssl_no_url' => %r{typhapki::certs: mode cfssl needs cfssl_url},
-          'bad_ca_half' => %r{typhapki::certs: mode local needs both ca_cert and ca_key, or neither},
+          # The mode class's Struct type (types/certs/) names the hiera key at fault.
+          'bad_stray_cfssl' => %r{Class\[Typhapki::Certs::Local\]:\n.*variant 0 unrecognized key 'cfssl_url'},
+          'bad_shipped_missing' => %r{Class\[Typhapki::Certs::Shipped\]:\n\s+parameter 'settings' variant 0 expects a value for key 'shipped_typha_cert'\n\s+parameter 'settings' variant 0 expects a value for key 'shipped_typha_key'},
+          'bad_shipped_extra' => %r{variant 2 unrecognized key 'shipped_typha_cert'\n\s+parameter 'settings' variant 2 unrecognized key 'shipped_typha_key'},
+          'bad_cfssl_no_url' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' expects a value for key 'cfssl_url'},
+          'bad_ca_half' => %r{variant 0 unrecognized key 'ca_cert'\n\s+parameter 'settings' variant 1 expects a value for key 'ca_key'},
+          'bad_stray_secret' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' unrecognized key 'ca_key'},
           'bad_mode' => %r{Class\[Typhapki::Certs\]: parameter 'mode' expects a match for Typhapki::Mode = Enum\['cfssl', 'local', 'shipped'\], got 'vault'},
           'bad_key_type' => %r{Class\[Typhapki::Certs\]: parameter 'key_type' expects a match for Typhapki::KeyType.*got 'dsa-1024'},
         }.each do |bad, message|

@@ -1,0 +1,65 @@
+# @summary Mode `cfssl` of typhapki::certs: the node makes its keys and a cfssl server
+#   signs them; the auth keys are 0600 files beside the node configuration.
+#
+# Declared by typhapki::certs, which orders it before the guarded `typhapki issue`.
+#
+# @api private
+#
+# @param settings
+#   The mode's settings (`Typhapki::Certs::Cfssl`).
+# @param cfssl_auth_key
+#   The hex HMAC key of authsign, Sensitive: given exactly when `settings` holds
+#   `cfssl_auth_key`.
+# @param cfssl_auth_key_typha
+#   The auth key of Typha's profile, Sensitive: given exactly when `settings` holds
+#   `cfssl_auth_key_typha`.
+# @param cfssl_auth_key_felix
+#   The auth key of Felix's profile, Sensitive: given exactly when `settings` holds
+#   `cfssl_auth_key_felix`.
+class typhapki::certs::cfssl (
+  Typhapki::Certs::Cfssl $settings,
+  Optional[Sensitive[String[1]]] $cfssl_auth_key = undef,
+  Optional[Sensitive[String[1]]] $cfssl_auth_key_typha = undef,
+  Optional[Sensitive[String[1]]] $cfssl_auth_key_felix = undef,
+) {
+  $config_dir = $typhapki::config_dir
+  $command = shellquote($typhapki::bin, 'issue')
+
+  # The node configuration names files, never a secret's value.
+  $auth_files = {
+    'cfssl_auth_key'       => [$cfssl_auth_key, "${config_dir}/cfssl-auth.key"],
+    'cfssl_auth_key_typha' => [$cfssl_auth_key_typha, "${config_dir}/cfssl-auth-typha.key"],
+    'cfssl_auth_key_felix' => [$cfssl_auth_key_felix, "${config_dir}/cfssl-auth-felix.key"],
+  }.filter |$name, $file| { $name in $settings }
+  $ca_file = "${config_dir}/cfssl-ca.crt"
+
+  $config_defaults = {
+    'signer'              => 'cfssl',
+    'cfssl_url'           => $settings['cfssl_url'],
+    'cfssl_ca_file'       => $settings['cfssl_ca_cert'].then |$pem| { $ca_file },
+    'cfssl_profile_typha' => $settings['cfssl_profile_typha'],
+    'cfssl_profile_felix' => $settings['cfssl_profile_felix'],
+    'cfssl_label'         => $settings['cfssl_label'],
+  } + $auth_files.map |$name, $file| { [$name, $file[1]] }.convert_to(Hash)
+
+  $auth_files.each |$name, $file| {
+    file { $file[1]:
+      ensure    => file,
+      owner     => 'root',
+      group     => 'root',
+      mode      => '0600',
+      content   => assert_type(Sensitive[String[1]], $file[0]),
+      show_diff => false,
+      backup    => false,
+    }
+  }
+  if 'cfssl_ca_cert' in $settings {
+    file { $ca_file:
+      ensure  => file,
+      owner   => 'root',
+      group   => 'root',
+      mode    => '0644',
+      content => $settings['cfssl_ca_cert'],
+    }
+  }
+}

@@ -1,0 +1,42 @@
+# frozen_string_literal: true
+
+require 'spec_helper'
+
+describe 'typhapki::certs::cfssl' do
+  let(:pre_condition) { "class { 'typhapki': manage_certs => false }" }
+  let(:facts) { typhapki_os_facts.values.first }
+  let(:settings) { { 'mode' => 'cfssl', 'role' => 'both', 'cfssl_url' => 'https://cfssl.example.org:8888' } }
+  let(:params) { { settings: settings } }
+
+  context 'with only the URL' do
+    it { is_expected.to compile.with_all_deps }
+    it { is_expected.not_to contain_file('/etc/typhapki/cfssl-auth.key') }
+    it { is_expected.not_to contain_file('/etc/typhapki/cfssl-ca.crt') }
+  end
+
+  context 'with an auth key per profile beside the shared one' do
+    let(:settings) do
+      super().merge('cfssl_auth_key' => true, 'cfssl_auth_key_typha' => true, 'cfssl_auth_key_felix' => true, 'cfssl_ca_cert' => "-----BEGIN CERTIFICATE-----\n")
+    end
+    let(:params) do
+      super().merge(cfssl_auth_key: sensitive('00aa'), cfssl_auth_key_typha: sensitive('11bb'), cfssl_auth_key_felix: sensitive('22cc'))
+    end
+
+    it { is_expected.to compile.with_all_deps }
+    { 'cfssl-auth.key' => '00aa', 'cfssl-auth-typha.key' => '11bb', 'cfssl-auth-felix.key' => '22cc' }.each do |file, key|
+      it "writes #{file} 0600, Sensitive" do
+        is_expected.to contain_file("/etc/typhapki/#{file}").with(mode: '0600', show_diff: false, backup: false)
+        resource = catalogue.resource('File', "/etc/typhapki/#{file}")
+        expect(resource.sensitive_parameters).to include(:content)
+        expect(resource[:content]).to eq(key)
+      end
+    end
+    it { is_expected.to contain_file('/etc/typhapki/cfssl-ca.crt').with_mode('0644') }
+  end
+
+  context 'with a plain-text URL scheme it cannot use' do
+    let(:settings) { super().merge('cfssl_url' => 'ftp://cfssl.example.org') }
+
+    it { is_expected.to compile.and_raise_error(%r{entry 'cfssl_url' expects a match for Stdlib::HTTPUrl}) }
+  end
+end

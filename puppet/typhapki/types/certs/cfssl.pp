@@ -1,0 +1,18 @@
+# @summary The settings of `typhapki::certs::cfssl`: the node makes its keys and a cfssl
+#   server signs them.
+#
+# An auth key (`cfssl_auth_key`, and per profile `cfssl_auth_key_typha`,
+# `cfssl_auth_key_felix`) is `true` when the Sensitive key comes with the settings, as
+# the class's own parameter.
+type Typhapki::Certs::Cfssl = Struct[{
+  mode                           => Enum['cfssl'],
+  role                           => Typhapki::Role,
+  cfssl_url                      => Stdlib::HTTPUrl,
+  Optional[cfssl_auth_key]       => Boolean[true],
+  Optional[cfssl_auth_key_typha] => Boolean[true],
+  Optional[cfssl_auth_key_felix] => Boolean[true],
+  Optional[cfssl_ca_cert]        => String[1],
+  Optional[cfssl_profile_typha]  => String[1],
+  Optional[cfssl_profile_felix]  => String[1],
+  Optional[cfssl_label]          => String[1],
+}]
