@@ -6,6 +6,11 @@ word characters only), whose intermediates share one root, over HMAC `authsign` 
 profiles `typha` (28 days, server auth) and `felix` (24 hours, client auth), as the
 fleet runs them (docs/issuance.md). Moving a cluster from one label to the other
 is the fleet's rotation of an intermediate.
+
+`restricted_multirootca` serves the same labels with the configuration that
+docs/issuance.md recommends, read from the document itself ("A cfssl configuration
+that restricts each profile"): each profile its own auth key (`RESTRICTED_KEYS`),
+so a Typha host needs two.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -26,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import require
+from tests.support import docblocks
 from tests.support.cfssl import AUTH_KEY_HEX, free_port
 
 LABELS = ("cluster2025", "cluster2026")
@@ -49,6 +56,24 @@ CONFIG = {
     },
     "auth_keys": {"nodes": {"type": "standard", "key": AUTH_KEY_HEX}},
 }
+# The restricted configuration's keys, by their name in its auth_keys.
+RESTRICTED_KEYS = {
+    "typha": "1f" * 32,
+    "felix": "2e" * 32,
+    "nobody": "3d" * 32,
+}
+
+
+def restricted_config() -> dict[str, Any]:
+    """docs/issuance.md's restricted configuration as written, with real keys in it."""
+    for block in docblocks.blocks(Path("docs/issuance.md")):
+        if block.lang == "json" and '"auth_keys"' in block.text and '"nobody"' in block.text:
+            config: dict[str, Any] = json.loads(block.text)
+            for name, entry in config["auth_keys"].items():
+                assert entry["key"].startswith("HEX KEY"), entry  # a placeholder, as documented
+                entry["key"] = RESTRICTED_KEYS[name]
+            return config
+    raise AssertionError("docs/issuance.md: the restricted cfssl configuration is gone")
 
 
 def make_ca(
@@ -80,6 +105,7 @@ def make_ca(
 @dataclass
 class Multirootca:
     directory: Path
+    config: dict[str, Any] = field(default_factory=lambda: CONFIG)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     root: Path = field(init=False)
@@ -100,7 +126,7 @@ class Multirootca:
         root = make_ca("fleet offline root", None, pathlen=1)
         self.root.write_bytes(root[0].public_bytes(serialization.Encoding.PEM))
         config = self.directory / "config.json"
-        config.write_text(json.dumps(CONFIG))
+        config.write_text(json.dumps(self.config))
         sections = []
         for label in LABELS:
             cert, key = make_ca(f"kubernetes {label} intermediate", root, pathlen=0)
@@ -165,6 +191,15 @@ class Multirootca:
 def multirootca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Multirootca]:
     """The fleet's PKI: two cluster intermediates under one root, shared by the session."""
     server = Multirootca(tmp_path_factory.mktemp("multirootca"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def restricted_multirootca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Multirootca]:
+    """The same PKI with docs/issuance.md's restricted configuration: a key per profile."""
+    server = Multirootca(tmp_path_factory.mktemp("multirootca-restricted"), restricted_config())
     server.start()
     yield server
     server.stop()

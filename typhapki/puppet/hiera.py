@@ -528,7 +528,8 @@ def _typha_settings(node: YNode) -> TyphaSettings:
         if key in _SECRET_KEYS:
             raise ConfigError(
                 f"{item.where}: secrets never go into hiera (they end up in catalogs and "
-                "PuppetDB): give the key file on the node with --cfssl-auth-key FILE"
+                "PuppetDB): give the key file on the node with --cfssl-auth-key FILE "
+                "(or --cfssl-auth-key-typha / --cfssl-auth-key-felix)"
             )
         if key not in known:
             raise ConfigError(

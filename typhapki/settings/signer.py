@@ -1,8 +1,10 @@
 """The signer options (`--signer`, `--cfssl-*`) as given, before a signer is built.
 
 The same settings can come from a hiera cluster's ``typha:`` mapping (signer,
-cfssl_url, cfssl_profile_typha, cfssl_profile_felix, cfssl_label); the auth key is a
-file on the node, named on the command line or in the node's config, never in hiera.
+cfssl_url, cfssl_profile_typha, cfssl_profile_felix, cfssl_label); the auth keys are
+files on the node, named on the command line or in the node's config, never in hiera:
+one for both profiles, or one per role when each profile has its own key
+(docs/issuance.md, "A cfssl configuration that restricts each profile").
 `typhapki.pki.signers.factory.build_signer` turns them into a signer.
 """
 
@@ -22,7 +24,9 @@ class SignerOptions:
 
     signer: str | None = None
     cfssl_url: str | None = None
-    cfssl_auth_key: Path | None = None
+    cfssl_auth_key: Path | None = None  # both roles' profiles
+    cfssl_auth_key_typha: Path | None = None  # wins over cfssl_auth_key for Typha
+    cfssl_auth_key_felix: Path | None = None  # wins over cfssl_auth_key for Felix
     cfssl_ca_file: Path | None = None
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None

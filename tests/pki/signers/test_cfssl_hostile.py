@@ -57,7 +57,9 @@ def ask_info(client: CfsslSigner) -> object:
 
 def assert_one_clean_line(exc: SignerError, url: str) -> None:
     text = str(exc)
-    assert text.startswith(url), text
+    # What was asked (the label's CA, or a role's certificate), then the URL and the cause.
+    assert text.startswith(("CA of cfssl ", "typha certificate (", "felix certificate (")), text
+    assert f": {url}" in text, text
     assert text.isprintable(), repr(text)  # no newline, escape or bidi control survives
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliResult, run_cli
+from tests.conftest import CliResult, assert_one_line_error, run_cli
 from tests.support import gopeers
 from tests.support import multirootca as multirootca_support
 from tests.support.cfssl import write_auth_key
 from tests.support.gopeers import GoPeers, exchange, felix_env, typha_env
 from tests.support.multirootca import Multirootca
+from typhapki.errors import EXIT_SIGNER
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.verify import fingerprint
@@ -26,6 +27,7 @@ from typhapki.pki.verify import fingerprint
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
+restricted_multirootca = multirootca_support.restricted_multirootca
 go_peers = gopeers.go_peers
 
 OLD, NEW = multirootca_support.LABELS
@@ -109,3 +111,81 @@ def test_typha_refuses_a_felix_of_another_cluster_under_the_same_root(
     assert exchange(go_peers, typha_env(a), felix_env(a)).accepted
     foreign = exchange(go_peers, typha_env(a), felix_env(b))
     assert not foreign.accepted, foreign.describe()
+
+
+def restricted_keys(directory: Path) -> dict[str, Path]:
+    """The restricted configuration's auth keys as files on a node, by profile name."""
+    return {
+        name: write_auth_key(directory / f"cfssl-{name}.key", hex_key)
+        for name, hex_key in multirootca_support.RESTRICTED_KEYS.items()
+    }
+
+
+def issue_restricted(
+    pki: Multirootca, out: Path, *keys: str | Path, verb: str = "issue"
+) -> CliResult:
+    return run_cli(
+        verb, "--out", out, "--role", "both", "--signer", "cfssl", "--cfssl-url", pki.url,
+        "--cfssl-label", OLD, "--node-name", out.name, *keys,
+    )  # fmt: skip
+
+
+def test_the_restricted_configuration_works_on_a_typha_host(
+    restricted_multirootca: Multirootca, go_peers: GoPeers, tmp_path: Path
+) -> None:
+    """docs/issuance.md's configuration as written: one key per profile, both on Typha."""
+    keys = restricted_keys(tmp_path)
+    node = tmp_path / "kubemaster7001"
+    per_role = ("--cfssl-auth-key-typha", keys["typha"], "--cfssl-auth-key-felix", keys["felix"])
+    first = issue_restricted(restricted_multirootca, node, *per_role)
+    assert first.returncode == 0, first.stderr
+    assert issue_restricted(restricted_multirootca, node, *per_role, verb="check").returncode == 0
+    assert exchange(go_peers, typha_env(node), felix_env(node)).accepted
+    # --cfssl-auth-key sets both; a per-role key wins for its role (a new set each time).
+    for n, flags in enumerate(
+        [
+            ("--cfssl-auth-key", keys["felix"], "--cfssl-auth-key-typha", keys["typha"]),
+            ("--cfssl-auth-key", keys["typha"], "--cfssl-auth-key-felix", keys["felix"]),
+        ]
+    ):
+        other = tmp_path / f"kubemaster710{n}"
+        result = issue_restricted(restricted_multirootca, other, *flags)
+        assert result.returncode == 0, (flags, result.stderr)
+    # The node configuration file carries them too, as the module writes them.
+    config = tmp_path / "typhapki.yaml"
+    config.write_text(
+        f"version: 1\ndefaults:\n  cfssl_auth_key_typha: {keys['typha']}\n"
+        f"  cfssl_auth_key_felix: {keys['felix']}\n"
+    )
+    config.chmod(0o644)
+    from_file = run_cli(
+        "issue", "--out", tmp_path / "kubemaster7110", "--role", "both", "--signer", "cfssl",
+        "--cfssl-url", restricted_multirootca.url, "--cfssl-label", OLD,
+        env={"TYPHAPKI_CONFIG": str(config)},
+    )  # fmt: skip
+    assert from_file.returncode == 0, from_file.stderr
+
+
+def test_a_wrong_key_for_one_role_is_one_line_and_keeps_the_set(
+    restricted_multirootca: Multirootca, tmp_path: Path
+) -> None:
+    keys = restricted_keys(tmp_path)
+    node = tmp_path / "kubemaster7201"
+    good = ("--cfssl-auth-key-typha", keys["typha"], "--cfssl-auth-key-felix", keys["felix"])
+    assert issue_restricted(restricted_multirootca, node, *good).returncode == 0
+    before = {p: p.read_bytes() for p in sorted(node.rglob("*")) if p.is_file()}
+    typha, felix = "--cfssl-auth-key-typha", "--cfssl-auth-key-felix"
+    for role, wrong in (
+        ("typha", (typha, keys["nobody"], felix, keys["felix"])),
+        ("felix", (typha, keys["typha"], felix, keys["nobody"])),
+        ("typha", ("--cfssl-auth-key", keys["felix"])),  # the issue's "invalid token" host
+    ):
+        # Both roles are due (a new key type): the good one's signature is not published.
+        result = issue_restricted(restricted_multirootca, node, *wrong, "--key-type", "ecdsa-p384")
+        flag = "--cfssl-auth-key" if "--cfssl-auth-key" in wrong else f"--cfssl-auth-key-{role}"
+        assert_one_line_error(
+            result, EXIT_SIGNER, f"{role} certificate", f"cfssl profile {role}", f"label {OLD}",
+            "/api/v1/cfssl/authsign", f"wrong or missing {flag} for profile {role}",
+        )  # fmt: skip
+        assert {p: p.read_bytes() for p in sorted(node.rglob("*")) if p.is_file()} == before
+        assert issue_restricted(restricted_multirootca, node, *good, verb="check").returncode == 0

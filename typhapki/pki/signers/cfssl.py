@@ -55,6 +55,7 @@ RUN_SLACK = 2
 MAX_ANSWER = 1024 * 1024  # a certificate answer is a few kB
 MAX_JSON_DEPTH = 16  # cfssl's answers nest 3 levels
 MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
+AUTH_HINT = "(wrong or missing --cfssl-auth-key for this profile?)"
 AUTH_KEY_LIMIT = 4096
 
 SIGN = "/api/v1/cfssl/sign"
@@ -64,7 +65,11 @@ INFO = "/api/v1/cfssl/info"
 
 @dataclass(frozen=True)
 class CfsslConfig:
-    """Where cfssl is and how to ask it. The auth key is read from a file, never hiera."""
+    """Where cfssl is and how to ask it. Auth keys are read from files, never hiera.
+
+    `auth_key_file` is both profiles' key; `auth_key_files` gives a role its own (the
+    restricted configuration of docs/issuance.md: one key per profile) and wins for it.
+    """
 
     url: str
     profiles: Mapping[RoleName, str] = field(
@@ -72,6 +77,7 @@ class CfsslConfig:
     )
     label: str = ""
     auth_key_file: Path | None = None
+    auth_key_files: Mapping[RoleName, Path] = field(default_factory=dict)
     ca_file: Path | None = None
     timeout: float = DEFAULT_TIMEOUT
     attempts: int = DEFAULT_ATTEMPTS
@@ -191,9 +197,14 @@ class CfsslSigner:
     def __init__(self, config: CfsslConfig) -> None:
         self.config = config
         self.url = validate_url(config.url, config.allow_http)
-        self._auth_key = (
-            read_auth_key(config.auth_key_file) if config.auth_key_file is not None else None
-        )
+        # One HMAC key per role; a file named for both roles is read once.
+        read: dict[Path, bytes] = {}
+        self._auth_keys: dict[RoleName, bytes | None] = {}
+        for role in RoleName:
+            path = config.auth_key_files.get(role, config.auth_key_file)
+            if path is not None and path not in read:
+                read[path] = read_auth_key(path)
+            self._auth_keys[role] = read[path] if path is not None else None
         self._context: ssl.SSLContext | None = None
         if config.ca_file is not None:
             if not self.url.startswith("https:"):
@@ -225,7 +236,9 @@ class CfsslSigner:
 
     # -- HTTP ------------------------------------------------------------------------
 
-    def _post(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _post(
+        self, path: str, body: Mapping[str, Any], auth_hint: str = AUTH_HINT
+    ) -> Mapping[str, Any]:
         """POST JSON, return cfssl's ``result``; retry what a retry can fix.
 
         Each attempt ends by its own deadline (--cfssl-timeout), and all attempts of
@@ -250,7 +263,7 @@ class CfsslSigner:
                 else f"{self.config.timeout:g}s"
             )
             try:
-                return self._post_once(url, path, data, deadline, within)
+                return self._post_once(url, path, data, deadline, within, auth_hint)
             except _Retryable as exc:
                 tries = f" ({attempt} attempts)" if attempt > 1 else ""
                 if attempt == self.config.attempts:
@@ -265,7 +278,7 @@ class CfsslSigner:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _post_once(
-        self, url: str, path: str, data: bytes, deadline: float, within: str
+        self, url: str, path: str, data: bytes, deadline: float, within: str, auth_hint: str
     ) -> Mapping[str, Any]:
         try:
             status, location, raw = self._exchange(path, data, deadline)
@@ -292,7 +305,7 @@ class CfsslSigner:
                 f"{url}: HTTP {status} redirect to {target} not followed "
                 "(give --cfssl-url the signer's own address)"
             )
-        return self._result(url, status, raw)
+        return self._result(url, status, raw, auth_hint)
 
     def _exchange(self, path: str, data: bytes, deadline: float) -> tuple[int, str | None, bytes]:
         """One request on a fresh connection: (status, Location, body), by `deadline`.
@@ -329,7 +342,9 @@ class CfsslSigner:
         finally:
             sock.close()
 
-    def _result(self, url: str, status: int, raw: bytes) -> Mapping[str, Any]:
+    def _result(
+        self, url: str, status: int, raw: bytes, auth_hint: str = AUTH_HINT
+    ) -> Mapping[str, Any]:
         if len(raw) > MAX_ANSWER:
             raise SignerError(f"{url}: answer larger than {MAX_ANSWER} bytes")
         try:
@@ -351,7 +366,7 @@ class CfsslSigner:
             if status >= 500:
                 raise _Retryable(f"HTTP {status}: {reason}")
             if "token" in reason or "authentication" in reason:
-                reason += " (wrong or missing --cfssl-auth-key for this profile?)"
+                reason += f" {auth_hint}"
             raise SignerError(f"{url}: cfssl refused: {reason}")
         if not 200 <= status < 300:  # a proxy's error page in cfssl's shape, or a lie
             raise SignerError(f"{url}: HTTP {status} with success: true; not taken")
@@ -380,10 +395,22 @@ class CfsslSigner:
     def _fetch_ca(self) -> x509.Certificate:
         url = self.url + INFO
         body = {"label": self.config.label, "profile": ""}
-        certs = self._certificates(url, self._post(INFO, body))
-        if not is_ca(certs[0]):
-            raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
+        try:
+            certs = self._certificates(url, self._post(INFO, body))
+            if not is_ca(certs[0]):
+                raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
+        except SignerError as exc:
+            raise SignerError(f"{self._ca_what}: {exc}") from None
         return certs[0]
+
+    @property
+    def _label_text(self) -> str:
+        return f"label {self.config.label}" if self.config.label else "the default label"
+
+    @property
+    def _ca_what(self) -> str:
+        """Which request failed, for the info API: ``CA of cfssl label L``."""
+        return f"CA of cfssl {self._label_text}"
 
     @property
     def _source(self) -> str:
@@ -444,7 +471,7 @@ class CfsslSigner:
         fetched = datetime.fromtimestamp(cached.fetched_at, UTC)
         note = (
             f"{self.name}: CA not confirmed (cached {fetched:%Y-%m-%dT%H:%M:%SZ}; "
-            f"{why.removeprefix(self.url + INFO + ': ')})"
+            f"{why.removeprefix(self._ca_what + ': ').removeprefix(self.url + INFO + ': ')})"
         )
         return CurrentCa(
             cached.cert, self._source, confirmed=False, note=note, anchors=False,
@@ -452,23 +479,44 @@ class CfsslSigner:
         )  # fmt: skip
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
+        """The role's profile signs, with the role's auth key (authsign) if it has one.
+
+        A failure names the role, the profile and the label before the URL and the
+        cause: on a Typha host (two profiles, maybe two keys) the line says which.
+        """
+        profile = self.config.profiles[role]
         request = json.dumps(
             {
                 "certificate_request": csr_pem(csr).decode(),
-                "profile": self.config.profiles[role],
+                "profile": profile,
                 "label": self.config.label,
             }
         ).encode()
-        if self._auth_key is None:
+        auth_key = self._auth_keys[role]
+        if auth_key is None:
             path, body = SIGN, json.loads(request)
         else:
-            token = hmac.new(self._auth_key, request, hashlib.sha256).digest()
+            token = hmac.new(auth_key, request, hashlib.sha256).digest()
             path = AUTHSIGN
             body = {
                 "token": base64.b64encode(token).decode(),
                 "request": base64.b64encode(request).decode(),
             }
-        return self._certificates(self.url + path, self._post(path, body))
+        flag = (
+            f"--cfssl-auth-key-{role.value}"
+            if role in self.config.auth_key_files
+            else "--cfssl-auth-key"
+        )
+        hint = f"(wrong or missing {flag} for profile {profile}?)"
+        try:
+            return self._certificates(self.url + path, self._post(path, body, hint))
+        except SignerError as exc:
+            raise SignerError(f"{self._what(role)}: {exc}") from None
+
+    def _what(self, role: RoleName) -> str:
+        """Which request failed: ``typha certificate (cfssl profile P, label L)``."""
+        profile = self.config.profiles[role]
+        return f"{role.value} certificate (cfssl profile {profile}, {self._label_text})"
 
 
 class _Retryable(Exception):

@@ -60,6 +60,14 @@ def build_signer(
         },
         label=opts.cfssl_label or "",
         auth_key_file=opts.cfssl_auth_key,
+        auth_key_files={
+            role: path
+            for role, path in (
+                (RoleName.TYPHA, opts.cfssl_auth_key_typha),
+                (RoleName.FELIX, opts.cfssl_auth_key_felix),
+            )
+            if path is not None
+        },
         ca_file=opts.cfssl_ca_file,
         timeout=opts.cfssl_timeout if opts.cfssl_timeout is not None else DEFAULT_TIMEOUT,
         ca_ttl=ttl,
