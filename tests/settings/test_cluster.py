@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
-from typhapki.errors import UsageError
+from typhapki.errors import ConfigError, UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
@@ -17,8 +22,10 @@ from typhapki.settings.cluster import (
     pki_options_of,
     require_pair,
     with_cluster_options,
+    with_cluster_signer,
 )
 from typhapki.settings.pki import PkiOptions, build_settings
+from typhapki.settings.signer import SignerOptions
 
 HIERA = """\
 kubernetes::clusters_defaults:
@@ -135,3 +142,55 @@ def test_unknown_cluster_and_bad_values_are_one_line(hiera: Path, tmp_path: Path
     bad.write_text(HIERA.replace("key_type: ecdsa-p384", "key_type: dsa-1024"))
     result = run_cli("check", "--out", out, "--hiera", bad, "--cluster", "staging-eqiad")
     assert_one_line_error(result, 2, str(bad), "staging-eqiad", "dsa-1024")
+
+
+# -- the cfssl label: typha.cfssl_label, else the cluster's pki_intermediate_base --------
+
+LABELISH = st.text(alphabet=st.sampled_from("abcXYZ019_-. /:é"), min_size=1, max_size=12)
+
+
+def label_hiera(tmp_path: Path, base: str | None, label: str | None, signer: str) -> Path:
+    lines = [
+        "kubernetes::clusters:",
+        "  main:",
+        "    staging-eqiad:",
+        "      cluster_nodes: [kubestage1001.eqiad.wmnet]",
+    ]
+    if base is not None:
+        lines.append(f"      pki_intermediate_base: {json.dumps(base)}")
+    lines += ["      typha:", f"        signer: {signer}"]
+    if label is not None:
+        lines.append(f"        cfssl_label: {json.dumps(label)}")
+    path = tmp_path / f"hiera-{uuid.uuid4().hex}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    base=st.none() | LABELISH,
+    label=st.none() | LABELISH,
+    flag=st.none() | st.sampled_from(["from_flag"]),
+    signer=st.sampled_from(["cfssl", "local"]),
+)
+def test_the_label_is_the_flag_then_typha_then_the_intermediate_base(
+    tmp_path: Path, base: str | None, label: str | None, flag: str | None, signer: str
+) -> None:
+    hiera = label_hiera(tmp_path, base, label, signer)
+    word = re.compile(r"[A-Za-z0-9_]+")
+    flags = SignerOptions(cfssl_label=flag)
+    if label is not None and not word.fullmatch(label):
+        # typha.cfssl_label is checked wherever it is written, whoever signs.
+        with pytest.raises(ConfigError, match=r":\d+: .*cfssl_label: cfssl 1\.2 labels"):
+            with_cluster_signer(flags, hiera, "staging-eqiad")
+        return
+    used_base = signer == "cfssl" and flag is None and label is None and base is not None
+    if used_base and not word.fullmatch(str(base)):
+        with pytest.raises(ConfigError, match=r":\d+: .*pki_intermediate_base: the cfssl label"):
+            with_cluster_signer(flags, hiera, "staging-eqiad")
+        return
+    merged = with_cluster_signer(flags, hiera, "staging-eqiad")
+    expected = flag if flag is not None else label if label is not None else None
+    assert merged.cfssl_label == (base if used_base else expected)

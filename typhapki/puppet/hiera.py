@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,10 @@ class TyphaSettings:
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None
     cfssl_label: str | None = None
+    # Not a key of typha: but the cluster's own: the label when typha: names none
+    # (the fleet's intermediate for this cluster), checked only when cfssl signs.
+    pki_intermediate_base: object = None
+    pki_intermediate_base_where: str = ""
     # ferm rule
     port: int | None = None
     mode: str | None = None
@@ -464,6 +468,11 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
 
     typha_node = settings.get("typha")
     typha = _typha_settings(typha_node) if typha_node is not None else TyphaSettings()
+    base = settings.get("pki_intermediate_base")
+    if base is not None and base.value is not None:
+        typha = replace(
+            typha, pki_intermediate_base=base.value, pki_intermediate_base_where=base.where
+        )
     return Cluster(
         group=group,
         name=name,
@@ -513,6 +522,12 @@ _PKI_STR_FIELDS = (
     "cfssl_label",
 )
 _SIGNERS = ("local", "cfssl")
+# cfssl 1.2: a multirootca label is an INI section name, word characters only
+# (`[ cluster-2025 ]` is an invalid config file); profile names follow the same rule here.
+CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
+_CFSSL_NAMES = ("cfssl_label", "cfssl_profile_typha", "cfssl_profile_felix")
+# TyphaSettings fields set from the cluster's own keys, never written under typha:.
+_CLUSTER_FIELDS = ("pki_intermediate_base", "pki_intermediate_base_where")
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
 _SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
@@ -522,7 +537,7 @@ def _typha_settings(node: YNode) -> TyphaSettings:
     if node.value is None:
         return TyphaSettings()
     items = _expect_mapping(node)
-    known = {f for f in TyphaSettings.__dataclass_fields__}
+    known = {f for f in TyphaSettings.__dataclass_fields__ if f not in _CLUSTER_FIELDS}
     values: dict[str, Any] = {}
     for key, item in items.items():
         if key in _SECRET_KEYS:
@@ -541,8 +556,22 @@ def _typha_settings(node: YNode) -> TyphaSettings:
     return TyphaSettings(**values)
 
 
+def cfssl_name_problem(value: object) -> str | None:
+    """Why `value` cannot be a cfssl 1.2 label or profile name; None when it can."""
+    if isinstance(value, str) and CFSSL_NAME.fullmatch(value):
+        return None
+    return (
+        "cfssl 1.2 labels and profile names are word characters only "
+        f"(letters, digits, '_'), got {shown(value)}"
+    )
+
+
 def _typha_value(key: str, item: YNode) -> Any:
     value = item.value
+    if key in _CFSSL_NAMES:
+        if (problem := cfssl_name_problem(value)) is not None:
+            raise ConfigError(f"{item.where}: {problem}")
+        return value
     if key in _PKI_STR_FIELDS:
         if (
             key in ("key_owner", "key_group")

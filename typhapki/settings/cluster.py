@@ -77,7 +77,7 @@ def merge_cluster(
     if typha is None:
         return pki, signer
     merged_pki = _merged_pki(pki, typha, hiera, cluster)
-    return merged_pki, signer.merged_over(signer_options_of(typha))
+    return merged_pki, _merged_signer(signer, typha)
 
 
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
@@ -94,7 +94,30 @@ def with_cluster_signer(
     typha = load_typha_settings(hiera, cluster)
     if typha is None:
         return flags
-    return flags.merged_over(signer_options_of(typha))
+    return _merged_signer(flags, typha)
+
+
+def _merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
+    """The signer flags over the cluster's ``typha:``; with cfssl and no label from
+    either, the cluster's ``pki_intermediate_base`` names the label: the fleet runs
+    one intermediate per cluster, under that name (docs/issuance.md)."""
+    merged = flags.merged_over(signer_options_of(typha))
+    if merged.signer != "cfssl" or merged.cfssl_label is not None:
+        return merged
+    base = typha.pki_intermediate_base
+    if base is None:
+        return merged
+    from dataclasses import replace
+
+    from typhapki.puppet.hiera import cfssl_name_problem
+
+    if (problem := cfssl_name_problem(base)) is not None:
+        raise ConfigError(
+            f"{typha.pki_intermediate_base_where}: the cfssl label when typha.cfssl_label "
+            f"is not set: {problem}"
+        )
+    assert isinstance(base, str)
+    return replace(merged, cfssl_label=base)
 
 
 def single_role_settings(

@@ -189,3 +189,51 @@ def test_a_wrong_key_for_one_role_is_one_line_and_keeps_the_set(
         )  # fmt: skip
         assert {p: p.read_bytes() for p in sorted(node.rglob("*")) if p.is_file()} == before
         assert issue_restricted(restricted_multirootca, node, *good, verb="check").returncode == 0
+
+
+def fleet_hiera(path: Path, pki: Multirootca, base: str, label: str | None = None) -> Path:
+    """A cluster as the fleet's hiera has it: its intermediate named by the cluster."""
+    typha_label = f"        cfssl_label: {label}\n" if label is not None else ""
+    path.write_text(
+        "kubernetes::clusters:\n  main:\n    staging-eqiad:\n"
+        f"      pki_intermediate_base: {base}\n"
+        "      cluster_nodes: [kubestage1001.eqiad.wmnet]\n"
+        f"      typha:\n        signer: cfssl\n        cfssl_url: {pki.url}\n{typha_label}"
+    )
+    return path
+
+
+def test_the_label_comes_from_hiera(multirootca: Multirootca, tmp_path: Path) -> None:
+    """pki_intermediate_base names the label; typha.cfssl_label wins; the bundle pins
+    that label's intermediate, never the root."""
+    key = write_auth_key(tmp_path / "auth.key")
+    for n, (base, label, pinned) in enumerate([(OLD, None, OLD), (OLD, NEW, NEW)]):
+        hiera = fleet_hiera(tmp_path / f"hiera{n}.yaml", multirootca, base, label)
+        node = tmp_path / f"kubestage100{n}"
+        args = ("--out", node, "--hiera", hiera, "--cluster", "staging-eqiad",
+                "--cfssl-auth-key", key, "--node-name", node.name)  # fmt: skip
+        issued = run_cli("issue", *args)
+        assert issued.returncode == 0, issued.stderr
+        assert bundle_of(node) == {fp(multirootca.ca_cert(pinned))}
+        assert run_cli("check", *args).returncode == 0
+
+
+def test_a_label_that_is_no_cfssl_label_is_exit_2_naming_the_key(
+    multirootca: Multirootca, tmp_path: Path
+) -> None:
+    key = write_auth_key(tmp_path / "auth.key")
+    node = tmp_path / "kubestage1101"
+    base = ("--out", node, "--cluster", "staging-eqiad", "--cfssl-auth-key", key)
+    for hiera, needle in (
+        (fleet_hiera(tmp_path / "a.yaml", multirootca, "cluster-2025"), "pki_intermediate_base"),
+        (fleet_hiera(tmp_path / "b.yaml", multirootca, OLD, "cluster-2026"), "typha.cfssl_label"),
+    ):
+        for verb in ("issue", "check"):
+            result = run_cli(verb, *base, "--hiera", hiera)
+            assert_one_line_error(result, 2, str(hiera), needle, "word characters only")
+    flagged = run_cli(
+        "issue", "--out", node, "--signer", "cfssl", "--cfssl-url", multirootca.url,
+        "--cfssl-auth-key", key, "--cfssl-label", "cluster-2025",
+    )  # fmt: skip
+    assert_one_line_error(flagged, 2, "--cfssl-label", "word characters only")
+    assert not node.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from typhapki.pki.signers import Signer
 from typhapki.settings.signer import SignerOptions
 
 DEFAULT_CA_TTL = timedelta(hours=1)
+# A multirootca label is an INI section name: word characters (typhapki/puppet/hiera.py
+# checks the same in hiera, naming the key).
+CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
 
 
 def build_signer(
@@ -52,6 +56,11 @@ def build_signer(
     ):
         if profile is not None and not profile.strip():
             raise UsageError(f"--cfssl-profile-{name}: must not be empty")
+    if opts.cfssl_label is not None and not CFSSL_LABEL.fullmatch(opts.cfssl_label):
+        raise UsageError(
+            "--cfssl-label: cfssl 1.2 labels are word characters only "
+            f"(letters, digits, '_'), got {opts.cfssl_label!r}"
+        )
     config = CfsslConfig(
         url=opts.cfssl_url,
         profiles={
