@@ -17,14 +17,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, require, run_cli
 from tests.support import gopeers
+from tests.support import multirootca as multirootca_support
+from tests.support.cfssl import write_auth_key
 from tests.support.gopeers import GoPeers, typha_env, typha_server
 from tests.support.issuing import ensure_local
+from tests.support.mtlspeers import go_typha
+from tests.support.multirootca import Multirootca
 from typhapki.errors import UsageError
+from typhapki.firewall.mtls_probe import prove
+from typhapki.firewall.mtls_proof import ENFORCED
+from typhapki.monitoring import probe as probe_module
 from typhapki.monitoring.probe import ProbeResult, parse_address, probe
 from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
@@ -33,6 +41,7 @@ from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import fingerprint
 
 go_peers = gopeers.go_peers
+multirootca = multirootca_support.multirootca
 TYPHA = Identity("calico-typha", None)
 
 
@@ -238,3 +247,35 @@ def test_a_close_after_the_handshake_blames_the_identity_only_when_known(issued:
         felix = Identity("calico-node", "spiffe://cluster.local/felix")
         either = probe(address, issued, TYPHA, felix_identity=felix)
     assert either.error is not None and "without saying why" in either.error
+
+
+def test_a_bundle_anchored_at_an_intermediate_is_trusted_as_go_trusts_it(
+    go_peers: GoPeers, multirootca: Multirootca, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's bundle pins its intermediate, not the fleet's root: Felix (Go) trusts
+    it as an anchor, and so must the probe (metrics and `check --nagios` use it) and
+    the mTLS proof's Felix; OpenSSL needs VERIFY_X509_PARTIAL_CHAIN for that."""
+    key = write_auth_key(tmp_path / "auth.key")
+    node = tmp_path / "kube7301"
+    label = multirootca_support.LABELS[0]
+    issued = run_cli(
+        "issue", "--out", node, "--signer", "cfssl", "--cfssl-url", multirootca.url,
+        "--cfssl-auth-key", key, "--cfssl-label", label, "--node-name", node.name,
+    )  # fmt: skip
+    assert issued.returncode == 0, issued.stderr
+    intermediate = load_certs(multirootca.ca_cert(label), "intermediate")[0]
+    bundle = load_certs(SetPaths(node).bundle, "bundle")
+    assert [fingerprint(c) for c in bundle] == [fingerprint(intermediate)]
+    assert intermediate.issuer != intermediate.subject  # an anchor that is no root
+    with go_typha(go_peers, node, "verify") as address:
+        result = run_cli("probe", "--address", address, "--out", node)
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        assert "the certificate on disk" in result.stdout
+        assert prove(address, node, TYPHA, 2.0).verdict == ENFORCED
+        nagios = run_cli("check", "--nagios", "--out", node, "--probe-address", address)
+        assert nagios.returncode == 0 and "serves" not in nagios.stdout.split("|")[0], nagios
+        metrics = run_cli("metrics", "--out", node, "--probe-address", address)
+        assert 'typhapki_probe_success{cluster=""} 1.0' in metrics.stdout, metrics
+        monkeypatch.setattr(probe_module, "PARTIAL_CHAIN", ssl.VerifyFlags(0))
+        without = probe(address, node, TYPHA)
+    assert not without.accepted and "issuer" in (without.error or ""), without

@@ -3,7 +3,8 @@
 Typha reads its certificate only at start, so after a renewal the file on disk and the
 certificate Typha serves differ until the pod restarts. The probe connects the way
 Felix does (client certificate and key of the Felix set; server chain verified against
-the CA bundle for serverAuth; no hostname check; then Typha's CN or URI SAN), and
+the CA bundle for serverAuth, any CA of it an anchor as in Go, an intermediate too; no
+hostname check; then Typha's CN or URI SAN), and
 compares what it was served with the Typha certificate on disk.
 
 A refused handshake is a result, not an exception: a real Felix on this node would be
@@ -34,6 +35,11 @@ TYPHA_PORT = 5473
 # How long to wait, after the handshake, for Typha to refuse the client certificate
 # (under TLS 1.3 the client finishes its handshake before the server has judged it).
 SETTLE_SECONDS = 1.0
+# Go (Felix, Typha) trusts any certificate of the bundle as an anchor; OpenSSL only a
+# self-signed root unless told otherwise. A cluster's bundle pins its own intermediate,
+# never the root the fleet's intermediates share (docs/issuance.md), so without this
+# flag the probe would refuse a chain that Felix accepts.
+PARTIAL_CHAIN = ssl.VERIFY_X509_PARTIAL_CHAIN
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ def _context(paths: SetPaths, verify: bool) -> ssl.SSLContext:
     ctx.check_hostname = False  # Felix checks Typha's CN/URI SAN, not a host name
     if verify:
         ctx.verify_mode = ssl.CERT_REQUIRED  # OpenSSL's client default purpose: serverAuth
+        ctx.verify_flags |= PARTIAL_CHAIN
         try:
             ctx.load_verify_locations(cadata=bundle)
         except (ssl.SSLError, ValueError) as exc:
