@@ -16,6 +16,7 @@ require 'spec_helper'
     ['10.3.0.1', '10.3.0.1:5353', '2001:db8::1', '[2001:db8::1]:5353', '::1'],
     ['ns1.example.org', '10.3.0.1:', '10.3.0.0/24', '[2001:db8::1]', '10.3.0.1:port', ''],
   ],
+  'Typhapki::CfsslName' => [['cluster2025', 'typha', 'staging_eqiad', 'A1_b'], ['cluster-2025', 'typha.eqiad', 'a b', "a\n", '', 1]],
   'Typhapki::RenewBefore' => [['30d', '12h', '90m', '2w', '3600', '3600s'], ['0d', '30 d', '-1d', '30y', 'd', '']],
 }.each do |type, (good, bad)|
   describe type do

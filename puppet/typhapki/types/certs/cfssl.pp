@@ -12,7 +12,7 @@ type Typhapki::Certs::Cfssl = Struct[{
   Optional[cfssl_auth_key_typha] => Boolean[true],
   Optional[cfssl_auth_key_felix] => Boolean[true],
   Optional[cfssl_ca_cert]        => String[1],
-  Optional[cfssl_profile_typha]  => String[1],
-  Optional[cfssl_profile_felix]  => String[1],
-  Optional[cfssl_label]          => String[1],
+  Optional[cfssl_profile_typha]  => Typhapki::CfsslName,
+  Optional[cfssl_profile_felix]  => Typhapki::CfsslName,
+  Optional[cfssl_label]          => Typhapki::CfsslName,
 }]
