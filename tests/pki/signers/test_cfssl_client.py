@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from typhapki.errors import ConfigError, SignerError, UsageError
+from typhapki.pki.settings import RoleName
 from typhapki.pki.signers import cfssl as client
 from typhapki.pki.signers.cfssl import CfsslConfig, CfsslSigner, read_auth_key, validate_url
 
@@ -92,3 +93,29 @@ def test_auth_key_file_rules(tmp_path: Path) -> None:
             read_auth_key(key)
     with pytest.raises(ConfigError, match="directory"):
         read_auth_key(tmp_path)
+
+
+@pytest.mark.parametrize("role", list(RoleName))
+def test_a_role_key_that_cannot_be_used_names_the_role(tmp_path: Path, role: RoleName) -> None:
+    shared = tmp_path / "shared.key"
+    shared.write_text("00ff\n")
+    shared.chmod(0o600)
+    own = tmp_path / f"{role.value}.key"
+    for problem in ("missing", "everyone", "not hex"):
+        if problem != "missing":
+            own.write_text("zz\n" if problem == "not hex" else "00ff\n")
+            own.chmod(0o644 if problem == "everyone" else 0o600)
+        config = CfsslConfig(url="http://127.0.0.1:1", auth_key_file=shared,
+                             auth_key_files={role: own})  # fmt: skip
+        with pytest.raises(ConfigError) as caught:
+            CfsslSigner(config)
+        assert f"cfssl auth key of {role.value} (--cfssl-auth-key-{role.value}) {own}:" in str(
+            caught.value
+        )
+    own.chmod(0o600)
+    own.write_text("0a0b\n")
+    signer = CfsslSigner(
+        CfsslConfig(url="http://127.0.0.1:1", auth_key_file=shared, auth_key_files={role: own})
+    )
+    # Its own key for the role, the shared one for the other.
+    assert signer._auth_keys == {r: b"\x0a\x0b" if r is role else b"\x00\xff" for r in RoleName}

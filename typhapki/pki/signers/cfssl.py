@@ -160,24 +160,23 @@ def _depth(doc: object) -> int:
     return deepest
 
 
-def read_auth_key(path: Path) -> bytes:
-    """The HMAC key of the profile: hex in a file that only its owner (and group) read."""
-    data = read_regular(path, "cfssl auth key", AUTH_KEY_LIMIT)
+def read_auth_key(path: Path, what: str = "cfssl auth key") -> bytes:
+    """The HMAC key of the profile: hex in a file that only its owner (and group) read.
+    `what` names the key in messages (a role's own key says whose)."""
+    data = read_regular(path, what, AUTH_KEY_LIMIT)
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise ConfigError(f"cfssl auth key {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from None
     if mode & stat.S_IROTH:
-        raise ConfigError(f"cfssl auth key {path}: readable by everyone; chmod o-r it")
+        raise ConfigError(f"{what} {path}: readable by everyone; chmod o-r it")
     text = data.decode("ascii", "replace").strip()
     try:
         key = bytes.fromhex(text)
     except ValueError:
-        raise ConfigError(
-            f"cfssl auth key {path}: expected the key as hex (cfssl's auth_keys)"
-        ) from None
+        raise ConfigError(f"{what} {path}: expected the key as hex (cfssl's auth_keys)") from None
     if not key:
-        raise ConfigError(f"cfssl auth key {path}: empty")
+        raise ConfigError(f"{what} {path}: empty")
     return key
 
 
@@ -203,7 +202,12 @@ class CfsslSigner:
         for role in RoleName:
             path = config.auth_key_files.get(role, config.auth_key_file)
             if path is not None and path not in read:
-                read[path] = read_auth_key(path)
+                what = (
+                    f"cfssl auth key of {role.value} (--cfssl-auth-key-{role.value})"
+                    if role in config.auth_key_files
+                    else "cfssl auth key"
+                )
+                read[path] = read_auth_key(path, what)
             self._auth_keys[role] = read[path] if path is not None else None
         self._context: ssl.SSLContext | None = None
         if config.ca_file is not None:
