@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import require, require_root, run_cli
 from tests.puppet.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F401 - fixture
+from tests.support import multirootca as multirootca_support
+from tests.support.multirootca import LABELS, RESTRICTED_KEYS, Multirootca
 from tests.support.puppet import PuppetNode, cli_has
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
@@ -25,6 +27,7 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
 
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+restricted_multirootca = multirootca_support.restricted_multirootca
 
 # examples/hieradata/common.yaml: the cluster staging-eqiad, dual-stack.
 RECORDS = {
@@ -345,4 +348,32 @@ def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) ->
     assert node.apply().returncode == 2
     assert node.log("restarts")[-1:] == (["typha"] if MARKERS else [])
     assert _check(node) == 0
+    assert node.apply().returncode == 0
+
+
+def test_cfssl_typha_host_with_a_key_per_profile(
+    tmp_path: Path, restricted_multirootca: Multirootca, dns: str
+) -> None:
+    """docs/issuance.md's restricted configuration, as hiera gives it to a Typha host:
+    each profile's key in its own Sensitive file, named in the node configuration."""
+    keys = RESTRICTED_KEYS
+    node = _node(
+        tmp_path,
+        "cfssl",
+        **{
+            "typhapki::certs::cfssl_url": restricted_multirootca.url,
+            "typhapki::certs::cfssl_auth_key_typha": keys["typha"],
+            "typhapki::certs::cfssl_auth_key_felix": keys["felix"],
+            "typhapki::ferm::nameservers": [dns],
+        },
+    )
+    first = node.apply()
+    assert first.returncode == 2, first.stdout
+    seen = first.stdout + first.stderr + node.config_file.read_text()
+    assert keys["typha"] not in seen and keys["felix"] not in seen
+    assert _check(node) == 0
+    intermediate = load_certs(restricted_multirootca.ca_cert(LABELS[0]), "intermediate")[0]
+    for role in RoleName:
+        leaf = load_certs(SetPaths(node.out).cert(role), role.value)[0]
+        assert leaf.issuer == intermediate.subject  # the default label's intermediate
     assert node.apply().returncode == 0
