@@ -34,9 +34,13 @@ from tests.support.issuing import ensure_local
 from typhapki.commands.check import check
 from typhapki.commands.issue import issue
 from typhapki.errors import TyphapkiError
-from typhapki.pki.issuance import init_ca, load_issuer
+from typhapki.pki.issuance import ensure_set, init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.settings import KeyType, RoleName
+from typhapki.pki.plan import Desired, plan
+from typhapki.pki.profiles import Issuer
+from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.signers import CurrentCa
+from typhapki.pki.signers.local import LocalSigner
 from typhapki.settings.desired import Request
 from typhapki.settings.pki import PkiOptions, build_settings
 from typhapki.settings.signer import SignerOptions
@@ -359,3 +363,62 @@ def test_shipped_check_agrees_with_install(
             assert installed == checked, (checked, installed)
     if installed == 0:
         assert exit_of(lambda: check(request, quiet=True)) == 0, "install then check: a loop"
+
+
+# --- the plan's rules for a remote signer, on plan() itself ------------------------
+
+
+def _remote_case(tmp_path: Path, ca_days: int, leaf_days: int) -> tuple[Path, Issuer]:
+    """A set whose leaves live `leaf_days` (as a cfssl profile gives them) under a CA
+    valid `ca_days`; then Felix's certificate is lost, so Felix must be signed."""
+    from typhapki.pki.profiles import build_ca, generate_key
+
+    key = generate_key(KeyType.ECDSA_P256)
+    issuer = Issuer(build_ca(key, "remote", ca_days, NOW), key)
+    profile = PkiSettings(days=leaf_days, node_name=NODE)
+    out = tmp_path / "out"
+    signer = LocalSigner(issuer, profile, NOW)
+    ensure_set(out, signer, profile, [RoleName.TYPHA, RoleName.FELIX], now=NOW)
+    SetPaths(out).cert(RoleName.FELIX).resolve().unlink()
+    return out, issuer
+
+
+@pytest.mark.parametrize(("later_days", "refused"), [(0, False), (25, True)])
+def test_a_remote_signers_leaf_lifetime_is_the_profiles(
+    tmp_path: Path, later_days: int, refused: bool
+) -> None:
+    """28-day leaves under an intermediate with 30 days left can still be signed (the
+    window is a third of 28 days, not of --days' 365); with 5 days left they cannot."""
+    out, issuer = _remote_case(tmp_path, 30, 28)
+    current = CurrentCa(issuer.cert, "cfssl", anchors=False, first_anchor=False)
+    desired = Desired(out, (RoleName.TYPHA, RoleName.FELIX), PkiSettings(node_name=NODE),
+                      None, current)  # fmt: skip
+    when = NOW + timedelta(days=later_days)
+    found = plan(desired, desired.judge(when), when)
+    assert found.signs
+    assert bool(found.refusals) is refused, found.refusals
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_a_first_bundle_from_an_unpinned_signer_needs_the_ca_configured(
+    tmp_path: Path, configured: bool
+) -> None:
+    """OUT has never held a bundle, the CA did not come over pinned TLS: it may anchor
+    only when the admin configured it (--trust); on an OUT that held a bundle, never."""
+    from typhapki.pki.profiles import build_ca, generate_key
+
+    key = generate_key(KeyType.ECDSA_P256)
+    ca = build_ca(key, "remote", 3650, NOW)
+    current = CurrentCa(ca, "cfssl", anchors=False, first_anchor=False)
+    trusted = (ca,) if configured else ()
+    fresh = tmp_path / "fresh"
+    desired = Desired(fresh, (RoleName.FELIX,), PkiSettings(node_name=NODE), None, current,
+                      trusted)  # fmt: skip
+    found = plan(desired, desired.judge(NOW), NOW)
+    assert bool(found.refusals) is not configured, found.refusals
+    # Once OUT held a bundle (here: a broken one), the trust list does not count.
+    SetPaths(fresh).bundle_dir.mkdir(parents=True)
+    SetPaths(fresh).bundle.write_bytes(b"broken")
+    again = Desired(fresh, (RoleName.FELIX,), PkiSettings(node_name=NODE), None, current,
+                    trusted)  # fmt: skip
+    assert plan(again, again.judge(NOW), NOW).refusals

@@ -23,7 +23,7 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CurrentCa, Signer
 from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerprint
-from typhapki.pki.x509compat import valid_until
+from typhapki.pki.x509compat import valid_from, valid_until
 
 if TYPE_CHECKING:
     from typhapki.pki.install import Shipped
@@ -130,6 +130,21 @@ class Plan:
         return out
 
 
+def _leaf_lifetime(desired: Desired, report: SetReport) -> timedelta:
+    """How long a leaf signed now lives: --days for the local CA, which signs for that
+    long; for a remote signer, whose profile decides, the longest leaf on disk (a
+    28-day profile must not be judged as a 365-day one), else --days."""
+    days = timedelta(days=desired.settings.days)
+    if desired.current is None or desired.current.anchors:
+        return days
+    lives = [
+        valid_until(s.leaf) - valid_from(s.leaf)
+        for s in report.roles.values()
+        if s.leaf is not None and valid_until(s.leaf) > valid_from(s.leaf)
+    ]
+    return max(lives, default=days)
+
+
 def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool = False) -> Plan:
     """The steps that take the set in `report` to `desired`, or the refusals.
 
@@ -158,8 +173,12 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
         # same run would be the one step a rotation stage exists to split.
         known = {fingerprint(c) for c in report.bundle or ()}
         # First issuance: OUT has never held a bundle (a dangling or broken one is not that).
+        # Then the CA may come over a pinned channel, or be one the admin configured
+        # (--trust, hiera): both vouch for it from outside the signer's answer.
         empty = not os.path.lexists(paths.bundle_dir)
-        if fingerprint(current.cert) not in known and not (empty and current.first_anchor):
+        configured = fingerprint(current.cert) in {fingerprint(c) for c in desired.trusted}
+        first_ok = empty and (current.first_anchor or configured)
+        if fingerprint(current.cert) not in known and not first_ok:
             name = current.cert.subject.rfc4514_string()
             why = (
                 "OUT holds no bundle, and the CA did not come over pinned TLS (--cfssl-ca-file)"
@@ -202,7 +221,7 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
     signing = any(s.signs for s in steps)
     if signing and current is not None:
         # A leaf signed now would already be inside its renewal window (local.leaf_not_after).
-        window = desired.settings.renew_window(timedelta(days=desired.settings.days))
+        window = desired.settings.renew_window(_leaf_lifetime(desired, report))
         if valid_until(current.cert) - now <= window:
             refusals.append(
                 f"{paths.bundle}: CA {current.cert.subject.rfc4514_string()} expires "
