@@ -9,7 +9,6 @@ the signer and asks it for its current CA. `check`, `issue` and `install` all ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +77,3 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     signer = build_signer(signer_opts, request.ca_dir, settings)
     current = signer.current_ca() if ask_signer else None
     return Desired(request.out, roles, settings, signer, current, trusted)
-
-
-def trust_paths(trust: Sequence[Path] | None) -> tuple[Path, ...]:
-    return tuple(trust or ())
