@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,21 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 def _no_node_config(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the machine's /etc/typhapki/typhapki.yaml: each names its own."""
     monkeypatch.setenv("TYPHAPKI_CONFIG", "")
+
+
+@pytest.fixture(scope="session")
+def puppetserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's one real puppetserver (tests/support/puppetserver.py): started by
+    the first test that asks for it, stopped when the session ends."""
+    from tests.support.puppetserver import ServerError, running_puppetserver
+
+    require("puppetserver", "java", "puppet")
+    require_root()
+    try:
+        with running_puppetserver(tmp_path_factory.mktemp("puppetserver")) as server:
+            yield server
+    except ServerError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture

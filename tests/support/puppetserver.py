@@ -1,0 +1,202 @@
+"""One real puppetserver for the whole test session, and agent runs against it.
+
+The server is a JVM: it starts once per session (about a minute here), in the
+foreground, with its own confdir/vardir/codedir under a temp dir, on a free loopback
+port, with a small heap and autosign. Every test that needs a server shares it through
+the session fixture `puppetserver` (tests/conftest.py); each test takes its own Puppet
+environment (`PuppetServer.environment_for`) and its own agent certname, so tests never
+see each other's manifests, hiera or certificates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.puppet import MODULE, SYSTEM_MODULES, quiet
+
+SERVER_CONF = Path("/etc/puppet/puppetserver")
+SERVER_JAR = Path("/usr/share/puppetserver/puppetserver.jar")
+START_TIMEOUT = 600  # seconds: a loaded CI machine, a cold JVM and JRuby
+AGENT_TIMEOUT = 900
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")  # Puppet's rule for environment names
+
+
+class ServerError(RuntimeError):
+    """The server did not start; the message carries the end of its log."""
+
+
+@dataclass
+class PuppetServer:
+    port: int
+    root: Path
+    started_in: float  # seconds until the server answered
+
+    @property
+    def confdir(self) -> Path:
+        """The server's Puppet confdir (puppet.conf, ssl/)."""
+        return self.root / "puppet"
+
+    @property
+    def environments(self) -> Path:
+        return self.confdir / "code" / "environments"
+
+    def environment_for(self, name: str) -> Path:
+        """A fresh directory environment NAME holding the module: manifests/ and data/
+        are the caller's. Names are per test (Puppet allows [a-z0-9_])."""
+        if not _NAME.match(name):
+            raise ValueError(f"not a Puppet environment name: {name!r}")
+        environment = self.environments / name
+        (environment / "manifests").mkdir(parents=True)
+        (environment / "modules").mkdir()
+        (environment / "modules" / "typhapki").symlink_to(MODULE)
+        (environment / "environment.conf").write_text(f"modulepath = modules:{SYSTEM_MODULES}\n")
+        return environment
+
+    def agent(
+        self, agent_dir: Path, certname: str, environment: str, *extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        """`puppet agent --test` as node CERTNAME, all of its state under AGENT_DIR."""
+        proc = subprocess.run(
+            [
+                "puppet",
+                "agent",
+                "--test",
+                "--color=false",
+                "--server=localhost",
+                f"--serverport={self.port}",
+                f"--certname={certname}",
+                f"--environment={environment}",
+                f"--confdir={agent_dir / 'conf'}",
+                f"--vardir={agent_dir / 'var'}",
+                f"--codedir={agent_dir / 'code'}",
+                f"--logdir={agent_dir / 'log'}",
+                f"--rundir={agent_dir / 'run'}",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=AGENT_TIMEOUT,
+            env={**os.environ, "TYPHAPKI_CONFIG": ""},
+            stdin=subprocess.DEVNULL,
+        )
+        proc.stderr = quiet(proc.stderr)
+        return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _configure(root: Path, port: int) -> Path:
+    """conf.d and services.d for a server that lives entirely under `root`."""
+    conf_d = root / "conf.d"
+    conf_d.mkdir(parents=True)
+    for name in ("auth.conf", "ca.conf", "metrics.conf", "web-routes.conf"):
+        shutil.copyfile(SERVER_CONF / "conf.d" / name, conf_d / name)
+    shutil.copytree(SERVER_CONF / "services.d", root / "services.d")
+    logback = root / "logback.xml"
+    logback.write_text(
+        "<configuration><appender name='F' class='ch.qos.logback.core.FileAppender'>"
+        f"<file>{root / 'server.log'}</file><encoder><pattern>%d %-5p [%c{{2}}] %m%n</pattern>"
+        "</encoder></appender><root level='info'><appender-ref ref='F'/></root></configuration>\n"
+    )
+    (conf_d / "global.conf").write_text(f'global: {{ logging-config: "{logback}" }}\n')
+    (conf_d / "webserver.conf").write_text(
+        f"webserver: {{ client-auth: want, ssl-host: 127.0.0.1, ssl-port: {port} }}\n"
+    )
+    puppet = root / "puppet"
+    for sub in ("var", "run", "log", "gems"):
+        (root / sub).mkdir()
+    (conf_d / "puppetserver.conf").write_text(
+        f"""jruby-puppet: {{
+    ruby-load-path: [/usr/lib/puppetserver/ruby/vendor_ruby]
+    gem-home: "{root / "gems"}"
+    gem-path: ["{root / "gems"}", "/usr/lib/puppetserver/vendored-jruby-gems"]
+    server-conf-dir: "{puppet}"
+    server-code-dir: "{puppet / "code"}"
+    server-var-dir: "{root / "var"}"
+    server-run-dir: "{root / "run"}"
+    server-log-dir: "{root / "log"}"
+    max-active-instances: 1
+}}
+http-client: {{}}
+profiler: {{}}
+"""
+    )
+    puppet.mkdir()
+    (puppet / "puppet.conf").write_text(
+        f"[server]\ncertname = localhost\nautosign = true\nvardir = {root / 'var'}\n"
+        "environment_timeout = 0\n"
+    )
+    (puppet / "code" / "environments" / "production" / "manifests").mkdir(parents=True)
+    return conf_d
+
+
+def _answers(port: int) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the status probe only: the agent verifies
+    url = f"https://127.0.0.1:{port}/status/v1/simple"
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=10) as answer:
+            return bool(answer.read().strip() == b"running")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_puppetserver(root: Path) -> Iterator[PuppetServer]:
+    """Start a puppetserver under ROOT; stop it on exit. Raises ServerError."""
+    port = free_port()
+    conf_d = _configure(root, port)
+    started = time.monotonic()
+    with (root / "stderr.log").open("wb") as stderr:
+        process = subprocess.Popen(
+            [
+                "java",
+                "-Xms128m",
+                "-Xmx768m",
+                "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger",
+                "-Djruby.lib=/usr/share/jruby/lib",
+                "-XX:+CrashOnOutOfMemoryError",
+                "-jar",
+                str(SERVER_JAR),
+                "--config",
+                str(conf_d),
+                "--bootstrap-config",
+                str(root / "services.d"),
+            ],
+            cwd="/usr/share/puppetserver",
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        while not _answers(port):
+            if process.poll() is not None:
+                log = (root / "server.log").read_text(errors="replace")[-3000:]
+                raise ServerError(f"puppetserver exited {process.returncode}: {log}")
+            if time.monotonic() - started > START_TIMEOUT:
+                raise ServerError(f"puppetserver did not answer within {START_TIMEOUT} s")
+            time.sleep(1)
+        yield PuppetServer(port, root, time.monotonic() - started)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
