@@ -149,6 +149,20 @@ describe 'typhapki' do
         it { is_expected.not_to contain_exec('typhapki-restart-felix') }
       end
 
+      context 'Typha restarted through the eviction API' do
+        let(:spec_case) { 'restart_eviction' }
+
+        it { is_expected.to compile.with_all_deps }
+        it 'evicts only while the marker exists, then clears it' do
+          is_expected.to contain_exec('typhapki-restart-typha').with(
+            onlyif: 'test -e /var/lib/typhapki/.restart-typha',
+            command: '/usr/bin/typhapki restart-typha --kubeconfig /etc/kubernetes/kubelet.conf && /usr/bin/typhapki restarted --component typha',
+            environment: env,
+          ).that_requires('Exec[typhapki-issue]')
+        end
+        it { is_expected.not_to contain_exec('typhapki-restart-felix') }
+      end
+
       context 'without restart commands' do
         let(:spec_case) { 'no_restarts' }
 
