@@ -111,6 +111,20 @@ def test_a_node_without_typha_clears_its_marker(tmp_path: Path, cluster_api: Fak
     assert not (out / ".restart-typha").exists()
 
 
+def test_a_namespace_without_typha_is_a_usage_error(tmp_path: Path, cluster_api: FakeApi) -> None:
+    """A wrong --namespace must not clear every marker and restart nothing."""
+    kubeconfig = cluster_api.kubeconfig(tmp_path / "kubeconfig")
+    out = _node_out(tmp_path, "node-a")
+    cluster_api.cluster.namespace = "calico-system"  # where the operator runs Typha
+    assert_one_line_error(
+        _restart(cluster_api, kubeconfig, out, "node-a"), 2, "--namespace kube-system"
+    )
+    assert (out / ".restart-typha").exists()
+    result = _restart(cluster_api, kubeconfig, out, "node-a", "--namespace", "calico-system")
+    assert result.returncode == 0, result.stderr
+    assert not (out / ".restart-typha").exists()
+
+
 def test_a_terminating_pod_defers_the_restart(tmp_path: Path, cluster_api: FakeApi) -> None:
     kubeconfig = cluster_api.kubeconfig(tmp_path / "kubeconfig")
     out = _node_out(tmp_path, "node-b")

@@ -266,8 +266,11 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             cluster = api.cluster
             parts = urlsplit(self.path)
             segments = parts.path.strip("/").split("/")
-            prefix = ["api", "v1", "namespaces", cluster.namespace, "pods"]
-            if segments[:5] != prefix:
+            if (
+                len(segments) < 5
+                or segments[:3] != ["api", "v1", "namespaces"]
+                or (segments[4] != "pods")
+            ):
                 self._send(404, json.dumps(_status(404, "NotFound", "not found")).encode())
             elif method == "GET" and len(segments) == 5:
                 query = parse_qs(parts.query)
@@ -279,15 +282,22 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                     items = [
                         _pod_json(p, cluster.namespace)
                         for p in cluster.pods.values()
-                        if p.labels.get(key) == value and p.node == node
+                        if p.labels.get(key) == value
+                        and (not field_sel or p.node == node)
+                        and segments[3] == cluster.namespace  # another namespace: empty
                     ]
+                if "limit" in query:
+                    items = items[: int(query["limit"][0])]
                 doc = {"kind": "PodList", "apiVersion": "v1", "items": items}
                 self._send(200, json.dumps(doc).encode())
             elif method == "POST" and len(segments) == 7 and segments[6] == "eviction":
                 eviction = json.loads(body)
                 assert eviction["apiVersion"] == "policy/v1" and eviction["kind"] == "Eviction"
                 assert eviction["metadata"]["name"] == segments[5]
-                status, doc = cluster.evict(segments[5])
+                if segments[3] != cluster.namespace:
+                    status, doc = 404, _status(404, "NotFound", f'pods "{segments[5]}" not found')
+                else:
+                    status, doc = cluster.evict(segments[5])
                 self._send(status, json.dumps(doc).encode())
             else:
                 self._send(405, json.dumps(_status(405, "MethodNotAllowed", "no")).encode())

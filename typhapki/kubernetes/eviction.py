@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from typhapki.errors import KubeApiError, RestartDeferredError
+from typhapki.errors import KubeApiError, RestartDeferredError, UsageError
 from typhapki.kubernetes.kubeconfig import KubeAccess
 from typhapki.pki.signers.cfssl import (
     MAX_JSON_DEPTH,
@@ -77,11 +77,14 @@ class KubeApi:
         self.timeout = timeout
         self._tls = access.tls_context()
 
-    def typha_pods(self, namespace: str, node: str) -> list[TyphaPod]:
-        """The Typha pods the API places on `node`."""
-        query = urlencode(
-            {"labelSelector": TYPHA_SELECTOR, "fieldSelector": f"spec.nodeName={node}"}
-        )
+    def typha_pods(self, namespace: str, node: str | None) -> list[TyphaPod]:
+        """The Typha pods the API places on `node` (None: one of the namespace's, if any)."""
+        selectors = {"labelSelector": TYPHA_SELECTOR}
+        if node is None:
+            selectors["limit"] = "1"
+        else:
+            selectors["fieldSelector"] = f"spec.nodeName={node}"
+        query = urlencode(selectors)
         path = f"/api/v1/namespaces/{namespace}/pods?{query}"
         status, doc = self._call("GET", path, None)
         if status != 200:
@@ -245,6 +248,12 @@ def restart_on_node(api: KubeApi, namespace: str, node: str, files_changed_at: f
             "marker stays, the next run looks again"
         )
     if not live:
+        if not api.typha_pods(namespace, None):
+            # A wrong namespace would otherwise clear every marker and restart nothing.
+            raise UsageError(
+                f"--namespace {namespace}: no Typha pod ({TYPHA_SELECTOR}) in it at all; "
+                "name the namespace Typha runs in (calico-system under the operator)"
+            )
         return f"no Typha pod on {node} (namespace {namespace}): nothing to restart"
     stale = [
         p for p in live if p.started_at is None or p.started_at.timestamp() <= files_changed_at
