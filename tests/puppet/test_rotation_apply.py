@@ -54,7 +54,11 @@ WORKER = "kubestage1001"
 ROLES = {"both": [RoleName.TYPHA, RoleName.FELIX], "felix": [RoleName.FELIX]}
 IDENTITY = {"typha_cn": "calico-typha", "felix_cn": "calico-node"}
 COMMON = {
-    "typhapki::manage_ferm": False,  # the firewall is not what rotates
+    # Neither the firewall nor monitoring rotates; without the fact, Facter runs no
+    # typhapki at the start of each of the test's 48 applies.
+    "typhapki::manage_ferm": False,
+    "typhapki::manage_fact": False,
+    "typhapki::manage_monitoring": False,
     "kubernetes::clusters_defaults": {"typha": {"key_type": "ecdsa-p256"}},
 }
 
@@ -144,6 +148,10 @@ def _walk(tmp_path: Path, nodes: list[PuppetNode], stages: list[Stage], peers: G
             assert _bundle(node.out) == stage.bundle, (k, name)
             for role in ROLES[NODES[name]]:
                 assert _issuer(node.out, role) == stage.signer, (k, name, role)
+            if RoleName.TYPHA in ROLES[NODES[name]]:
+                # Every stage changes Typha's leaf or its CA file, which Typha reads only
+                # at start: each stage's converging run restarted it, once.
+                assert node.log("restarts").count("typha") == k + 1, (k, name)
             sets[k][name] = _snapshot(node, tmp_path / f"stage{k}" / name)
 
     def accepted(typha: Path, felix: Path) -> bool:
