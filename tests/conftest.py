@@ -88,10 +88,36 @@ def typhapki_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
 
 
+# TYPHAPKI_CLI_RUNNER=process runs every run_cli call as a fresh process, as before the
+# in-process runner (to tell a difference of the runner from a difference of the code).
+CLI_RUNNER = os.environ.get("TYPHAPKI_CLI_RUNNER", "inprocess")
+
+
 def run_cli(
     *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
 ) -> CliResult:
-    """Run typhapki as a fresh process, exactly as Puppet or a user would."""
+    """Run typhapki with ARGS and capture what it prints and its exit code.
+
+    In this process (tests/support/inprocess.py: the environment, cwd, umask, signal
+    handlers and streams a fresh process would have, restored after the call), unless
+    TYPHAPKI_CLI_RUNNER=process. A test whose subject is the process itself (exit codes
+    Puppet sees, the installed /usr/bin/typhapki, start-up, faketime) uses
+    run_cli_process."""
+    if CLI_RUNNER == "process":
+        return run_cli_process(*args, env=env, timeout=timeout)
+    if CLI_RUNNER != "inprocess":
+        raise pytest.UsageError(f"TYPHAPKI_CLI_RUNNER={CLI_RUNNER!r}: inprocess or process")
+    from tests.support.inprocess import run_in_process
+
+    code, stdout, stderr = run_in_process([str(a) for a in args], env or {}, timeout)
+    return CliResult(code, stdout, stderr)
+
+
+def run_cli_process(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> CliResult:
+    """Run typhapki as a fresh process, exactly as Puppet or a user would: in the Debian
+    leg the installed /usr/bin/typhapki (typhapki_cmd)."""
     proc = subprocess.run(
         [*typhapki_cmd(), *map(str, args)],
         capture_output=True,
