@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +26,35 @@ INSTALLED_COMMAND = Path("/usr/bin/typhapki")
 # The source checkout, for tests that build from it (wheel, pre-commit's repository).
 # In the Debian leg ROOT is a copy without typhapki/, and this points at the checkout.
 SOURCE = Path(os.environ.get("TYPHAPKI_SOURCE", str(ROOT))).resolve()
+
+
+CI = os.environ.get("CI", "").lower() == "true"
+
+# Hypothesis profiles. "ci" (under CI=true; TYPHAPKI_HYPOTHESIS_PROFILE names another):
+# no example database (a fresh clone has none to replay) and a failing example printed
+# as a blob to reproduce it; and the tests whose every example talks to a real server
+# run at most SERVER_EXAMPLES_IN_CI examples (`against_servers`). "dev": hypothesis's
+# defaults and every count as written.
+settings.register_profile("dev")
+settings.register_profile("ci", database=None, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("TYPHAPKI_HYPOTHESIS_PROFILE") or ("ci" if CI else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
+SERVER_EXAMPLES_IN_CI = 10
+
+
+def against_servers(examples: int) -> settings:
+    """Hypothesis settings for a test whose every example talks to a real server (cfssl,
+    dnsmasq, the Go and openssl peers, a scripted DNS or cfssl on a socket) or runs
+    typhapki against one: `examples` on a developer's run, at most SERVER_EXAMPLES_IN_CI
+    under the "ci" profile. No deadline (a server's latency is not the code's), and the
+    fixture health check off (the server is shared by every example on purpose)."""
+    if HYPOTHESIS_PROFILE == "ci":
+        examples = min(examples, SERVER_EXAMPLES_IN_CI)
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,7 +89,7 @@ def require(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         msg = f"real component missing: {', '.join(missing)} (bash scripts/setup.sh installs it)"
-        if os.environ.get("CI", "").lower() == "true":
+        if CI:
             pytest.fail(msg)
         pytest.skip(msg)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import against_servers, run_cli
 from tests.firewall.test_ferm import ferm_lines
 from tests.support.dns import Behaviour, ScriptedDns
 from typhapki.errors import ConfigError
@@ -168,11 +168,7 @@ def _no_traceback(*outputs: str) -> None:
         assert "Traceback" not in output and "RecursionError" not in output, output[-2000:]
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@against_servers(20)
 @given(text=texts)
 def test_ferm_lint_and_facts_on_any_document(
     text: str, synth_dns: ScriptedDns, tmp_path_factory: pytest.TempPathFactory
