@@ -124,7 +124,10 @@ CLI_RUNNER = os.environ.get("TYPHAPKI_CLI_RUNNER", "inprocess")
 
 
 def run_cli(
-    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> CliResult:
     """Run typhapki with ARGS and capture what it prints and its exit code.
 
@@ -134,17 +137,20 @@ def run_cli(
     Puppet sees, the installed /usr/bin/typhapki, start-up, faketime) uses
     run_cli_process."""
     if CLI_RUNNER == "process":
-        return run_cli_process(*args, env=env, timeout=timeout)
+        return run_cli_process(*args, env=env, timeout=timeout, cwd=cwd)
     if CLI_RUNNER != "inprocess":
         raise pytest.UsageError(f"TYPHAPKI_CLI_RUNNER={CLI_RUNNER!r}: inprocess or process")
     from tests.support.inprocess import run_in_process
 
-    code, stdout, stderr = run_in_process([str(a) for a in args], env or {}, timeout)
+    code, stdout, stderr = run_in_process([str(a) for a in args], env or {}, timeout, cwd)
     return CliResult(code, stdout, stderr)
 
 
 def run_cli_process(
-    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> CliResult:
     """Run typhapki as a fresh process, exactly as Puppet or a user would: in the Debian
     leg the installed /usr/bin/typhapki (typhapki_cmd)."""
@@ -155,6 +161,7 @@ def run_cli_process(
         timeout=timeout,
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 

@@ -83,20 +83,25 @@ def test_no_call_leaves_a_trace_and_a_crash_is_a_traceback(
     assert logging.getLogger().handlers == handlers
 
 
-def test_the_environment_of_the_call_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_and_cwd_of_the_call_are_seen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import typhapki.cli
 
     def main(argv: list[str]) -> int:
         print(os.environ.get("TYPHAPKI_STATE_DIR"), os.environ.get("TYPHAPKI_RUNNER_ENV"))
+        print(Path.cwd())
         return 3
 
     monkeypatch.setattr(typhapki.cli, "main", main)
     state = os.environ["TYPHAPKI_STATE_DIR"]  # tests/conftest.py's autouse fixture
-    assert inprocess.run_in_process([], {"TYPHAPKI_RUNNER_ENV": "y"}, 30) == (
+    before = Path.cwd()
+    assert inprocess.run_in_process([], {"TYPHAPKI_RUNNER_ENV": "y"}, 30, tmp_path) == (
         3,
-        f"{state} y\n",
+        f"{state} y\n{tmp_path}\n",
         "",
     )
+    assert Path.cwd() == before
 
 
 def test_a_call_past_its_time_limit_raises_as_subprocess_does(

@@ -33,6 +33,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 
 # Variables read only when a process starts (the dynamic loader, the interpreter, the C
@@ -67,7 +68,7 @@ def _fd_redirected(fd: int, target: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _process_state(env: Mapping[str, str]) -> Iterator[None]:
+def _process_state(env: Mapping[str, str], cwd: Path | None) -> Iterator[None]:
     """Everything a process would start fresh with, restored on the way out."""
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()
@@ -80,6 +81,8 @@ def _process_state(env: Mapping[str, str]) -> Iterator[None]:
     reset_caches()
     try:
         os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
         with warnings.catch_warnings():
             # A fresh interpreter's filters (no -W, no PYTHONWARNINGS).
             warnings.resetwarnings()
@@ -125,9 +128,9 @@ def _deadline(timeout: float, argv: Sequence[str]) -> Iterator[None]:
 
 
 def run_in_process(
-    argv: Sequence[str], env: Mapping[str, str], timeout: float
+    argv: Sequence[str], env: Mapping[str, str], timeout: float, cwd: Path | None = None
 ) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `typhapki ARGV` run in this process."""
+    """(exit code, stdout, stderr) of `typhapki ARGV` run in this process (in `cwd`)."""
     refused = [k for k in env if k.startswith(PROCESS_ONLY_ENV)]
     if refused:
         raise ProcessOnly(f"{', '.join(refused)} act only at process start: use run_cli_process")
@@ -143,7 +146,7 @@ def run_in_process(
             with contextlib.suppress(Exception):
                 stream.flush()
         with (
-            _process_state(env),
+            _process_state(env, cwd),
             _fd_redirected(0, devnull.fileno()),
             _fd_redirected(1, out.fileno()),
             _fd_redirected(2, err.fileno()),
