@@ -42,16 +42,20 @@ settings.load_profile(HYPOTHESIS_PROFILE)
 SERVER_EXAMPLES_IN_CI = 10
 
 
+def ci_examples(examples: int, in_ci: int) -> int:
+    """`examples` on a developer's run, at most `in_ci` under the "ci" profile: for a
+    test whose examples are each costly (every CI run draws new ones: no database)."""
+    return min(examples, in_ci) if HYPOTHESIS_PROFILE == "ci" else examples
+
+
 def against_servers(examples: int) -> settings:
     """Hypothesis settings for a test whose every example talks to a real server (cfssl,
     dnsmasq, the Go and openssl peers, a scripted DNS or cfssl on a socket) or runs
     typhapki against one: `examples` on a developer's run, at most SERVER_EXAMPLES_IN_CI
     under the "ci" profile. No deadline (a server's latency is not the code's), and the
     fixture health check off (the server is shared by every example on purpose)."""
-    if HYPOTHESIS_PROFILE == "ci":
-        examples = min(examples, SERVER_EXAMPLES_IN_CI)
     return settings(
-        max_examples=examples,
+        max_examples=ci_examples(examples, SERVER_EXAMPLES_IN_CI),
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tests.conftest as conftest
-from tests.conftest import against_servers, run_cli, run_cli_process
+from tests.conftest import against_servers, ci_examples, run_cli, run_cli_process
 from tests.support import inprocess
 
 
@@ -128,3 +128,6 @@ def test_servers_are_bounded_only_under_the_ci_profile(monkeypatch: pytest.Monke
     monkeypatch.setattr(conftest, "HYPOTHESIS_PROFILE", "ci")
     assert against_servers(25).max_examples == conftest.SERVER_EXAMPLES_IN_CI < 25
     assert against_servers(3).max_examples == 3
+    assert ci_examples(150, 50) == 50
+    monkeypatch.setattr(conftest, "HYPOTHESIS_PROFILE", "dev")
+    assert ci_examples(150, 50) == 150
