@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +27,39 @@ INSTALLED_COMMAND = Path("/usr/bin/typhapki")
 # The source checkout, for tests that build from it (wheel, pre-commit's repository).
 # In the Debian leg ROOT is a copy without typhapki/, and this points at the checkout.
 SOURCE = Path(os.environ.get("TYPHAPKI_SOURCE", str(ROOT))).resolve()
+
+
+CI = os.environ.get("CI", "").lower() == "true"
+
+# Hypothesis profiles. "ci" (under CI=true; TYPHAPKI_HYPOTHESIS_PROFILE names another):
+# no example database (a fresh clone has none to replay) and a failing example printed
+# as a blob to reproduce it; and the tests whose every example talks to a real server
+# run at most SERVER_EXAMPLES_IN_CI examples (`against_servers`). "dev": hypothesis's
+# defaults and every count as written.
+settings.register_profile("dev")
+settings.register_profile("ci", database=None, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("TYPHAPKI_HYPOTHESIS_PROFILE") or ("ci" if CI else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
+SERVER_EXAMPLES_IN_CI = 10
+
+
+def ci_examples(examples: int, in_ci: int) -> int:
+    """`examples` on a developer's run, at most `in_ci` under the "ci" profile: for a
+    test whose examples are each costly (every CI run draws new ones: no database)."""
+    return min(examples, in_ci) if HYPOTHESIS_PROFILE == "ci" else examples
+
+
+def against_servers(examples: int) -> settings:
+    """Hypothesis settings for a test whose every example talks to a real server (cfssl,
+    dnsmasq, the Go and openssl peers, a scripted DNS or cfssl on a socket) or runs
+    typhapki against one: `examples` on a developer's run, at most SERVER_EXAMPLES_IN_CI
+    under the "ci" profile. No deadline (a server's latency is not the code's), and the
+    fixture health check off (the server is shared by every example on purpose)."""
+    return settings(
+        max_examples=ci_examples(examples, SERVER_EXAMPLES_IN_CI),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,7 +94,7 @@ def require(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         msg = f"real component missing: {', '.join(missing)} (bash scripts/setup.sh installs it)"
-        if os.environ.get("CI", "").lower() == "true":
+        if CI:
             pytest.fail(msg)
         pytest.skip(msg)
 
@@ -89,10 +123,42 @@ def typhapki_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]
 
 
+# TYPHAPKI_CLI_RUNNER=process runs every run_cli call as a fresh process, as before the
+# in-process runner (to tell a difference of the runner from a difference of the code).
+CLI_RUNNER = os.environ.get("TYPHAPKI_CLI_RUNNER", "inprocess")
+
+
 def run_cli(
-    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> CliResult:
-    """Run typhapki as a fresh process, exactly as Puppet or a user would."""
+    """Run typhapki with ARGS and capture what it prints and its exit code.
+
+    In this process (tests/support/inprocess.py: the environment, cwd, umask, signal
+    handlers and streams a fresh process would have, restored after the call), unless
+    TYPHAPKI_CLI_RUNNER=process. A test whose subject is the process itself (exit codes
+    Puppet sees, the installed /usr/bin/typhapki, start-up, faketime) uses
+    run_cli_process."""
+    if CLI_RUNNER == "process":
+        return run_cli_process(*args, env=env, timeout=timeout, cwd=cwd)
+    if CLI_RUNNER != "inprocess":
+        raise pytest.UsageError(f"TYPHAPKI_CLI_RUNNER={CLI_RUNNER!r}: inprocess or process")
+    from tests.support.inprocess import run_in_process
+
+    code, stdout, stderr = run_in_process([str(a) for a in args], env or {}, timeout, cwd)
+    return CliResult(code, stdout, stderr)
+
+
+def run_cli_process(
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
+) -> CliResult:
+    """Run typhapki as a fresh process, exactly as Puppet or a user would: in the Debian
+    leg the installed /usr/bin/typhapki (typhapki_cmd)."""
     proc = subprocess.run(
         [*typhapki_cmd(), *map(str, args)],
         capture_output=True,
@@ -100,6 +166,7 @@ def run_cli(
         timeout=timeout,
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli_process
 from typhapki import cli
 
 VALUES = ["a", "/tmp/x y", "3", "-1", "", "x=y", "both", "felix", "12d", "--out", "0600"]
@@ -150,8 +150,8 @@ def test_both_paths_give_the_same_result_as_processes(issued: Path, ca_dir: Path
         ["check", "--out", str(issued.parent / "missing")],
         ["facts", "--out", str(issued), "--ca-dir", str(ca_dir)],
     ):
-        fast = run_cli(*args)
-        slow = run_cli(*args, env={"TYPHAPKI_NO_FAST_PATH": "1"})
+        fast = run_cli_process(*args)
+        slow = run_cli_process(*args, env={"TYPHAPKI_NO_FAST_PATH": "1"})
         assert (fast.returncode, fast.stderr) == (slow.returncode, slow.stderr), args
         if args[0] == "facts":  # the same fact but for the time it was made
             fast_fact, slow_fact = json.loads(fast.stdout), json.loads(slow.stdout)

@@ -961,17 +961,19 @@ def fast_parse(
     return callback, kwargs
 
 
-def main() -> int:
-    """Console-script entry point.
+def main(argv: Optional[List[str]] = None) -> int:
+    """Console-script entry point; `argv` (without the program name) defaults to
+    sys.argv[1:]. The tests call it in-process with their own (tests/conftest.py).
 
     Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
     tests compare both paths with the same default_map (tests/test_cli_fast_path.py).
     """
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        defaults, config_error = _node_defaults(sys.argv[1:])
+        defaults, config_error = _node_defaults(args)
         state = CliState(config_error)
         if not os.environ.get("TYPHAPKI_NO_FAST_PATH"):
-            fast = fast_parse(sys.argv[1:], defaults, state)
+            fast = fast_parse(args, defaults, state)
             if fast is not None:
                 callback, kwargs = fast
                 try:
@@ -979,7 +981,13 @@ def main() -> int:
                 except typer.Exit as exc:
                     return int(exc.exit_code)
                 return 0
-        app(standalone_mode=True, default_map=defaults, obj=state)
+        app(
+            args=args,
+            prog_name="typhapki",
+            standalone_mode=True,
+            default_map=defaults,
+            obj=state,
+        )
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)

@@ -16,10 +16,10 @@ import dns.flags
 import dns.message
 import dns.rdatatype
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import against_servers, run_cli
 from tests.support.dns import AnswerDns, answer
 from typhapki.firewall.dnsgate import Reason, resolve_all
 from typhapki.firewall.hostnames import not_a_node
@@ -86,11 +86,7 @@ def _chain(zone: Zone, name: str, rdtype: str) -> set[str]:
     return reached
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@against_servers(60)
 @given(zone=zones, dual=st.booleans())
 def test_only_the_queried_name_and_its_chain_count(
     server: AnswerDns, zone: Zone, dual: bool
@@ -156,11 +152,7 @@ kubernetes::clusters:
 """
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@against_servers(8)
 @given(zone=zones)
 def test_ferm_never_writes_a_foreign_or_special_address(
     server: AnswerDns, zone: Zone, tmp_path_factory: pytest.TempPathFactory

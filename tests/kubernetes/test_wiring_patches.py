@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT, require_root, run_cli, typhapki_cmd
+from tests.conftest import ROOT, require_root, run_cli
 from tests.test_docs import WORKLOADS, assert_tls_wiring, kubectl_patch_local
 from typhapki.kubernetes.manifests import TYPHA_NODE_LABEL, TyphaPod
 
@@ -52,10 +51,9 @@ def test_each_patch_lands_in_its_own_workload(tmp_path: Path, ca_dir: Path, iden
     patches = tmp_path / "patches"
     patches.mkdir()
     # A relative --out, from another directory: hostPath must still be absolute.
-    proc = subprocess.run(
-        [*typhapki_cmd(), "manifests",
-         "--out", "pki", "--wiring-dir", str(patches), "--identity", identity],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    proc = run_cli(
+        "manifests", "--out", "pki", "--wiring-dir", patches, "--identity", identity,
+        cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in patches.iterdir()) == ["node.yaml", "typha.yaml"]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli_process
 from typhapki.monitoring import exposition
 
 NAMES = st.from_regex(r"\A[a-zA-Z_][a-zA-Z0-9_]{0,20}\Z")
@@ -131,8 +131,9 @@ def test_what_the_two_formats_print_differently_is_refused(
 
 
 def test_metrics_never_imports_prometheus_clients_http_half(issued: Path, tmp_path: Path) -> None:
-    # Python reports every import on stderr: the run must not pay for the HTTP half.
-    result = run_cli(
+    # Python reports every import on stderr: the run must not pay for the HTTP half. A
+    # process: what a fresh interpreter imports is the subject.
+    result = run_cli_process(
         "metrics", "--out", issued, "--state-dir", tmp_path, "--no-probe",
         env={"PYTHONPROFILEIMPORTTIME": "1"},
     )  # fmt: skip

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import against_servers
 from tests.support import cfssl as cfssl_support
 from tests.support.cfssl import CfsslServer, ProxyBehaviour, RecordingProxy, write_auth_key
 from tests.support.issuing import ensure_local
@@ -231,11 +232,7 @@ def switching(
     yield proxy, switch, servers
 
 
-@settings(
-    max_examples=int(os.environ.get("TYPHAPKI_PLAN_CFSSL_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@against_servers(int(os.environ.get("TYPHAPKI_PLAN_CFSSL_EXAMPLES", "25")))
 @given(case=cases)
 # The CA moves under one URL with nothing trusted ahead: check said "valid", issue
 # rewrote the set (before the plan); now both refuse. A lost bundle is no first issuance.

@@ -23,10 +23,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import require, run_cli
+from tests.conftest import against_servers, require, run_cli
 from tests.support import gopeers
 from tests.support.gopeers import GoPeers, exchange, felix_env, typha_env
 from typhapki.pki.layout import SetPaths
@@ -192,11 +192,7 @@ def openssl_accepts(out: Path) -> tuple[bool, str]:
     return not said, "; ".join(said)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@against_servers(30)
 @given(case=CASES)
 def test_check_accepts_only_what_go_and_openssl_accept(
     go_peers: GoPeers, tmp_path_factory: pytest.TempPathFactory, case: Case

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import against_servers, run_cli
 from tests.support.dns import Dnsmasq, start_dnsmasq
 from typhapki.puppet.lint import lint
 
@@ -38,11 +38,7 @@ entries = st.lists(
 
 
 @given(clusters=st.lists(entries, min_size=1, max_size=3))
-@settings(
-    max_examples=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@against_servers(20)
 def test_counts_and_summary(tmp_path: Path, dns: Dnsmasq, clusters: list[list[str]]) -> None:
     lines = ["kubernetes::clusters:", "  main:"]
     for i, nodes in enumerate(clusters):

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import against_servers, assert_one_line_error, run_cli
 from tests.support import hostile_cfssl as hostile_support
 from tests.support.hostile_cfssl import Answer, HostileCfssl, cfssl_json, nested_json, serving
 from typhapki.errors import EXIT_SIGNER, EXIT_USAGE, SignerError, UsageError
@@ -103,7 +103,7 @@ def test_redirects_are_never_followed(hostile_cfssl: Start, status: int) -> None
     assert elsewhere.received == []
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@against_servers(25)
 @given(depth=st.integers(MAX_JSON_DEPTH + 1, 100_000), status=st.sampled_from([200, 400, 500]))
 def test_nested_json_is_one_line(depth: int, status: int) -> None:
     body = nested_json(depth)
@@ -116,7 +116,7 @@ def test_nested_json_is_one_line(depth: int, status: int) -> None:
     assert f"nested more than {MAX_JSON_DEPTH} levels deep" in str(caught.value)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@against_servers(30)
 @given(
     status=st.sampled_from([200, 301, 400, 401, 404, 500, 503]),
     body=st.one_of(
