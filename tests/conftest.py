@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,8 +141,9 @@ def run_cli(
     handlers and streams a fresh process would have, restored after the call), unless
     TYPHAPKI_CLI_RUNNER=process. A test whose subject is the process itself (exit codes
     Puppet sees, the installed /usr/bin/typhapki, start-up, faketime) uses
-    run_cli_process."""
-    if CLI_RUNNER == "process":
+    run_cli_process. Calls from other threads (nodes running at the same time) each get
+    a process: one process's streams, cwd and signals cannot be shared by two commands."""
+    if CLI_RUNNER == "process" or threading.current_thread() is not threading.main_thread():
         return run_cli_process(*args, env=env, timeout=timeout, cwd=cwd)
     if CLI_RUNNER != "inprocess":
         raise pytest.UsageError(f"TYPHAPKI_CLI_RUNNER={CLI_RUNNER!r}: inprocess or process")
