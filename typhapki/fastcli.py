@@ -21,12 +21,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhapki.errors import EXIT_IO, TyphapkiError
 from typhapki.settings import options
-from typhapki.settings.pki import PkiOptions
-from typhapki.settings.signer import SignerOptions
+
+if TYPE_CHECKING:
+    from typhapki.settings.pki import PkiOptions
+    from typhapki.settings.signer import SignerOptions
 
 FAST_COMMANDS = ("check", "facts", "metrics")
 _PKI_NAMES = tuple(o.name for o in options.group("pki"))
@@ -67,9 +69,13 @@ def bundled(body: Callable[..., int], values: dict[str, Any]) -> dict[str, Any]:
     code = body.__code__  # not inspect.signature: inspect alone costs ~5 ms to import
     takes = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     kwargs = dict(values)
-    if "pki" in takes:
+    if "pki" in takes:  # imported here: `facts` takes the options as text
+        from typhapki.settings.pki import PkiOptions
+
         kwargs["pki"] = PkiOptions(**{n: kwargs.pop(n) for n in _PKI_NAMES})
     if "signer" in takes:
+        from typhapki.settings.signer import SignerOptions
+
         kwargs["signer"] = SignerOptions(**{n: kwargs.pop(n) for n in _SIGNER_NAMES})
     return kwargs
 
