@@ -30,7 +30,9 @@ def imported(stderr: str) -> set[str]:
 def _node_config(tmp_path: Path, out: Path) -> dict[str, str]:
     """A node configuration file as Puppet writes it: the fleet's usual case."""
     path = tmp_path / "typhapki.yaml"
-    path.write_text(f"defaults:\n  out: {out}\n  role: both\ncommands:\n  check:\n    quiet: true\n")
+    path.write_text(
+        f"defaults:\n  out: {out}\n  role: both\ncommands:\n  check:\n    quiet: true\n"
+    )
     return {"TYPHAPKI_CONFIG": str(path)}
 
 

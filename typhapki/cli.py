@@ -25,7 +25,7 @@ from typhapki.settings.signer import SignerOptions
 
 app = typer.Typer(
     name="typhapki",
-    help="Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule.",
+    help=options.PROGRAM_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

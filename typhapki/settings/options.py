@@ -60,6 +60,8 @@ class Opt:
         return (self.flag, self.short) if self.short else (self.flag,)
 
 
+PROGRAM_HELP = "Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."
+
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096")
 
 OPTIONS: tuple[Opt, ...] = (
