@@ -114,16 +114,23 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
         )
         for opt in spec.options
     ]
-    if spec.extra_args:
-        ctx = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        params.insert(0, ctx)
+    params.insert(
+        0, inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+    )
 
-    def wrapper(**values: Any) -> None:
-        ctx = values.pop("ctx", None)
-        if ctx is not None:
+    def wrapper(ctx: typer.Context, **values: Any) -> None:
+        state = ctx.obj if isinstance(ctx.obj, CliState) else CliState()
+        if spec.extra_args:
             values["extra_args"] = list(ctx.args)
-            values["config_error"] = ctx.obj.config_error if isinstance(ctx.obj, CliState) else None
-        raise typer.Exit(body(**bundled(body, values)))
+            values["config_error"] = state.config_error
+        sources = {}
+        for opt in spec.options:
+            given = getattr(ctx.get_parameter_source(opt.name), "name", "")
+            if given == "COMMANDLINE":
+                sources[opt.name] = opt.flag
+            elif given == "DEFAULT_MAP":
+                sources[opt.name] = state.source(spec.name, opt.name)
+        raise typer.Exit(body(**bundled(body, values, sources)))
 
     wrapper.__name__ = body.__name__
     wrapper.__doc__ = spec.help

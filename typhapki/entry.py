@@ -16,8 +16,9 @@ from typhapki.errors import EXIT_USAGE, TyphapkiError
 from typhapki.fastcli import CliState, fast_parse
 
 
-def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], str | None]:
-    """click's default_map from the node configuration file, and its error if any.
+def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], CliState]:
+    """click's default_map from the node configuration file, and what main() hands the
+    commands besides: its error if any, and where each of its values is written.
 
     `facts` never fails (its error goes into the fact), `--help` always helps and
     `--version` always answers; every other command stops with one line when the file
@@ -26,10 +27,11 @@ def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], str | None]:
     from typhapki import nodeconfig
 
     try:
-        return nodeconfig.default_map(nodeconfig.load(nodeconfig.config_path())), None
+        defaults, origins = nodeconfig.resolved(nodeconfig.load(nodeconfig.config_path()))
+        return defaults, CliState(origins=origins)
     except TyphapkiError as exc:
         if argv[:1] == ["facts"] or "--help" in argv or argv[:1] == ["--version"]:
-            return {}, str(exc)
+            return {}, CliState(config_error=str(exc))
         print(f"typhapki: error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
 
@@ -42,8 +44,7 @@ def main() -> int:
     """
     argv = sys.argv[1:]
     try:
-        defaults, config_error = node_defaults(argv)
-        state = CliState(config_error)
+        defaults, state = node_defaults(argv)
         if not os.environ.get("TYPHAPKI_NO_FAST_PATH"):
             fast = fast_parse(argv, defaults, state)
             if fast is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +37,15 @@ _SIGNER_NAMES = tuple(o.name for o in options.group("signer"))
 
 @dataclass(frozen=True)
 class CliState:
-    """What main() learnt before parsing: the node configuration file's error, if any."""
+    """What main() learnt before parsing: the node configuration file's error, if any,
+    and where the file sets each value (per command: param name -> `FILE: KEY`)."""
 
     config_error: str | None = None
+    origins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def source(self, command: str, name: str) -> str:
+        """Where the node configuration file sets `name` for `command`."""
+        return self.origins.get(command, {}).get(name, "the node configuration file")
 
 
 def guarded(body: Callable[[], int]) -> int:
@@ -63,20 +69,29 @@ def guarded(body: Callable[[], int]) -> int:
         return EXIT_IO
 
 
-def bundled(body: Callable[..., int], values: dict[str, Any]) -> dict[str, Any]:
+def bundled(
+    body: Callable[..., int], values: dict[str, Any], sources: Mapping[str, str]
+) -> dict[str, Any]:
     """The body's keyword arguments from the parsed values: a body that takes `pki` or
-    `signer` gets those groups as one PkiOptions / SignerOptions object."""
+    `signer` gets those groups as one PkiOptions / SignerOptions object, the PKI options
+    with where each value came from (`sources`: a flag or the node configuration file);
+    a body that takes `sources` gets them as they are."""
     code = body.__code__  # not inspect.signature: inspect alone costs ~5 ms to import
     takes = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     kwargs = dict(values)
     if "pki" in takes:  # imported here: `facts` takes the options as text
         from typhapki.settings.pki import PkiOptions
 
-        kwargs["pki"] = PkiOptions(**{n: kwargs.pop(n) for n in _PKI_NAMES})
+        kwargs["pki"] = PkiOptions(
+            **{n: kwargs.pop(n) for n in _PKI_NAMES},
+            sources={n: sources[n] for n in _PKI_NAMES if n in sources},
+        )
     if "signer" in takes:
         from typhapki.settings.signer import SignerOptions
 
         kwargs["signer"] = SignerOptions(**{n: kwargs.pop(n) for n in _SIGNER_NAMES})
+    if "sources" in takes:
+        kwargs["sources"] = dict(sources)
     return kwargs
 
 
@@ -136,13 +151,18 @@ def facts_body(
     extra_args: Sequence[str],
     config_error: str | None,
     trust: Sequence[str] | None,
+    sources: Mapping[str, str],
     **raw: Any,
 ) -> int:
     """`facts`: every value as text, a mistake reported inside the fact (exit 0)."""
     from typhapki.commands.facts import RawFactOptions, facts
 
     options_ = RawFactOptions(
-        **raw, trust=list(trust or []), extra_args=list(extra_args), config_error=config_error
+        **raw,
+        trust=list(trust or []),
+        extra_args=list(extra_args),
+        config_error=config_error,
+        sources=sources,
     )
     return guarded(lambda: facts(options_))
 
@@ -231,8 +251,11 @@ def fast_parse(
     by_decl = {decl: opt for opt in spec.options for decl in opt.decls}
     by_name = {opt.name: opt for opt in spec.options}
     values: dict[str, Any] = {opt.name: opt.default for opt in spec.options}
+    state = state if state is not None else CliState()
+    sources: dict[str, str] = {}
     try:
         for name, value in dict((default_map or {}).get(argv[0], {})).items():
+            sources[name] = state.source(argv[0], name)
             configured = by_name[name]  # KeyError: not an option of ours
             if configured.multiple:
                 if not isinstance(value, list | tuple):
@@ -251,6 +274,7 @@ def fast_parse(
             return None  # --help, a positional or unknown word, -abc
         if opt.name in given and not opt.multiple:
             return None
+        sources[opt.name] = opt.flag
         if opt.kind is bool:
             if eq:
                 return None
@@ -273,6 +297,6 @@ def fast_parse(
         return None  # a required option is missing
     if spec.extra_args:
         values["extra_args"] = []
-        values["config_error"] = state.config_error if state is not None else None
+        values["config_error"] = state.config_error
     body = BODIES[argv[0]]
-    return body, bundled(body, values)
+    return body, bundled(body, values, sources)

@@ -248,8 +248,14 @@ def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
 def default_map(config: NodeConfig) -> dict[str, Any]:
     """click's `default_map` for every command of the option table
     (typhapki/settings/options.py): per command, param name -> value."""
+    return resolved(config)[0]
+
+
+def resolved(config: NodeConfig) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """`default_map`, and where each of its values is written: per command (its words
+    joined by a space), param name -> `FILE: defaults.KEY` or `FILE: commands.CMD.KEY`."""
     if config.path is None:
-        return {}
+        return {}, {}
     path = config.path
     tree = dict(_commands())
     by_name = {" ".join(p): p for p in tree}
@@ -258,16 +264,19 @@ def default_map(config: NodeConfig) -> dict[str, Any]:
             known = ", ".join(sorted(by_name))
             raise ConfigError(f"{path}: commands: unknown command {name!r} (one of: {known})")
     result: dict[str, Any] = {}
+    origins: dict[str, dict[str, str]] = {}
     used: set[str] = set()
     for cmd_path, command in tree.items():
         params = _params(command)
         values: dict[str, Any] = {}
+        where: dict[str, str] = {}
         if cmd_path not in NO_DEFAULTS:
             for key, value in config.defaults.items():
                 if key in params:
                     used.add(key)
                     param = params[key]
                     values[param.name] = _converted(path, f"defaults.{key}", param, value)
+                    where[param.name] = f"{path}: defaults.{key}"
         own = config.commands.get(" ".join(cmd_path), {})
         for key, value in own.items():
             if key not in params:
@@ -279,7 +288,9 @@ def default_map(config: NodeConfig) -> dict[str, Any]:
             values[param.name] = _converted(
                 path, f"commands.{' '.join(cmd_path)}.{key}", param, value
             )
+            where[param.name] = f"{path}: commands.{' '.join(cmd_path)}.{key}"
         values = {k: v for k, v in values.items() if v is not None}
+        origins[" ".join(cmd_path)] = {k: where[k] for k in values}
         if values:
             node = result
             for part in cmd_path[:-1]:
@@ -295,4 +306,4 @@ def default_map(config: NodeConfig) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: defaults.{key}: no command has an option --{key.replace('_', '-')}"
             )
-    return result
+    return result, origins
