@@ -105,6 +105,12 @@ def default_maps(draw: st.DrawFn) -> dict[str, Any]:
     return result
 
 
+def _sources(captured: tuple[Any, ...] | str) -> list[Any]:
+    """Where each PKI value came from, as the body received it (PkiOptions compares
+    values only)."""
+    return [getattr(getattr(a, "pki", a), "sources", None) for a in captured]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(argv=command_lines(), default_map=st.none() | default_maps())
 def test_fast_path_hands_the_body_what_typer_would(
@@ -112,7 +118,9 @@ def test_fast_path_hands_the_body_what_typer_would(
 ) -> None:
     fast = _via_fast_path(argv, default_map)
     if fast is not None:  # else typer parses it (the fallback)
-        assert fast == _via_typer(argv, default_map), (argv, default_map)
+        slow = _via_typer(argv, default_map)
+        assert fast == slow, (argv, default_map)
+        assert _sources(fast) == _sources(slow), (argv, default_map)
 
 
 @pytest.mark.parametrize(
