@@ -56,3 +56,15 @@ def test_typer_parses_exactly_the_table() -> None:
             assert bool(param.required) is opt.required, (spec.name, opt.name)
             assert bool(param.multiple) is opt.multiple, (spec.name, opt.name)
             assert bool(getattr(param, "is_flag", False)) is (opt.kind is bool), opt
+
+
+def test_declared_and_shared_build_typer_options_from_the_table() -> None:
+    """The entry points for code that declares a typer parameter of a shared option."""
+    from typhapki import cli
+    from typhapki.settings import options
+
+    for opt in options.OPTIONS:
+        info = cli.declared(opt.name)
+        assert tuple(info.param_decls) == opt.decls
+        assert (info.default, info.help) == (opt.default, opt.help)
+    assert list(cli.shared("pki")) == [o.name for o in options.group("pki")]

@@ -320,10 +320,11 @@ def probe_cmd(
     cluster: Optional[str],
     timeout: float,
     json_out: bool,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.probe import probe
 
-    pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san)
+    pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
     return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
 
 
