@@ -17,16 +17,17 @@ Marks:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Opt:
+class Opt(NamedTuple):
     """One option: its parameter name, flag, value type, help and marks.
 
     A shared option (OPTIONS) means the same in every command that takes it; a
-    command's own options (COMMANDS) may reuse a name with another meaning.
+    command's own options (COMMANDS) may reuse a name with another meaning. A named
+    tuple, not a dataclass: the table is built on every start of every command, and
+    dataclass() compiles several methods per class at import.
     """
 
     name: str
@@ -148,8 +149,8 @@ def group(name: str) -> tuple[Opt, ...]:
 # --- every command's options ----------------------------------------------------------
 # Options that several commands take with one meaning, but that are not shared settings
 # (not in OPTIONS: hiera and the node configuration treat them per command).
-def _own(name: str, flag: str, kind: type, help: str, **marks: object) -> Opt:
-    return Opt(name, flag, kind, help, "command", **marks)  # type: ignore[arg-type]
+def _own(name: str, flag: str, kind: type, help: str, **marks: Any) -> Opt:
+    return Opt(name, flag, kind, help, "command", **marks)
 
 
 OUT = _own("out", "--out", Path, "Output directory: one subdirectory per pod mount.", required=True)
@@ -230,11 +231,10 @@ FIREWALL_TAIL = (
 
 def _as_text(opt: Opt, help: str | None = None) -> Opt:
     """`facts` takes every value as text: the fact reports a bad one (exit 0)."""
-    return replace(opt, kind=str, help=opt.help if help is None else help, required=False)
+    return opt._replace(kind=str, help=opt.help if help is None else help, required=False)
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One command: its words, its help (first line: the summary) and its options, in
     the order --help lists them."""
 
@@ -265,8 +265,8 @@ COMMANDS: tuple[Command, ...] = (
 The local CA (--ca-dir) or cfssl (--signer cfssl) signs; what comes back is
 verified as `check` would before anything is published. Workers without Typha
 need only --role felix.""", (
-        replace(CA_DIR, help="The CA (typhaca.crt, typhaca.key), with --signer local.",
-                required=False),
+        CA_DIR._replace(help="The CA (typhaca.crt, typhaca.key), with --signer local.",
+                        required=False),
         OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
         _own("dry_run", "--dry-run", bool,
              "Print the plan and exit as `check` would; change nothing."),
@@ -280,8 +280,8 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 3 and 5 as `issue` would exit. With --nagios: one monitoring-plugins status line
 (docs/monitoring.md).""", (
         OUT, ROLE,
-        replace(CA_DIR, help="Also require leaves signed by this CA and the bundle to match.",
-                required=False),
+        CA_DIR._replace(help="Also require leaves signed by this CA and the bundle to match.",
+                        required=False),
         TRUST,
         _own("quiet", "--quiet", bool, "Print nothing when valid.", short="-q"),
         HIERA, CLUSTER,
@@ -377,7 +377,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
             "Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage.", (
         _own("stage", "--stage", str, "trust-new, reissue or drop-old (docs/rotation.md).",
              required=True, choices=("trust-new", "reissue", "drop-old")),
-        replace(CA_DIR, help="The CA being rotated out."),
+        CA_DIR._replace(help="The CA being rotated out."),
         _own("new_ca_dir", "--new-ca-dir", Path, "The CA rotated in.", required=True),
         OUT, ROLE,
         _own("check", "--check", bool, "Exit 0 if OUT is at the stage, 1 if not."),
@@ -392,8 +392,8 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
             "Prometheus metrics: expiry, validity, rotation, restart pending, probe, ferm "
             "state.", (
         OUT, ROLE,
-        replace(CA_DIR, help="Also judge the set against this CA (as `check --ca-dir`).",
-                required=False),
+        CA_DIR._replace(help="Also judge the set against this CA (as `check --ca-dir`).",
+                        required=False),
         TRUST, HIERA, CLUSTER,
         _own("textfile_dir", "--textfile-dir", Path,
              "Write DIR/typhapki.prom atomically for node_exporter (default: print)."),
