@@ -1,10 +1,15 @@
-"""The options several commands share, each declared once, with what may set it.
+"""Every option of every command, each declared once, with what may set it.
 
-The CLI's option declarations (typhapki/cli.py), the node configuration file's
-flag-only refusals (typhapki/nodeconfig.py), hiera's refusal of secrets and the keys
-it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py), the completion's
-values (typhapki/docgen.py) and the option table of docs/options.md are all read from
-here. Pure data: importing it costs nothing and imports neither typer nor click.
+OPTIONS holds the options several commands share with one meaning (the certificate
+and signer settings, the mTLS proof, the confirmations); COMMANDS lists every command
+with its help and all its options, shared or its own. Read from here: typer's command
+line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
+without typer (typhapki/fastcli.py); the node configuration file's keys, values and
+flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
+it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py); the man page, the
+completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
+one entry here (and the parameter of the body that uses it). Pure data: importing it
+costs little and imports neither typer nor click.
 
 Marks:
 - `hiera`: the cluster's ``typha:`` mapping may set it, under the same key name;
