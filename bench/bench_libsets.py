@@ -6,7 +6,7 @@ the way Puppet (exec unless) and Facter (facts.d) run them on every agent run:
 - newest: this venv's typhapki on the newest PyPI releases (typer >= 0.29, which
   converts every option through pydantic).
 
-Each also without the fast path of cli.main() (TYPHAPKI_NO_FAST_PATH=1), i.e. with
+Each also without the fast path of entry.main() (TYPHAPKI_NO_FAST_PATH=1), i.e. with
 typer's own parser, to show what the fast path saves.
 
     python bench/bench_libsets.py [--runs N]

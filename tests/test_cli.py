@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import run_cli
 
@@ -18,3 +19,52 @@ def test_version_prints_the_packages_version(tmp_path: Path) -> None:
     again = run_cli("--version", env={"TYPHAPKI_CONFIG": str(broken)})
     assert (again.returncode, again.stdout) == (0, result.stdout)
     assert "--version" in run_cli("--help").stdout
+
+
+def _leaves(group: Any, prefix: tuple[str, ...] = ()) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, sub in group.commands.items():
+        if isinstance(getattr(sub, "commands", None), dict):
+            found.update(_leaves(sub, (*prefix, name)))
+        else:
+            found[" ".join((*prefix, name))] = sub
+    return found
+
+
+def test_typer_parses_exactly_the_table() -> None:
+    """cli.py is built from typhapki/settings/options.py: every command, and every
+    option of it with its flags, help, requiredness and repetition, and nothing else."""
+    import typer
+
+    from typhapki import cli
+    from typhapki.settings import options
+
+    leaves = _leaves(typer.main.get_command(cli.app))
+    assert sorted(leaves) == sorted(c.name for c in options.COMMANDS)
+    for spec in options.COMMANDS:
+        command = leaves[spec.name]
+        assert command.help.split()[:4] == spec.help.split()[:4], spec.name
+        params = {p.name: p for p in command.params}
+        assert list(params) == [o.name for o in spec.options], spec.name
+        for opt in spec.options:
+            param = params[opt.name]
+            if opt.argument:
+                assert (param.param_type_name, param.nargs) == ("argument", -1), opt
+                continue
+            assert set(param.opts) | set(param.secondary_opts) == set(opt.decls), opt
+            assert param.help == opt.help, opt
+            assert bool(param.required) is opt.required, (spec.name, opt.name)
+            assert bool(param.multiple) is opt.multiple, (spec.name, opt.name)
+            assert bool(getattr(param, "is_flag", False)) is (opt.kind is bool), opt
+
+
+def test_declared_and_shared_build_typer_options_from_the_table() -> None:
+    """The entry points for code that declares a typer parameter of a shared option."""
+    from typhapki import cli
+    from typhapki.settings import options
+
+    for opt in options.OPTIONS:
+        info = cli.declared(opt.name)
+        assert tuple(info.param_decls) == opt.decls
+        assert (info.default, info.help) == (opt.default, opt.help)
+    assert list(cli.shared("pki")) == [o.name for o in options.group("pki")]

@@ -1,6 +1,6 @@
-"""`check`, `facts` and `metrics` skip typer's parser on a plain command line (cli.fast_parse): the
-command body must receive exactly what typer would have given it, and every other
-command line must go to typer."""
+"""`check`, `facts` and `metrics` skip typer's parser on a plain command line
+(typhapki/fastcli.py's fast_parse): the command body must receive exactly what typer
+would have given it, and every other command line must go to typer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli_process
-from typhapki import cli
+from typhapki import cli, fastcli
+from typhapki.settings import options
 
 VALUES = ["a", "/tmp/x y", "3", "-1", "", "x=y", "both", "felix", "12d", "--out", "0600"]
 OTHER = ["--help", "-h", "--nope", "pos", "-qq", "--", "-"]
@@ -41,10 +42,7 @@ def record_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _option_strings(command: str) -> list[str]:
-    callback = next(c.callback for c in cli.app.registered_commands if c.name == command)
-    assert callback is not None
-    options, _ = cli._fast_options(callback)
-    return sorted(options)
+    return sorted(decl for opt in options.COMMAND[command].options for decl in opt.decls)
 
 
 def _via_typer(argv: list[str], default_map: dict[str, Any] | None = None) -> tuple[Any, ...] | str:
@@ -60,7 +58,7 @@ def _via_typer(argv: list[str], default_map: dict[str, Any] | None = None) -> tu
 def _via_fast_path(
     argv: list[str], default_map: dict[str, Any] | None = None
 ) -> tuple[Any, ...] | None:
-    fast = cli.fast_parse(argv, default_map)
+    fast = fastcli.fast_parse(argv, default_map)
     if fast is None:
         return None
     callback, kwargs = fast
@@ -71,7 +69,7 @@ def _via_fast_path(
 
 @st.composite
 def command_lines(draw: st.DrawFn) -> list[str]:
-    command = draw(st.sampled_from(cli.FAST_COMMANDS))
+    command = draw(st.sampled_from(fastcli.FAST_COMMANDS))
     options = _option_strings(command)
     argv = [command]
     for _ in range(draw(st.integers(0, 6))):
@@ -92,11 +90,9 @@ def command_lines(draw: st.DrawFn) -> list[str]:
 def default_maps(draw: st.DrawFn) -> dict[str, Any]:
     """click default_maps as the node configuration file gives them (flags win)."""
     result: dict[str, Any] = {}
-    for command in cli.FAST_COMMANDS:
-        callback = next(c.callback for c in cli.app.registered_commands if c.name == command)
-        assert callback is not None
-        options, _ = cli._fast_options(callback)
-        names = sorted({(o.name, o.multiple, o.kind is bool) for o in options.values()})
+    for command in fastcli.FAST_COMMANDS:
+        table = options.COMMAND[command].options
+        names = sorted({(o.name, o.multiple, o.kind is bool) for o in table})
         values: dict[str, Any] = {}
         for name, multiple, flag in draw(st.lists(st.sampled_from(names), max_size=3)):
             if flag:
@@ -109,6 +105,12 @@ def default_maps(draw: st.DrawFn) -> dict[str, Any]:
     return result
 
 
+def _sources(captured: tuple[Any, ...] | str) -> list[Any]:
+    """Where each PKI value came from, as the body received it (PkiOptions compares
+    values only)."""
+    return [getattr(getattr(a, "pki", a), "sources", None) for a in captured]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(argv=command_lines(), default_map=st.none() | default_maps())
 def test_fast_path_hands_the_body_what_typer_would(
@@ -116,7 +118,9 @@ def test_fast_path_hands_the_body_what_typer_would(
 ) -> None:
     fast = _via_fast_path(argv, default_map)
     if fast is not None:  # else typer parses it (the fallback)
-        assert fast == _via_typer(argv, default_map), (argv, default_map)
+        slow = _via_typer(argv, default_map)
+        assert fast == slow, (argv, default_map)
+        assert _sources(fast) == _sources(slow), (argv, default_map)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +145,7 @@ def test_what_puppet_and_facter_pass_takes_the_fast_path(argv: list[str]) -> Non
     [["check", "--help"], ["check"], ["check", "--out"], ["check", "--days", "x", "--out", "o"]],
 )
 def test_help_and_usage_errors_go_to_typer(argv: list[str]) -> None:
-    assert cli.fast_parse(argv) is None
+    assert fastcli.fast_parse(argv) is None
 
 
 def test_both_paths_give_the_same_result_as_processes(issued: Path, ca_dir: Path) -> None:

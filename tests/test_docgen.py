@@ -175,3 +175,17 @@ def test_the_options_doc_is_generated_from_the_declaration() -> None:
         nodeconfig.FLAG_ONLY
     )
     assert "cfssl_auth_key" in options.SECRETS
+
+
+@pytest.mark.parametrize(
+    ("kind", "committed"),
+    [("man", "docs/typhapki.1"), ("bash", "contrib/bash-completion/typhapki")],
+)
+def test_the_committed_files_are_generated_from_the_table(kind: str, committed: str) -> None:
+    """What the .deb installs (debian/typhapki.manpages, debian/typhapki.bash-completion)
+    is what the table makes: regenerate with `python3 -m typhapki.docgen KIND FILE`."""
+    made = {"man": docgen.man_page, "bash": docgen.bash_completion}[kind]()
+    regenerate = f"python3 -m typhapki.docgen {kind} {committed}"
+    assert (SOURCE / committed).read_text() == made, regenerate
+    listed = {"man": "typhapki.manpages", "bash": "typhapki.bash-completion"}[kind]
+    assert (SOURCE / "debian" / listed).read_text().split() == [committed]

@@ -13,8 +13,9 @@ from pathlib import Path
 from tests.conftest import SOURCE
 
 PACKAGE = SOURCE / "typhapki"
-# Above commands/: the CLI, and what generates docs from it.
-TOP = {"typhapki.cli", "typhapki.__main__", "typhapki.docgen"}
+# Above commands/: the CLI (its entry point and fast path included), and what generates
+# docs from it.
+TOP = {"typhapki.cli", "typhapki.entry", "typhapki.fastcli", "typhapki.__main__", "typhapki.docgen"}
 
 
 def module_name(path: Path) -> str:

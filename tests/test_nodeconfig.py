@@ -8,13 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki import nodeconfig
-from typhapki.cli import app
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
@@ -130,7 +128,7 @@ def test_no_file_means_no_defaults(tmp_path: Path) -> None:
         nodeconfig.load(dangling)  # there, but unreadable: an error
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    assert nodeconfig.default_map(nodeconfig.load(empty), typer.main.get_command(app)) == {}
+    assert nodeconfig.default_map(nodeconfig.load(empty)) == {}
 
 
 BAD = {
@@ -179,7 +177,7 @@ def test_option_long_names_are_accepted(tmp_path: Path) -> None:
     path.write_text(
         "defaults:\n  ca-dir: /ca\n  json: true\ncommands:\n  manifests:\n    format: operator\n"
     )
-    dm = nodeconfig.default_map(nodeconfig.load(path), typer.main.get_command(app))
+    dm = nodeconfig.default_map(nodeconfig.load(path))
     assert dm["issue"]["ca_dir"] == "/ca"
     assert dm["issue"]["json_out"] == "true"
     assert dm["manifests"]["fmt"] == "operator"
@@ -209,13 +207,12 @@ def test_defaults_reach_every_command_that_has_the_option(
 
     path = tmp_path / "gen.yaml"
     path.write_text(yaml.safe_dump({"defaults": values}))
-    root = typer.main.get_command(app)
-    dm = nodeconfig.default_map(nodeconfig.load(path), root)
-    for cmd_path, command in nodeconfig._commands(root):
+    dm = nodeconfig.default_map(nodeconfig.load(path))
+    for cmd_path, command in nodeconfig._commands():
         given_here = dm
         for part in cmd_path:
             given_here = given_here.get(part, {})
-        names = {p.name for p in command.params}
+        names = {o.name for o in command.options}
         for key, value in values.items():
             if cmd_path in nodeconfig.NO_DEFAULTS or key not in names:
                 assert key not in given_here
@@ -361,4 +358,4 @@ def test_options_that_skip_a_safety_check_are_flags_only(
     path.write_text(f"{place}  {key}: {value}\n")
     config = nodeconfig.load(path)
     with pytest.raises(ConfigError, match=f"{key}: --{option.replace('_', '-')} .*flag only"):
-        nodeconfig.default_map(config, typer.main.get_command(app))
+        nodeconfig.default_map(config)

@@ -1,3 +1,3 @@
-from typhapki.cli import main
+from typhapki.entry import main
 
 raise SystemExit(main())

@@ -1,43 +1,46 @@
-"""The man page and the bash completion, generated from the CLI's own command tree.
+"""The man page and the bash completion, generated from the option table.
 
-    python3 -m typhapki.docgen man FILE     # roff, typhapki(1)
-    python3 -m typhapki.docgen bash FILE    # a static bash-completion snippet
+    python3 -m typhapki.docgen man docs/typhapki.1                     # roff, typhapki(1)
+    python3 -m typhapki.docgen bash contrib/bash-completion/typhapki   # static completion
+    python3 -m typhapki.docgen options docs/options.md                 # the shared options
 
-The Debian package builds both at build time (debian/rules), so they always describe
-the commands and options of the code they ship with. Only the click objects' public
-attributes are read (name, opts, help, required, is_flag, nargs), which typer 0.7 and
-the newest typer expose alike. The output is deterministic: no date, sorted commands.
+Every command, its help and its options are declared once, in
+typhapki/settings/options.py, which the CLI (typhapki/cli.py) is built from too; the
+Debian package installs the generated files (debian/typhapki.manpages,
+debian/typhapki.bash-completion), and tests/test_docgen.py fails when one of them and
+the table disagree. The output is deterministic: no date, sorted commands. Neither
+typer nor click is imported.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from typhapki import __version__
 from typhapki.settings import options
 
-# Values a completion offers for options that take one of a fixed set of words.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "--role": ("typha", "felix", "both"),
-    "--mode": ("strict", "relaxed"),
-    "--style": ("plain", "function"),
-    "--format": ("hardway", "operator"),
-    "--stage": ("trust-new", "reissue", "drop-old"),
-    "--identity": ("cn", "uri-san"),
-    "--component": ("typha", "felix"),
-    "--dns-gate": ("enforce", "warn"),
-    # the shared options' values, from their one declaration
-    **{opt.flag: opt.choices for opt in options.OPTIONS if opt.choices},
-}
-# Where one command takes fewer of them: (command, option) -> values.
-COMMAND_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("request", "--role"): ("typha", "felix"),
-    ("sign", "--role"): ("typha", "felix"),
-}
+
+def _all_choices() -> tuple[dict[str, tuple[str, ...]], dict[tuple[str, str], tuple[str, ...]]]:
+    """Option -> the values completion offers (as the first command in the table that
+    has it declares them), and (command, option) -> values where a command differs."""
+    common: dict[str, tuple[str, ...]] = {}
+    narrowed: dict[tuple[str, str], tuple[str, ...]] = {}
+    for command in options.COMMANDS:
+        for opt in command.options:
+            if opt.choices and not opt.argument:
+                common.setdefault(opt.flag, opt.choices)
+    for command in options.COMMANDS:
+        for opt in command.options:
+            if opt.flag in common and opt.choices != common[opt.flag]:
+                narrowed[(command.name, opt.flag)] = opt.choices
+    return common, narrowed
+
+
+# Values a completion offers for options that take one of a fixed set of words, and
+# where one command takes fewer of them: (command, option) -> values.
+CHOICES, COMMAND_CHOICES = _all_choices()
 
 
 def choices(command: str, option: str) -> tuple[str, ...] | None:
@@ -70,17 +73,9 @@ class Opt:
     path: bool  # the value is a file or directory
 
 
-def _is_path(param: Any) -> bool:
-    """click (typer 0.7) has param.type; typer >= 0.28 a type descriptor instead."""
-    kind = getattr(param, "type", None)
-    if kind is not None:
-        return getattr(kind, "name", "") == "path"
-    return "Path" in repr(getattr(getattr(param, "type_descriptor", None), "annotation", ""))
-
-
 @dataclass(frozen=True)
 class Cmd:
-    """One command of the tree, with its options."""
+    """One command of the table, with its options."""
 
     path: tuple[str, ...]  # ("ca", "init")
     help: str
@@ -88,53 +83,32 @@ class Cmd:
     options: tuple[Opt, ...]
 
 
-def _click_root() -> Any:
-    import typer
-
-    from typhapki.cli import app
-
-    return typer.main.get_command(app)
-
-
 def _first_paragraph(text: str | None) -> str:
     return (text or "").strip().split("\n\n")[0].replace("\n", " ").strip()
 
 
-def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[Cmd]:
-    for name in sorted(group.commands):
-        command = group.commands[name]
-        if getattr(command, "hidden", False):
-            continue
-        if hasattr(command, "commands"):
-            yield from _walk(command, (*prefix, name))
-            continue
-        options: list[Opt] = []
-        arguments: list[str] = []
-        for param in command.params:
-            if getattr(param, "param_type_name", "") == "argument":
-                many = param.nargs == -1
-                arguments.append(param.name.upper() + ("..." if many else ""))
-                continue
-            if getattr(param, "hidden", False):
-                continue
-            long_first = sorted(param.opts, key=lambda o: (not o.startswith("--"), o))
-            flag = bool(getattr(param, "is_flag", False))
-            options.append(
-                Opt(
-                    names=tuple(long_first),
-                    metavar="" if flag else param.name.upper(),
-                    help=_first_paragraph(getattr(param, "help", "")),
-                    required=bool(param.required),
-                    repeatable=bool(getattr(param, "multiple", False)),
-                    path=_is_path(param),
-                )
-            )
-        yield Cmd((*prefix, name), _first_paragraph(command.help), tuple(arguments), tuple(options))
+def _shown(opt: options.Opt) -> Opt:
+    return Opt(
+        names=opt.decls,
+        metavar="" if opt.kind is bool else opt.name.upper(),
+        help=_first_paragraph(opt.help),
+        required=opt.required,
+        repeatable=opt.multiple,
+        path=opt.kind is Path,
+    )
 
 
 def commands() -> list[Cmd]:
-    """Every leaf command of the CLI, in name order."""
-    return list(_walk(_click_root()))
+    """Every command of the table, in name order."""
+    return [
+        Cmd(
+            tuple(command.name.split()),
+            _first_paragraph(command.help),
+            tuple(o.flag + ("..." if o.multiple else "") for o in command.options if o.argument),
+            tuple(_shown(o) for o in command.options if not o.argument),
+        )
+        for command in sorted(options.COMMANDS, key=lambda c: c.name.split())
+    ]
 
 
 def _roff(text: str) -> str:
@@ -163,12 +137,11 @@ def _synopsis(cmd: Cmd) -> str:
 
 def man_page() -> str:
     """typhapki(1) in roff."""
-    root = _click_root()
     cmds = commands()
     out = [
         f'.TH TYPHAPKI 1 "" "typhapki {_roff(__version__)}" "User Commands"',
         ".SH NAME",
-        "typhapki \\- " + _roff(_first_paragraph(root.help).rstrip(".")),
+        "typhapki \\- " + _roff(_first_paragraph(options.PROGRAM_HELP).rstrip(".")),
         ".SH SYNOPSIS",
         "\\fBtyphapki\\fR \\fICOMMAND\\fR [\\fIOPTIONS\\fR]",
         ".br",

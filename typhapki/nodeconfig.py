@@ -93,7 +93,7 @@ def load(path: Path | None) -> NodeConfig:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
         scan_events(text, path, "the node configuration file")
-        # BaseLoader: every scalar is text, converted by click like a flag's value.
+        # BaseLoader: every scalar is text, converted like a flag's value.
         doc = _nulls_dropped(yaml.load(text, Loader=yaml.BaseLoader), path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -183,89 +183,100 @@ def _mapping(path: Path, key: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
-# click's objects are typed loosely here: typer 0.7 (bookworm) hands out click's own
-# classes, newer typer its vendored copy (typer._click); both have the same shape.
-def _commands(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every leaf command of the tree with its path: ("issue",), ("ca", "init")."""
-    if isinstance(getattr(group, "commands", None), dict):
-        for name, sub in sorted(group.commands.items()):
-            yield from _commands(sub, (*prefix, name))
-    else:
-        yield prefix, group
+def _commands() -> Iterator[tuple[tuple[str, ...], options.Command]]:
+    """Every command of the table with its words: ("issue",), ("ca", "init")."""
+    for command in sorted(options.COMMANDS, key=lambda c: c.name):
+        yield tuple(command.name.split()), command
 
 
-def _params(command: Any) -> dict[str, Any]:
+def _params(command: options.Command) -> dict[str, options.Opt]:
     """Options by every name the file may use: `ca_dir` and `ca-dir` alike."""
-    names: dict[str, Any] = {}
-    for param in command.params:
-        if param.param_type_name != "option" or param.name is None:
-            continue
-        names[param.name] = param
-        for opt in param.opts:
-            if opt.startswith("--"):
-                names[opt[2:]] = param
+    names: dict[str, options.Opt] = {}
+    for opt in command.options:
+        if not opt.argument:
+            names[opt.name] = opt
+            names[opt.flag[2:]] = opt
     return names
 
 
-def _converted(path: Path, key: str, param: Any, value: Any) -> Any:
-    """The value as the file gives it (text), checked the way click will convert it.
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def _problem(kind: type, text: str) -> str | None:
+    """Why the option's conversion (click's, as on the command line) refuses `text`."""
+    try:
+        if kind is int:
+            int(text)
+        elif kind is float:
+            float(text)
+        elif kind is bool and text.strip().lower() not in _TRUE | _FALSE:
+            return f"{text!r} is not a valid boolean."
+    except ValueError:
+        return f"{text!r} is not a valid {'integer' if kind is int else 'float'}."
+    return None
+
+
+def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
+    """The value as the file gives it (text), checked the way the option converts it.
 
     An option in FLAG_ONLY is refused whatever its value.
 
     Scalars are read as text (YAML's BaseLoader), so `key_mode: 0640` stays "0640" and
-    click converts "90" or "true" exactly as it would on the command line.
+    "90" or "true" convert exactly as they would on the command line.
     """
-    from typer import BadParameter
-
-    if param.name in FLAG_ONLY:
-        flag = next((o for o in param.opts if o.startswith("--")), f"--{param.name}")
+    if opt.name in FLAG_ONLY:
         raise ConfigError(
-            f"{path}: {key}: {flag} overrides a safety check and is a flag only: "
+            f"{path}: {key}: {opt.flag} overrides a safety check and is a flag only: "
             "never read from this file"
         )
     if value is None:
         return None
-    if param.multiple and not isinstance(value, list):
+    if opt.multiple and not isinstance(value, list):
         value = [value]
     items = value if isinstance(value, list) else [value]
-    if (isinstance(value, list) and not param.multiple) or isinstance(value, dict):
+    if (isinstance(value, list) and not opt.multiple) or isinstance(value, dict):
         raise ConfigError(f"{path}: {key}: expected a single value")
     if any(not isinstance(item, str) for item in items):
         raise ConfigError(f"{path}: {key}: expected a list of single values")
-    try:
-        if getattr(param, "type", None) is not None:  # click's types (typer 0.7 ... 0.28)
-            for item in items:
-                param.type.convert(item, param, None)
-        else:  # typer >= 0.29: no click type, its own (pydantic) coercion of the value
-            runtime = param.get_runtime_param()
-            runtime.coerce(items if param.multiple else items[0], param=param, ctx=None)
-    except BadParameter as exc:
-        raise ConfigError(f"{path}: {key}: {exc.message}") from None
+    for item in items:
+        if (problem := _problem(opt.kind, item)) is not None:
+            raise ConfigError(f"{path}: {key}: {problem}")
     return value
 
 
-def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
-    """click's `default_map` for the command tree: per command, param name -> value."""
+def default_map(config: NodeConfig) -> dict[str, Any]:
+    """click's `default_map` for every command of the option table
+    (typhapki/settings/options.py): per command, param name -> value."""
+    return resolved(config)[0]
+
+
+def resolved(config: NodeConfig) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """`default_map`, and where each of its values is written: per command (its words
+    joined by a space), param name -> `FILE: defaults.KEY` or `FILE: commands.CMD.KEY`."""
     if config.path is None:
-        return {}
+        return {}, {}
     path = config.path
-    tree = dict(_commands(root))
+    tree = dict(_commands())
     by_name = {" ".join(p): p for p in tree}
     for name in config.commands:
         if name not in by_name:
             known = ", ".join(sorted(by_name))
             raise ConfigError(f"{path}: commands: unknown command {name!r} (one of: {known})")
     result: dict[str, Any] = {}
+    origins: dict[str, dict[str, str]] = {}
     used: set[str] = set()
     for cmd_path, command in tree.items():
         params = _params(command)
         values: dict[str, Any] = {}
+        where: dict[str, str] = {}
         if cmd_path not in NO_DEFAULTS:
             for key, value in config.defaults.items():
                 if key in params:
                     used.add(key)
                     param = params[key]
-                    values[str(param.name)] = _converted(path, f"defaults.{key}", param, value)
+                    values[param.name] = _converted(path, f"defaults.{key}", param, value)
+                    where[param.name] = f"{path}: defaults.{key}"
         own = config.commands.get(" ".join(cmd_path), {})
         for key, value in own.items():
             if key not in params:
@@ -274,10 +285,12 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
                     f"`typhapki {' '.join(cmd_path)}` has no option --{key.replace('_', '-')}"
                 )
             param = params[key]
-            values[str(param.name)] = _converted(
+            values[param.name] = _converted(
                 path, f"commands.{' '.join(cmd_path)}.{key}", param, value
             )
+            where[param.name] = f"{path}: commands.{' '.join(cmd_path)}.{key}"
         values = {k: v for k, v in values.items() if v is not None}
+        origins[" ".join(cmd_path)] = {k: where[k] for k in values}
         if values:
             node = result
             for part in cmd_path[:-1]:
@@ -293,4 +306,4 @@ def default_map(config: NodeConfig, root: Any) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: defaults.{key}: no command has an option --{key.replace('_', '-')}"
             )
-    return result
+    return result, origins

@@ -161,7 +161,7 @@ def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
     """Startup cost: without --hiera, none of the heavy libraries is imported."""
     code = (
         "import sys\n"
-        "from typhapki.cli import main\n"
+        "from typhapki.entry import main\n"
         f"sys.argv = ['typhapki', 'facts', '--out', {str(issued)!r}]\n"
         "try:\n"
         "    main()\n"

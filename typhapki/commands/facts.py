@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from typhapki.errors import EXIT_OK, UsageError
@@ -35,15 +35,18 @@ class RawFactOptions:
     no_probe: bool = False
     extra_args: Sequence[str] = ()
     config_error: str | None = None  # the node configuration file could not be used
+    sources: Mapping[str, str] = field(default_factory=dict)  # option -> where it was given
 
 
-def _days(value: str | None) -> int | None:
+def _days(value: str | None, source: str) -> int | None:
     if value is None:
         return None
     try:
         return int(value)
     except ValueError:
-        raise UsageError(f"--days: expected a whole number of days, got {value!r}") from None
+        raise UsageError(
+            f"days {value!r} (from {source}): expected a whole number of days"
+        ) from None
 
 
 def facts(raw: RawFactOptions) -> int:
@@ -85,12 +88,13 @@ def facts(raw: RawFactOptions) -> int:
             raw.typha_uri_san,
             raw.felix_uri_san,
             raw.key_type,
-            _days(raw.days),
+            _days(raw.days, raw.sources.get("days", "--days")),
             raw.renew_before,
             raw.key_owner,
             raw.key_group,
             raw.key_mode,
             raw.node_name,
+            sources=raw.sources,
         )
         return build_settings(flags.merged_over(hiera_options))
 

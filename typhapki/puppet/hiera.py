@@ -124,6 +124,9 @@ class TyphaSettings:
     dns_gate: str | None = None
     # where to prove that the cluster's Typha enforces mTLS when none listens locally
     typha_address: str | None = None
+    # Where each value set above was written (FILE:LINE: KEY), for an error about a
+    # value the PKI layer refuses (typhapki/settings/pki.py).
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -530,7 +533,7 @@ _SIGNERS = ("local", "cfssl")
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
 _CFSSL_NAMES = ("cfssl_label", "cfssl_profile_typha", "cfssl_profile_felix")
 # TyphaSettings fields set from the cluster's own keys, never written under typha:.
-_CLUSTER_FIELDS = ("pki_intermediate_base", "pki_intermediate_base_where")
+_CLUSTER_FIELDS = ("pki_intermediate_base", "pki_intermediate_base_where", "sources")
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
 _SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
@@ -556,7 +559,7 @@ def _typha_settings(node: YNode) -> TyphaSettings:
         if item.value is None:
             continue  # an explicit null unsets a default
         values[key] = _typha_value(key, item)
-    return TyphaSettings(**values)
+    return TyphaSettings(**values, sources={key: items[key].where for key in values})
 
 
 def cfssl_name_problem(value: object) -> str | None:

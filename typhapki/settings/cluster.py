@@ -29,8 +29,13 @@ def require_pair(hiera: Path | None, cluster: str | None) -> bool:
 
 
 def pki_options_of(typha: TyphaSettings) -> PkiOptions:
-    """A cluster's ``typha:`` mapping as certificate options (None where not set)."""
-    return PkiOptions(**{name: getattr(typha, name) for name in options.hiera_keys("pki")})
+    """A cluster's ``typha:`` mapping as certificate options (None where not set), each
+    remembering where hiera sets it."""
+    names = options.hiera_keys("pki")
+    return PkiOptions(
+        **{name: getattr(typha, name) for name in names},
+        sources={n: f"hiera {typha.sources[n]}" for n in names if n in typha.sources},
+    )
 
 
 def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSettings | None:
@@ -61,8 +66,9 @@ def _merged_pki(
             build_settings(flags)
         except UsageError:
             raise exc from None  # the flags are wrong on their own: their message
-        # The hiera values are to blame: say where they are.
-        raise ConfigError(f"{hiera}: cluster {cluster!r}, typha: {exc}") from None
+        # The hiera values are to blame: the message names where they are written
+        # (each value's source), and the error is hiera's.
+        raise ConfigError(str(exc)) from None
     return merged
 
 

@@ -1,10 +1,15 @@
-"""The options several commands share, each declared once, with what may set it.
+"""Every option of every command, each declared once, with what may set it.
 
-The CLI's option declarations (typhapki/cli.py), the node configuration file's
-flag-only refusals (typhapki/nodeconfig.py), hiera's refusal of secrets and the keys
-it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py), the completion's
-values (typhapki/docgen.py) and the option table of docs/options.md are all read from
-here. Pure data: importing it costs nothing and imports neither typer nor click.
+OPTIONS holds the options several commands share with one meaning (the certificate
+and signer settings, the mTLS proof, the confirmations); COMMANDS lists every command
+with its help and all its options, shared or its own. Read from here: typer's command
+line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
+without typer (typhapki/fastcli.py); the node configuration file's keys, values and
+flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
+it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py); the man page, the
+completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
+one entry here (and the parameter of the body that uses it). Pure data: importing it
+costs little and imports neither typer nor click.
 
 Marks:
 - `hiera`: the cluster's ``typha:`` mapping may set it, under the same key name;
@@ -17,29 +22,51 @@ Marks:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Opt:
-    """One shared option: its parameter name, flag, value type, help and marks."""
+class Opt(NamedTuple):
+    """One option: its parameter name, flag, value type, help and marks.
+
+    A shared option (OPTIONS) means the same in every command that takes it; a
+    command's own options (COMMANDS) may reuse a name with another meaning. A named
+    tuple, not a dataclass: the table is built on every start of every command, and
+    dataclass() compiles several methods per class at import.
+    """
 
     name: str
-    flag: str
+    flag: str  # "--ca-dir"; for an argument, its metavar ("PATHS")
     kind: type
     help: str
-    group: str  # "pki", "signer", "proof", "confirm"
+    group: str  # "pki", "signer", "proof", "confirm", or the command's own
     choices: tuple[str, ...] = ()
     hiera: bool = False
     secret: bool = False
     flag_only: bool = False
+    required: bool = False
+    multiple: bool = False  # repeatable: the value is a list
+    short: str = ""  # "-q"
+    value: object = None  # the default when the option is absent (None: not given)
+    argument: bool = False  # positional, not an option
 
     @property
     def default(self) -> object:
-        """What the flag's absence means: False for a flag, None (not given) otherwise."""
+        """What the option's absence means: ... (required), its default value, else
+        False for a flag and None (not given) otherwise."""
+        if self.required:
+            return ...
+        if self.value is not None:
+            return self.value
         return False if self.kind is bool else None
 
+    @property
+    def decls(self) -> tuple[str, ...]:
+        """Every option string: the long flag, then the short one if any."""
+        return (self.flag, self.short) if self.short else (self.flag,)
+
+
+PROGRAM_HELP = "Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096")
 
@@ -122,6 +149,312 @@ SECRETS = frozenset(o.name for o in OPTIONS if o.secret)
 def group(name: str) -> tuple[Opt, ...]:
     """The options of one group, in declaration order."""
     return tuple(o for o in OPTIONS if o.group == name)
+
+
+# --- every command's options ----------------------------------------------------------
+# Options that several commands take with one meaning, but that are not shared settings
+# (not in OPTIONS: hiera and the node configuration treat them per command).
+def _own(name: str, flag: str, kind: type, help: str, **marks: Any) -> Opt:
+    return Opt(name, flag, kind, help, "command", **marks)
+
+
+OUT = _own("out", "--out", Path, "Output directory: one subdirectory per pod mount.", required=True)
+ROLE = _own(
+    "role", "--role", str, "typha, felix or both.", value="both", choices=("typha", "felix", "both")
+)
+ONE_ROLE = _own("role", "--role", str, "typha or felix.", required=True, choices=("typha", "felix"))
+CA_DIR = _own(
+    "ca_dir", "--ca-dir", Path, "Directory holding typhaca.crt and typhaca.key.", required=True
+)
+TRUST = _own(
+    "trust",
+    "--trust",
+    Path,
+    "Extra CA certificate to keep in the bundle (rotation). Repeatable.",
+    multiple=True,
+)
+JSON = _own("json_out", "--json", bool, "Machine-readable output.")
+HIERA = _own(
+    "hiera", "--hiera", Path, "Hiera file or directory: settings from the cluster's typha:."
+)
+CLUSTER = _own("cluster", "--cluster", str, "Cluster name in --hiera (flags win over it).")
+# The DNS gate's options, shared by ferm and lint-hiera.
+NAMESERVERS = _own(
+    "nameserver",
+    "--nameserver",
+    str,
+    "Resolver IP[:PORT], repeatable. Default: $TYPHAPKI_NAMESERVERS, else /etc/resolv.conf.",
+    multiple=True,
+)
+DNS_TIMEOUT = _own("timeout", "--timeout", float, "Seconds per DNS query (default 2).")
+# Which Typha the monitoring commands probe (metrics, check --nagios, facts).
+PROBE_ADDRESS = _own(
+    "probe_address",
+    "--probe-address",
+    str,
+    "Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
+)
+NO_PROBE = _own("no_probe", "--no-probe", bool, "Never probe Typha.")
+# The firewall commands' options, shared by ferm and nft (typhapki/commands/ferm.py).
+FIREWALL_HEAD = (
+    _own("hiera", "--hiera", Path, "Hiera YAML file, or a directory of them.", required=True),
+    _own("cluster", "--cluster", str, "Cluster name in kubernetes::clusters.", required=True),
+    _own(
+        "mode",
+        "--mode",
+        str,
+        "strict (every node address) or relaxed (networks).",
+        choices=("strict", "relaxed"),
+    ),
+)
+FW_PORT = _own("port", "--port", int, "Typha port (default 5473).")
+FW_OUTPUT = _own(
+    "output", "--output", Path, "Write here atomically, only on change (default stdout)."
+)
+FW_CHECK = _own("check", "--check", bool, "Exit 0 if --output is up to date, else 1.")
+FIREWALL_TAIL = (
+    NAMESERVERS,
+    DNS_TIMEOUT,
+    _own("concurrency", "--concurrency", int, "DNS queries in flight (default 200)."),
+    _own(
+        "dns_gate",
+        "--dns-gate",
+        str,
+        "enforce (default: nothing while a node fails DNS) or warn (relaxed rules of fixed "
+        "networks only: report the names, write the rule).",
+        choices=("enforce", "warn"),
+    ),
+    _own(
+        "state_dir",
+        "--state-dir",
+        Path,
+        "Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
+    ),
+    *group("proof"),
+)
+
+
+def _as_text(opt: Opt, help: str | None = None) -> Opt:
+    """`facts` takes every value as text: the fact reports a bad one (exit 0)."""
+    return opt._replace(kind=str, help=opt.help if help is None else help, required=False)
+
+
+class Command(NamedTuple):
+    """One command: its words, its help (first line: the summary) and its options, in
+    the order --help lists them."""
+
+    name: str  # "check", "ca init"
+    help: str
+    options: tuple[Opt, ...]
+    extra_args: bool = False  # stray arguments reach the body (facts)
+
+    def option(self, name: str) -> Opt:
+        """The option whose parameter is `name`."""
+        return next(o for o in self.options if o.name == name)
+
+
+_PKI = group("pki")
+_SIGNER = group("signer")
+
+COMMANDS: tuple[Command, ...] = (
+    Command("ca init", "Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key.", (
+        CA_DIR,
+        _own("key_type", "--key-type", str, "Key type of the CA.", value="ecdsa-p256",
+             choices=KEY_TYPES),
+        _own("days", "--days", int, "CA lifetime in days.", value=3650),
+        _own("cn", "--cn", str, "CA common name (default: dated, unique)."),
+        BY_NAME["force"],
+    )),
+    Command("issue", """Make sure OUT holds a valid, fresh Typha and/or Felix set, keys made here.
+
+The local CA (--ca-dir) or cfssl (--signer cfssl) signs; what comes back is
+verified as `check` would before anything is published. Workers without Typha
+need only --role felix.""", (
+        CA_DIR._replace(help="The CA (typhaca.crt, typhaca.key), with --signer local.",
+                        required=False),
+        OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
+        _own("dry_run", "--dry-run", bool,
+             "Print the plan and exit as `check` would; change nothing."),
+        *_PKI, *_SIGNER,
+    )),
+    Command("check", """Exit 0 when `issue` would change nothing, 1 (one line per problem) \
+when it would.
+
+Takes issue's options and judges by the same desired state, so Puppet's `unless`
+agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-ttl);
+3 and 5 as `issue` would exit. With --nagios: one monitoring-plugins status line
+(docs/monitoring.md).""", (
+        OUT, ROLE,
+        CA_DIR._replace(help="Also require leaves signed by this CA and the bundle to match.",
+                        required=False),
+        TRUST,
+        _own("quiet", "--quiet", bool, "Print nothing when valid.", short="-q"),
+        HIERA, CLUSTER,
+        _own("nagios", "--nagios", bool,
+             "Monitoring-plugins output: one status line; exit 0 OK, 1 WARNING, 2 CRITICAL, "
+             "3 UNKNOWN."),
+        PROBE_ADDRESS, NO_PROBE,
+        _own("warning", "--warning", str,
+             "With --nagios: WARNING under this much time left (e.g. 7d). Default: renewal "
+             "overdue past a grace."),
+        _own("critical", "--critical", str,
+             "With --nagios: CRITICAL under this much time left (e.g. 2d). Default: a tenth "
+             "of the lifetime."),
+        _own("source", "--from", Path,
+             "Shipped mode: exit 0 when `install --from DIR` would change nothing."),
+        *_PKI, *_SIGNER,
+    )),
+    Command("install",
+            "Verify a set or certificate made elsewhere, then publish it atomically into OUT.", (
+        OUT, ROLE,
+        _own("source", "--from", Path,
+             "A shipped set: a directory in the layout `issue --out` writes."),
+        _own("cert", "--cert", Path,
+             "A certificate signed elsewhere for the key `request` staged."),
+        _own("bundle", "--bundle", Path,
+             "With --cert: the CA bundle to install (default: the live one)."),
+        JSON, HIERA, CLUSTER, *_PKI,
+    )),
+    Command("request",
+            "Stage the node's key for ROLE inside OUT (0600, not yet live) and print its CSR.", (
+        OUT, ONE_ROLE,
+        _own("csr_out", "--csr-out", Path, "Write the CSR here (default: print it)."),
+        HIERA, CLUSTER, *_PKI,
+    )),
+    Command("sign",
+            "Sign a node's CSR: identity, EKU and lifetime from the settings, never the CSR.", (
+        CA_DIR,
+        _own("csr", "--csr", Path, "The node's CSR (PEM).", required=True),
+        ONE_ROLE,
+        _own("cert_out", "--cert-out", Path,
+             "Write the certificate here (default: print it)."),
+        HIERA, CLUSTER, *_PKI,
+    )),
+    Command("inspect",
+            "Show subject, identities, EKU, issuer, serial, fingerprint and validity.", (
+        _own("paths", "PATHS", Path, "Certificate or bundle files.", required=True,
+             multiple=True, argument=True),
+        JSON,
+    )),
+    Command("rollback", "Make the previous certificate set live again (kept by every `issue`).", (
+        OUT,
+        _own("role", "--role", str, "typha, felix or both. Default: the sets OUT holds.",
+             choices=ROLE.choices),
+        _own("bundle", "--bundle", bool, "Also roll back the CA bundle (not during a rotation)."),
+    )),
+    Command("facts", "Print the `typhapki` Facter external fact (JSON); always exit 0.", (
+        _as_text(OUT, "Output directory of the set."),
+        ROLE,
+        _as_text(CA_DIR, "Also judge the set against this CA."),
+        _as_text(TRUST, "Extra CA kept in the bundle."),
+        _own("ferm_output", "--ferm-output", str, "The managed ferm rule file."),
+        _own("state_dir", "--state-dir", str,
+             "Where `ferm` records its runs (default as for ferm)."),
+        _as_text(HIERA, "Hiera file (with --cluster)."),
+        _as_text(CLUSTER, "Cluster name in it."),
+        *(_as_text(o) for o in _PKI),
+        PROBE_ADDRESS, NO_PROBE,
+    ), extra_args=True),
+    Command("manifests",
+            "Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is "
+            "invalid).", (
+        OUT,
+        _own("fmt", "--format", str, "hardway (Calico's guide) or operator (tigera).",
+             value="hardway", choices=("hardway", "operator")),
+        _own("namespace", "--namespace", str, "Default: kube-system / tigera-operator."),
+        _own("identity", "--identity", str, "cn or uri-san; default: what both leaves carry.",
+             choices=("cn", "uri-san")),
+        _own("wiring", "--wiring", bool, "Print hostPath + env patches for calico-typha/-node."),
+        _own("wiring_dir", "--wiring-dir", Path,
+             "Write the patches to DIR/typha.yaml and DIR/node.yaml (one per target)."),
+        _own("kustomize_dir", "--kustomize-dir", Path,
+             "Write the wiring as DIR/kustomization.yaml over --kustomize-base."),
+        _own("kustomize_base", "--kustomize-base", str,
+             "Calico's manifests (a file under DIR, or a kustomization directory), from DIR."),
+        _own("post_render", "--post-render", bool,
+             "Helm post-renderer: patch the rendered manifests on stdin, print them."),
+        _own("typha_uid", "--typha-uid", int,
+             "uid Typha runs as (default 10001): the Typha key's owner."),
+        _own("typha_gid", "--typha-gid", int,
+             "gid Typha runs as (default 10001): the Typha key's group."),
+    )),
+    Command("rotate-ca",
+            "Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage.", (
+        _own("stage", "--stage", str, "trust-new, reissue or drop-old (docs/rotation.md).",
+             required=True, choices=("trust-new", "reissue", "drop-old")),
+        CA_DIR._replace(help="The CA being rotated out."),
+        _own("new_ca_dir", "--new-ca-dir", Path, "The CA rotated in.", required=True),
+        OUT, ROLE,
+        _own("check", "--check", bool, "Exit 0 if OUT is at the stage, 1 if not."),
+        BY_NAME["allow_rollback"], JSON, HIERA, CLUSTER, *_PKI,
+    )),
+    Command("restarted", "Clear OUT/.restart-COMPONENT once that component was restarted.", (
+        OUT,
+        _own("component", "--component", str, "typha or felix.", required=True,
+             choices=("typha", "felix")),
+    )),
+    Command("restart-typha",
+            "Evict this node's Typha pod while OUT/.restart-typha is set, as the "
+            "PodDisruptionBudget allows (exit 6: refused for now, the marker stays).", (
+        OUT,
+        _own("kubeconfig", "--kubeconfig", Path,
+             "Kubeconfig allowed to list pods and create pods/eviction.", required=True),
+        _own("namespace", "--namespace", str,
+             "Typha's namespace (calico-system under the operator).", value="kube-system"),
+        _own("node", "--node", str, "This node's Kubernetes name (default: the host name)."),
+        _own("context", "--context", str, "Kubeconfig context (default: its current-context)."),
+        _own("timeout", "--timeout", float, "Seconds for all API requests.", value=30.0),
+    )),
+    Command("metrics",
+            "Prometheus metrics: expiry, validity, rotation, restart pending, probe, ferm "
+            "state.", (
+        OUT, ROLE,
+        CA_DIR._replace(help="Also judge the set against this CA (as `check --ca-dir`).",
+                        required=False),
+        TRUST, HIERA, CLUSTER,
+        _own("textfile_dir", "--textfile-dir", Path,
+             "Write DIR/typhapki.prom atomically for node_exporter (default: print)."),
+        _own("state_dir", "--state-dir", Path,
+             "Where `ferm` keeps ferm.json. Default $TYPHAPKI_STATE_DIR or /var/lib/typhapki."),
+        PROBE_ADDRESS, NO_PROBE, *_PKI,
+    )),
+    Command("probe",
+            "Handshake with Typha as this node's Felix: exit 0 when it serves the certificate "
+            "on disk.", (
+        _own("address", "--address", str, "Typha to probe, HOST:PORT or [IPV6]:PORT.",
+             value="127.0.0.1:5473"),
+        OUT, BY_NAME["typha_cn"], BY_NAME["typha_uri_san"], HIERA, CLUSTER,
+        _own("timeout", "--timeout", float, "Seconds for connect and handshake.", value=5.0),
+        JSON,
+    )),
+    Command("lint-hiera",
+            "Check every cluster_nodes / control_plane_nodes entry: valid, and resolving.", (
+        _own("files", "FILES", Path, "Hiera YAML files (or directories).", required=True,
+             multiple=True, argument=True),
+        _own("offline", "--offline", bool, "Syntax and validity only, no DNS."),
+        NAMESERVERS, DNS_TIMEOUT, JSON,
+    )),
+    Command("ferm",
+            "Render the Typha ferm rule of a cluster; nothing while any cluster node fails "
+            "DNS.", (
+        *FIREWALL_HEAD,
+        _own("style", "--style", str, "plain (domain/chain block) or function (&R_SERVICE).",
+             choices=("plain", "function")),
+        FW_PORT, FW_OUTPUT, FW_CHECK,
+        _own("templates", "--templates", Path, "Directory of STYLE.ferm.j2 templates."),
+        *FIREWALL_TAIL,
+    )),
+    Command("nft",
+            "Render the Typha rule of a cluster for nftables (named sets, accept rules); "
+            "nothing\nwhile any cluster node fails DNS.", (
+        *FIREWALL_HEAD, FW_PORT, FW_OUTPUT, FW_CHECK,
+        _own("sets_only", "--sets-only", bool,
+             "Only the set update (flush set + add element) for nft -f."),
+        *FIREWALL_TAIL,
+    )),
+)  # fmt: skip
+
+COMMAND = {c.name: c for c in COMMANDS}
 
 
 def hiera_keys(name: str) -> tuple[str, ...]:

@@ -1,0 +1,130 @@
+"""typhapki/entry.py: a plain `check`, `facts` or `metrics` line starts without typer.
+
+The console script itself runs (the Debian leg: /usr/bin/typhapki from the .deb), with
+PYTHONPROFILEIMPORTTIME, Python's `-X importtime` for any process: its report names
+every module the process imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import run_cli_process
+from typhapki import entry
+
+# The libraries only typer's path (and --hiera, ferm, DNS) may pull in.
+HEAVY = frozenset({"typer", "click", "rich", "jinja2", "dns"})
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level names of the modules an importtime report lists."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            names.add(name.split(".")[0])
+    return names
+
+
+def _node_config(tmp_path: Path, out: Path) -> dict[str, str]:
+    """A node configuration file as Puppet writes it: the fleet's usual case."""
+    path = tmp_path / "typhapki.yaml"
+    path.write_text(
+        f"defaults:\n  out: {out}\n  role: both\ncommands:\n  check:\n    quiet: true\n"
+    )
+    return {"TYPHAPKI_CONFIG": str(path)}
+
+
+@pytest.mark.parametrize("with_config", [False, True])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--ca-dir", "{ca}"],
+        ["check", "-q", "--trust", "{ca}/typhaca.crt", "--days", "365"],
+        ["facts", "--ca-dir", "{ca}", "--renew-before", "30d"],
+        ["metrics", "--no-probe", "--role", "typha"],
+    ],
+)
+def test_the_routine_commands_import_no_typer(
+    issued: Path, ca_dir: Path, tmp_path: Path, argv: list[str], with_config: bool
+) -> None:
+    args = [a.format(ca=ca_dir) for a in argv]
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    if with_config:
+        env.update(_node_config(tmp_path, issued))
+    else:
+        args += ["--out", str(issued)]
+    result = run_cli_process(*args, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = imported(result.stderr)
+    assert "cryptography" in seen  # the report is read: the work's own imports are there
+    assert seen & HEAVY == set()
+
+
+def test_anything_else_goes_to_typer(issued: Path) -> None:
+    """--help is typer's: the same report shows typer when it is used."""
+    result = run_cli_process("check", "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 0
+    assert "typer" in imported(result.stderr)
+
+
+# -- both paths answer alike: the same exit code and the same error lines -------------
+
+OPTIONS = ["--role", "--ca-dir", "--trust", "--days", "--renew-before", "--key-type",
+           "--key-mode", "--typha-cn", "--felix-uri-san", "--cluster"]  # fmt: skip
+VALUES = ["typha", "both", "x", "", "0", "90", "400d", "30d", "rsa-1024", "0640", "0666",
+          "/nonexistent", "--out"]  # fmt: skip
+
+
+@st.composite
+def routine_lines(draw: st.DrawFn, out: str) -> list[str]:
+    command = draw(st.sampled_from(["check", "facts", "metrics"]))
+    argv = [command, "--out", out, "--no-probe"] if command != "check" else [command]
+    if command == "check":
+        argv += ["--out", out]
+    for _ in range(draw(st.integers(0, 4))):
+        argv += [draw(st.sampled_from(OPTIONS)), draw(st.sampled_from(VALUES))]
+    if draw(st.booleans()):
+        argv.append("-q" if command == "check" else "--no-probe")
+    return argv
+
+
+def _main(argv: list[str], fast: bool) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    env = {"TYPHAPKI_NO_FAST_PATH": "" if fast else "1", "TYPHAPKI_CONFIG": ""}
+    with (
+        mock.patch.dict(os.environ, env),
+        mock.patch.object(sys, "argv", ["typhapki", *argv]),
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(out),
+    ):
+        code = entry.main()
+    return code, out.getvalue(), err.getvalue()
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_fast_and_typer_paths_answer_alike(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    base = tmp_path_factory.mktemp("set")
+    argv = data.draw(routine_lines(str(base / "out")))
+    fast, slow = _main(argv, fast=True), _main(argv, fast=False)
+    assert (fast[0], fast[2]) == (slow[0], slow[2]), argv
+    if argv[0] == "check":
+        assert fast[1] == slow[1], argv
+    if argv[0] == "facts":  # the same fact but for the time it was made
+        facts = [json.loads(o) for o in (fast[1], slow[1])]
+        for fact in facts:
+            fact["typhapki"].pop("generated_at", None)
+        assert facts[0] == facts[1], argv
