@@ -34,6 +34,11 @@ app = typer.Typer(
 )
 ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
+fleet_app = typer.Typer(
+    help="The fleet as PuppetDB knows it: per-cluster states, rotation readiness, the "
+    "hiera gate (docs/fleet.md)."
+)
+app.add_typer(fleet_app, name="fleet")
 
 
 def _print_version(value: bool) -> None:
@@ -197,9 +202,22 @@ def _with_shared(
     return decorate
 
 
+_PUPPETDB_OPTIONS = shared("puppetdb")
+
+
+def _puppetdb_options() -> type:
+    from typhapki.commands.fleet import PuppetDBOptions
+
+    return PuppetDBOptions
+
+
 # The certificate options, as `pki: PkiOptions`; the signer options, as `signer: SignerOptions`.
 with_pki_options = _with_shared("pki", PkiOptions, _PKI_OPTIONS)
 with_signer_options = _with_shared("signer", SignerOptions, _SIGNER_OPTIONS)
+# How `fleet` reaches PuppetDB, as `db: PuppetDBOptions` (built lazily: a dataclass).
+with_puppetdb_options = _with_shared(
+    "db", lambda **kw: _puppetdb_options()(**kw), _PUPPETDB_OPTIONS
+)
 
 
 @ca_app.command("init")
@@ -675,6 +693,80 @@ def lint_hiera_cmd(
     from typhapki.commands.lint_hiera import lint_hiera
 
     run(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
+
+
+MAX_AGE = typer.Option(
+    "2h", "--max-age", help="A fact uploaded longer ago counts as stale (e.g. 90m, 2h, 1d)."
+)
+
+
+@fleet_app.callback(invoke_without_command=True)
+@with_puppetdb_options
+def fleet_cmd(
+    *,
+    ctx: typer.Context,
+    db: Any,
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Only this cluster."),
+    json_out: bool = JSON,
+    max_age: str = MAX_AGE,
+) -> None:
+    """Per-cluster node states from PuppetDB: exit 0 healthy, 1 action needed, 6 PuppetDB
+    failed."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from typhapki.commands.fleet import fleet
+
+    run(lambda: fleet(db, cluster, json_out, max_age))
+
+
+@fleet_app.command("ready")
+@with_puppetdb_options
+def fleet_ready_cmd(
+    *,
+    db: Any,
+    cluster: str = typer.Option(..., "--cluster", help="The cluster being rotated."),
+    stage: str = typer.Option(..., "--stage", help="trust-new, reissue or drop-old."),
+    since: Optional[str] = typer.Option(
+        None, "--since", help="Count only facts uploaded after this time (ISO 8601)."
+    ),
+    new_ca: Optional[str] = typer.Option(
+        None, "--new-ca", help="The CA rotated in: a PEM file or its SHA-256 fingerprint."
+    ),
+    old_ca: Optional[str] = typer.Option(
+        None, "--old-ca", help="The CA rotated out: a PEM file or its SHA-256 fingerprint."
+    ),
+    max_age: str = MAX_AGE,
+) -> None:
+    """Exit 0 when every member reached STAGE, judged by CA fingerprints; else 1, listing
+    the nodes that hold it back."""
+    from typhapki.commands.fleet import fleet_ready
+
+    run(lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age))
+
+
+@fleet_app.command("gate")
+@with_puppetdb_options
+def fleet_gate_cmd(
+    *,
+    db: Any,
+    hiera: Path = typer.Option(..., "--hiera", help="The hiera file or directory as changed."),
+    base: Optional[str] = typer.Option(
+        None, "--base", help="The git revision before the change (e.g. origin/main, HEAD)."
+    ),
+    old: Optional[Path] = typer.Option(
+        None, "--old", help="The hiera file or directory before the change (instead of --base)."
+    ),
+    no_puppetdb: bool = typer.Option(
+        False,
+        "--no-puppetdb",
+        help="Workstations: warn about rotation steps and pass, without asking PuppetDB.",
+    ),
+) -> None:
+    """Refuse (exit 1) a hiera change that advances a cluster's CA rotation while its
+    members have not all reached the previous stage."""
+    from typhapki.commands.fleet import fleet_gate
+
+    run(lambda: fleet_gate(db, hiera, base, old, no_puppetdb))
 
 
 def _gate_values(

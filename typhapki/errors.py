@@ -13,6 +13,7 @@ EXIT_USAGE = 2  # bad option, bad configuration or input file
 EXIT_REFUSED = 3  # refused for safety: would overwrite a CA, CA about to expire, stage order
 EXIT_IO = 4  # the filesystem said no: unwritable directory, lock held too long
 EXIT_SIGNER = 5  # the signer (cfssl) is down, slow, broken or refused the request
+EXIT_PUPPETDB = 6  # PuppetDB is unreachable, slow, refused TLS, or answered garbage
 
 
 class TyphapkiError(Exception):
@@ -58,3 +59,10 @@ class SignerError(TyphapkiError):
     """
 
     exit_code = EXIT_SIGNER
+
+
+class PuppetDBError(TyphapkiError):
+    """PuppetDB could not be asked: unreachable, slow, TLS refused, HTTP error, malformed
+    answer (exit 6). The fleet is then unknown, never reported healthy."""
+
+    exit_code = EXIT_PUPPETDB

@@ -224,7 +224,9 @@ def running_postgres() -> Iterator[int]:
         shutil.rmtree(data_root, ignore_errors=True)
 
 
-def _configure(root: Path, pg_port: int, http_port: int, tls: TlsFiles | None) -> tuple[Path, int | None]:
+def _configure(
+    root: Path, pg_port: int, http_port: int, tls: TlsFiles | None
+) -> tuple[Path, int | None]:
     conf_d = root / "conf.d"
     conf_d.mkdir(parents=True)
     shutil.copyfile(PUPPETDB_CONF / "conf.d" / "auth.conf", conf_d / "auth.conf")

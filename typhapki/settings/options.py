@@ -29,7 +29,7 @@ class Opt:
     flag: str
     kind: type
     help: str
-    group: str  # "pki", "signer", "proof", "confirm"
+    group: str  # "pki", "signer", "proof", "puppetdb", "confirm"
     choices: tuple[str, ...] = ()
     hiera: bool = False
     secret: bool = False
@@ -108,6 +108,18 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("skip_mtls_proof", "--skip-mtls-proof", bool,
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
         "A flag only (the node configuration may not set it).", "proof", flag_only=True),
+    # How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py).
+    Opt("puppetdb", "--puppetdb", str,
+        "PuppetDB's URL, e.g. https://puppetdb.example.org:8081.", "puppetdb"),
+    Opt("puppetdb_cert", "--puppetdb-cert", str,
+        "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert, "
+        "hostprivkey and localcacert (`puppet config print`).", "puppetdb"),
+    Opt("puppetdb_key", "--puppetdb-key", Path,
+        "The client certificate's key (PEM).", "puppetdb", secret=True),
+    Opt("puppetdb_ca", "--puppetdb-ca", Path,
+        "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA).", "puppetdb"),
+    Opt("puppetdb_timeout", "--puppetdb-timeout", float,
+        "Seconds for all of a run's PuppetDB queries together (default 60).", "puppetdb"),
     # Confirmations of one command each: a person decides them, for one run.
     Opt("force", "--force", bool, "Replace an existing CA.", "confirm", flag_only=True),
     Opt("allow_rollback", "--allow-rollback", bool, "Allow going back one stage.",
