@@ -225,7 +225,7 @@ def running_postgres() -> Iterator[int]:
 
 
 def _configure(
-    root: Path, pg_port: int, http_port: int, tls: TlsFiles | None
+    root: Path, pg_port: int, http_port: int, tls: TlsFiles | None, ssl_port: int | None
 ) -> tuple[Path, int | None]:
     conf_d = root / "conf.d"
     conf_d.mkdir(parents=True)
@@ -249,9 +249,10 @@ def _configure(
         f"password = {_DB_PASSWORD}\ngc-interval = 0\n"
     )
     jetty = f"[jetty]\nhost = 127.0.0.1\nport = {http_port}\n"
-    ssl_port = None
-    if tls is not None:
-        ssl_port = free_port()
+    if tls is None:
+        ssl_port = None
+    else:
+        ssl_port = ssl_port or free_port()
         jetty += (
             f"ssl-host = 127.0.0.1\nssl-port = {ssl_port}\nssl-key = {tls.key}\n"
             f"ssl-cert = {tls.cert}\nssl-ca-cert = {tls.ca}\nclient-auth = need\n"
@@ -270,12 +271,16 @@ def _status(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def running_puppetdb(root: Path, tls: TlsFiles | None = None) -> Iterator[PuppetDB]:
-    """PostgreSQL, then PuppetDB under ROOT; both stopped on exit. Raises PuppetDBError."""
+def running_puppetdb(
+    root: Path, tls: TlsFiles | None = None, ssl_port: int | None = None
+) -> Iterator[PuppetDB]:
+    """PostgreSQL, then PuppetDB under ROOT; both stopped on exit. Raises PuppetDBError.
+    With TLS files, HTTPS too (on SSL_PORT when given: a puppetserver named it already)."""
     started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
     with running_postgres() as pg_port:
         http_port = free_port()
-        conf_d, ssl_port = _configure(root, pg_port, http_port, tls)
+        conf_d, ssl_port = _configure(root, pg_port, http_port, tls, ssl_port)
         with (root / "stderr.log").open("wb") as stderr:
             process = subprocess.Popen(
                 ["java", "-Xms64m", "-Xmx384m", "-XX:+CrashOnOutOfMemoryError",
