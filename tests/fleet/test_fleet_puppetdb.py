@@ -129,12 +129,14 @@ def test_fleet_from_a_real_puppetdb(
     expected = _bulk(puppetdb, real)
     expected[CERTNAME] = "valid"
 
-    ssl = tmp_path / "agent" / "conf" / "ssl"
+    # The agent's own certificate, as a fleet's CI host would use its own.
+    [cert] = (tmp_path / "agent").glob(f"**/certs/{CERTNAME}.pem")
+    [key] = (tmp_path / "agent").glob(f"**/private_keys/{CERTNAME}.pem")
     tls = [
         "--puppetdb", puppetdb.ssl_url,
-        "--puppetdb-cert", str(ssl / "certs" / f"{CERTNAME}.pem"),
-        "--puppetdb-key", str(ssl / "private_keys" / f"{CERTNAME}.pem"),
-        "--puppetdb-ca", str(ssl / "certs" / "ca.pem"),
+        "--puppetdb-cert", str(cert),
+        "--puppetdb-key", str(key),
+        "--puppetdb-ca", str(cert.parent / "ca.pem"),
     ]  # fmt: skip
     result = run_cli("fleet", *tls, "--cluster", "fleet-lab", "--json", timeout=300)
     assert result.returncode == 1, result.stderr

@@ -54,8 +54,7 @@ class PuppetServer:
     @property
     def tls(self) -> TlsFiles:
         """The server's own certificate, key and CA (PuppetDB serves them too)."""
-        ssl_dir = self.confdir / "ssl"
-        return _server_tls(ssl_dir)
+        return _server_tls(self.confdir)
 
     @property
     def confdir(self) -> Path:
@@ -115,11 +114,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _server_tls(ssl_dir: Path) -> TlsFiles:
+def _server_tls(confdir: Path) -> TlsFiles:
+    """Where the server keeps its certificate, key and CA: Puppet's ssldir as the server
+    sees it (Debian's /var/lib/puppet/ssl unless puppet.conf moves it)."""
+    proc = subprocess.run(
+        ["puppet", "config", "print", "hostcert", "hostprivkey", "localcacert",
+         f"--confdir={confdir}", "--section=server"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=True,
+    )  # fmt: skip
+    values = dict(line.split(" = ", 1) for line in proc.stdout.splitlines() if " = " in line)
     return TlsFiles(
-        ssl_dir / "certs" / "localhost.pem",
-        ssl_dir / "private_keys" / "localhost.pem",
-        ssl_dir / "certs" / "ca.pem",
+        Path(values["hostcert"]), Path(values["hostprivkey"]), Path(values["localcacert"])
     )
 
 
@@ -169,8 +174,9 @@ profiler: {{}}
     (puppet / "puppetdb.conf").write_text(
         f"[main]\nserver_urls = https://localhost:{puppetdb_port}\nsoft_write_failure = false\n"
     )
-    routes = "  facts:\n    terminus: puppetdb\n    cache: yaml\n"
-    (puppet / "routes.yaml").write_text(f"---\nmaster:\n{routes}server:\n{routes}")
+    (puppet / "routes.yaml").write_text(
+        "---\nserver:\n  facts:\n    terminus: puppetdb\n    cache: yaml\n"
+    )
     (puppet / "code" / "environments" / "production" / "manifests").mkdir(parents=True)
     return conf_d
 
@@ -229,7 +235,7 @@ def running_puppetserver(root: Path) -> Iterator[PuppetServer]:
             stdin=subprocess.DEVNULL,
         )
     try:
-        tls = _server_tls(root / "puppet" / "ssl")
+        tls = _server_tls(root / "puppet")
         _wait(root, process, started, lambda: all(p.is_file() for p in (tls.cert, tls.key, tls.ca)))
         with running_puppetdb(root / "puppetdb", tls, puppetdb_port) as puppetdb:
             _wait(root, process, started, lambda: _answers(port))
