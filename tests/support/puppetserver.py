@@ -35,7 +35,7 @@ from tests.support.puppetdb import PuppetDB, TlsFiles, running_puppetdb
 
 SERVER_CONF = Path("/etc/puppet/puppetserver")
 SERVER_JAR = Path("/usr/share/puppetserver/puppetserver.jar")
-START_TIMEOUT = 600  # seconds: a loaded CI machine, a cold JVM and JRuby
+START_TIMEOUT = 900  # seconds: a loaded CI machine, cold JVMs and JRuby, PuppetDB alongside
 AGENT_TIMEOUT = 900
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")  # Puppet's rule for environment names
 
