@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,10 +67,19 @@ def _submit(db: PuppetDB, nodes: int, fact: dict[str, object]) -> float:
     return time.monotonic() - started
 
 
-def _time(command: list[str]) -> float:
+CPU: dict[str, list[float]] = {"fleet": [], "curl": []}
+
+
+def _time(command: list[str], name: str = "") -> float:
+    """Wall seconds of COMMAND; its CPU seconds (user + system) go to CPU[name]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.monotonic() - started
+    took = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if name:
+        CPU[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return took
 
 
 def main() -> int:
@@ -80,7 +91,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         root = Path(tmp)
         fact = _real_fact(root)
-        with running_puppetdb(root / "puppetdb") as db:
+        with running_puppetdb(root / "puppetdb") as db:  # plain HTTP: TLS costs both alike
             print(f"PuppetDB answered after {db.started_in:.0f} s")
             took = _submit(db, args.nodes, fact)
             print(f"{args.nodes} nodes submitted and stored in {took:.0f} s "
@@ -101,13 +112,18 @@ def main() -> int:
             _time(curl), _time(fleet)  # warm PuppetDB's caches for both alike
             fleet_times, curl_times = [], []
             for _ in range(args.rounds):
-                curl_times.append(_time(curl))
-                fleet_times.append(_time(fleet))
+                curl_times.append(_time(curl, "curl"))
+                fleet_times.append(_time(fleet, "fleet"))
     f, c = statistics.median(fleet_times), statistics.median(curl_times)
     print(f"typhapki fleet (fresh process, {members} members): median {f:.2f} s "
           f"(min {min(fleet_times):.2f}, max {max(fleet_times):.2f})")  # fmt: skip
     print(f"curl, the same three queries:        median {c:.2f} s "
           f"(min {min(curl_times):.2f}, max {max(curl_times):.2f})")  # fmt: skip
+    print(
+        f"CPU seconds on this machine (median): fleet {statistics.median(CPU['fleet']):.2f}, "
+        f"curl {statistics.median(CPU['curl']):.2f} (PuppetDB's own time not included)"
+    )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"ratio fleet/curl: {f / c:.2f} (floor: <= {FLOOR:g})")
     return 0 if f / c <= FLOOR else 1
 

@@ -25,7 +25,7 @@ from typhapki.errors import PuppetDBError, UsageError
 
 DEFAULT_TIMEOUT = 60.0
 MAX_ANSWER_BYTES = 512 * 1024 * 1024  # 5,000 nodes' facts are tens of MiB
-_CHUNK = 1024 * 1024
+_CHUNK = 8 * 1024 * 1024
 PUPPET_SHORTHAND = "puppet"
 
 
@@ -169,7 +169,7 @@ class PuppetDB:
             left = self._left()
             if sock is not None:
                 sock.settimeout(left)
-            chunk = answer.read1(_CHUNK)
+            chunk = answer.read1(_CHUNK)  # one read: the deadline is checked between
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)

@@ -32,8 +32,7 @@ from typhapki.pki.verify import (
     renewal_due_at,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
-
-FACT_NAME = "typhapki"
+from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 
 
 def _iso(when: datetime) -> str:
