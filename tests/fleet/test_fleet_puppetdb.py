@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import time
 from collections import Counter
@@ -37,8 +38,8 @@ NEW_CA = "b" * 64
 BULK = 300
 
 
-def _agent(server: PuppetServer, agent: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return server.agent(agent, CERTNAME, "fleet_view", *extra)
+def _agent(server: PuppetServer, agent: Path) -> subprocess.CompletedProcess[str]:
+    return server.agent(agent, CERTNAME, "fleet_view")
 
 
 def _converge_real_agent(server: PuppetServer, tmp_path: Path, ca_dir: Path) -> PuppetNode:
@@ -65,9 +66,13 @@ def _converge_real_agent(server: PuppetServer, tmp_path: Path, ca_dir: Path) -> 
     agent = tmp_path / "agent"
     first = _agent(server, agent)
     assert first.returncode == 2, (first.stdout, first.stderr)
-    # The second run's Facter runs the fact the first run installed (its facts.d is the
-    # node's; no pluginsync, which would purge it) and the terminus stores it.
-    second = _agent(server, agent, f"--pluginfactdest={node.facts_d}", "--no-pluginsync")
+    # The fact the first run installed, in the node's facts.d, reaches this agent's
+    # Facter the way a module's external fact does (pluginsync: the test's facts.d is
+    # not Facter's); the second run uploads it and the terminus stores it.
+    shipped = env / "modules" / "fleet_fact" / "facts.d"
+    shipped.mkdir(parents=True)
+    shutil.copy2(node.facts_d / "typhapki", shipped / "typhapki")
+    second = _agent(server, agent)
     assert second.returncode == 0, (second.stdout, second.stderr)
     return node
 
