@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, require, run_cli
 from typhapki.fleet.gate import advances, rotation_keys
 
 
@@ -86,6 +86,7 @@ def test_cli_without_puppetdb_warns_and_passes(tmp_path: Path) -> None:
 def test_cli_base_reads_the_git_revision(tmp_path: Path) -> None:
     import subprocess
 
+    require("git")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "-C", str(tmp_path)]
     hiera = tmp_path / "data"
     hiera.mkdir()
