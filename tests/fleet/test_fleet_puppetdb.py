@@ -134,14 +134,21 @@ def test_fleet_from_a_real_puppetdb(
     expected = _bulk(puppetdb, real)
     expected[CERTNAME] = "valid"
 
-    # The agent's own certificate, as a fleet's CI host would use its own.
-    [cert] = (tmp_path / "agent").glob(f"**/certs/{CERTNAME}.pem")
-    [key] = (tmp_path / "agent").glob(f"**/private_keys/{CERTNAME}.pem")
+    # The agent's own certificate, as a fleet's CI host would use its own: where Puppet
+    # keeps it for this agent (its ssldir need not be under its confdir).
+    agent = tmp_path / "agent"
+    printed = subprocess.run(
+        ["puppet", "config", "print", "hostcert", "hostprivkey", "localcacert",
+         f"--confdir={agent / 'conf'}", f"--vardir={agent / 'var'}",
+         f"--certname={CERTNAME}", "--section=agent"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    paths = dict(ln.split(" = ", 1) for ln in printed.stdout.splitlines() if " = " in ln)
     tls = [
         "--puppetdb", puppetdb.ssl_url,
-        "--puppetdb-cert", str(cert),
-        "--puppetdb-key", str(key),
-        "--puppetdb-ca", str(cert.parent / "ca.pem"),
+        "--puppetdb-cert", paths["hostcert"],
+        "--puppetdb-key", paths["hostprivkey"],
+        "--puppetdb-ca", paths["localcacert"],
     ]  # fmt: skip
     result = run_cli("fleet", *tls, "--cluster", "fleet-lab", "--json", timeout=300)
     assert result.returncode == 1, result.stderr
