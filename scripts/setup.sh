@@ -12,6 +12,8 @@ SYSTEM_PACKAGES=(
   puppet-agent facter git golang-go
   # central issuance, monitoring, the Puppet module, the Debian package
   golang-cfssl prometheus prometheus-node-exporter systemd
+  # the fleet view (issue 23): PuppetDB on its own PostgreSQL cluster, the server's terminus
+  puppetdb puppet-terminus-puppetdb postgresql
   puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools

@@ -202,17 +202,27 @@ def _no_node_config(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def puppetserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The session's one real puppetserver (tests/support/puppetserver.py): started by
-    the first test that asks for it, stopped when the session ends."""
+    """The session's one real puppetserver (tests/support/puppetserver.py), reporting to
+    the session's one PuppetDB: started by the first test that asks for either, stopped
+    when the session ends."""
+    from tests.support.puppetdb import PuppetDBError
     from tests.support.puppetserver import ServerError, running_puppetserver
 
-    require("puppetserver", "java", "puppet")
+    require("puppetserver", "java", "puppet", "puppetdb", "runuser")
     require_root()
     try:
         with running_puppetserver(tmp_path_factory.mktemp("puppetserver")) as server:
             yield server
-    except ServerError as e:
+    except (ServerError, PuppetDBError) as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def puppetdb(puppetserver: Any) -> Any:
+    """The session's one PuppetDB (tests/support/puppetdb.py), the one the shared
+    puppetserver's terminus writes to: plain HTTP on loopback for the command API,
+    HTTPS with a required client certificate from the server's CA."""
+    return puppetserver.puppetdb
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ def _leaves(group: Any, prefix: tuple[str, ...] = ()) -> dict[str, Any]:
     for name, sub in group.commands.items():
         if isinstance(getattr(sub, "commands", None), dict):
             found.update(_leaves(sub, (*prefix, name)))
+            if sub.callback is not None and sub.params:  # a group that is a command (fleet)
+                found[" ".join((*prefix, name))] = sub
         else:
             found[" ".join((*prefix, name))] = sub
     return found

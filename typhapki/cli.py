@@ -33,6 +33,10 @@ app = typer.Typer(
 )
 ca_app = typer.Typer(help="The per-cluster CA.", no_args_is_help=True)
 app.add_typer(ca_app, name="ca")
+fleet_app = typer.Typer()  # its help is the `fleet` command's, from the table
+app.add_typer(fleet_app, name="fleet")
+# The command groups: `ca init`, and `fleet`, which is also a command of its own.
+_GROUPS = {"ca": ca_app, "fleet": fleet_app}
 
 
 def _print_version(value: bool) -> None:
@@ -104,7 +108,7 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
     path), and turns the body's exit code into typer's exit.
     """
     *group_words, word = spec.name.split()
-    target = ca_app if group_words == ["ca"] else app
+    target = _GROUPS[group_words[0]] if group_words else app
     params = [
         inspect.Parameter(
             opt.name,
@@ -119,6 +123,8 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
     )
 
     def wrapper(ctx: typer.Context, **values: Any) -> None:
+        if ctx.invoked_subcommand is not None:
+            return  # a group's own command (`fleet`) before one of its subcommands
         state = ctx.obj if isinstance(ctx.obj, CliState) else CliState()
         if spec.extra_args:
             values["extra_args"] = list(ctx.args)
@@ -137,7 +143,10 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     settings = {"ignore_unknown_options": True, "allow_extra_args": True} if spec.extra_args else {}
-    target.command(word, context_settings=settings)(wrapper)
+    if spec.name in _GROUPS:  # `fleet`: the group's callback, run when no subcommand is
+        _GROUPS[spec.name].callback(invoke_without_command=True)(wrapper)
+    else:
+        target.command(word, context_settings=settings)(wrapper)
 
 
 # The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live
@@ -355,6 +364,38 @@ def lint_hiera_cmd(
     from typhapki.commands.lint_hiera import lint_hiera
 
     return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
+
+
+@command("fleet")
+def fleet_cmd(*, db: Any, cluster: Optional[str], json_out: bool, max_age: str) -> int:
+    from typhapki.commands.fleet import fleet
+
+    return guarded(lambda: fleet(db, cluster, json_out, max_age))
+
+
+@command("fleet ready")
+def fleet_ready_cmd(
+    *,
+    db: Any,
+    cluster: str,
+    stage: str,
+    since: Optional[str],
+    new_ca: Optional[str],
+    old_ca: Optional[str],
+    max_age: str,
+) -> int:
+    from typhapki.commands.fleet import fleet_ready
+
+    return guarded(lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age))
+
+
+@command("fleet gate")
+def fleet_gate_cmd(
+    *, db: Any, hiera: Path, base: Optional[str], old: Optional[Path], no_puppetdb: bool
+) -> int:
+    from typhapki.commands.fleet import fleet_gate
+
+    return guarded(lambda: fleet_gate(db, hiera, base, old, no_puppetdb))
 
 
 def _gate_values(values: dict[str, Any]) -> dict[str, Any]:

@@ -243,11 +243,20 @@ def bash_completion() -> str:
     tops = sorted({c.path[0] for c in cmds})
     top_words = " ".join([*tops, "--help", "--version"])
     lines.append(f'        "") COMPREPLY=($(compgen -W "{top_words}" -- "$cur")) ;;')
+    own = {c.path[0]: c for c in cmds if len(c.path) == 1 and c.path[0] in groups}
     for group in groups:
         subs = sorted(c.path[1] for c in cmds if c.path[0] == group and len(c.path) > 1)
-        words = " ".join([*subs, "--help"])
+        # A group that is a command too (`fleet`): its subcommands and its own options.
+        flags = (
+            sorted({n for o in own[group].options for n in o.names if n.startswith("--")})
+            if group in own
+            else []
+        )
+        words = " ".join([*subs, *flags, "--help"])
         lines.append(f'        {group}) COMPREPLY=($(compgen -W "{words}" -- "$cur")) ;;')
     for cmd in cmds:
+        if cmd.path[0] in own and len(cmd.path) == 1:
+            continue  # offered with its group's subcommands above
         names = sorted({n for o in cmd.options for n in o.names if n.startswith("--")})
         action = f'COMPREPLY=($(compgen -W "{" ".join([*names, "--help"])}" -- "$cur"))'
         if cmd.arguments:  # positional files (inspect, lint-hiera)

@@ -15,6 +15,7 @@ EXIT_IO = 4  # the filesystem said no: unwritable directory, lock held too long
 EXIT_SIGNER = 5  # the signer (cfssl) is down, slow, broken or refused the request
 EXIT_DEFERRED = 6  # restart-typha: the PodDisruptionBudget refused the eviction; retry later
 EXIT_KUBE_API = 7  # restart-typha: the Kubernetes API unreachable, untrusted, refused or broken
+EXIT_PUPPETDB = 8  # PuppetDB is unreachable, slow, refused TLS, or answered garbage
 
 
 class TyphapkiError(Exception):
@@ -76,3 +77,10 @@ class KubeApiError(TyphapkiError):
     gives (exit 7). The restart marker stays."""
 
     exit_code = EXIT_KUBE_API
+
+
+class PuppetDBError(TyphapkiError):
+    """PuppetDB could not be asked: unreachable, slow, TLS refused, HTTP error, malformed
+    answer (exit 8). The fleet is then unknown, never reported healthy."""
+
+    exit_code = EXIT_PUPPETDB

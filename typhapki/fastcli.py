@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 FAST_COMMANDS = ("check", "facts", "metrics")
 _PKI_NAMES = tuple(o.name for o in options.group("pki"))
 _SIGNER_NAMES = tuple(o.name for o in options.group("signer"))
+_PUPPETDB_NAMES = tuple(o.name for o in options.group("puppetdb"))
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ def bundled(
         from typhapki.settings.signer import SignerOptions
 
         kwargs["signer"] = SignerOptions(**{n: kwargs.pop(n) for n in _SIGNER_NAMES})
+    if "db" in takes:  # `fleet`: how it reaches PuppetDB
+        from typhapki.commands.fleet import PuppetDBOptions
+
+        kwargs["db"] = PuppetDBOptions(**{n: kwargs.pop(n) for n in _PUPPETDB_NAMES})
     if "sources" in takes:
         kwargs["sources"] = dict(sources)
     return kwargs

@@ -6,6 +6,7 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -176,6 +177,30 @@ def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Pat
         1,
         "trust-new",
     )
+
+
+def test_cluster_and_trust_summary_name_the_cas(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
+    """The fleet view's contract: the cluster at the top level, and the fingerprints of
+    the bundle's CAs and of each leaf's issuer, as the set on disk has them."""
+    from typhapki.pki.issuance import init_ca, load_trusted
+
+    ca = fingerprint(load_certs(CaPaths(ca_dir).cert, "CA")[0])
+    plain: dict[str, Any] = _fact(FactRequest(out=issued, cluster="staging-eqiad"))
+    assert plain["cluster"] == "staging-eqiad"
+    assert plain["trust"] == {
+        "bundle": [ca],
+        "leaf_issuers": {"typha": ca, "felix": ca},
+        "stage": "none",
+    }
+    assert _fact(FactRequest(out=issued))["cluster"] is None
+    init_ca(tmp_path / "new", KeyType.ECDSA_P256, 3651, None, force=False)
+    new = tmp_path / "new" / "typhaca.crt"
+    ensure_local(issued, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA], load_trusted([new]))
+    trust: Any = _fact(FactRequest(out=issued, roles=[RoleName.TYPHA]))["trust"]
+    assert set(trust["bundle"]) == {ca, fingerprint(load_certs(new, "CA")[0])}
+    assert trust["leaf_issuers"] == {"typha": ca}
+    assert trust["stage"] == "trust-new"
+    assert "trust" not in _fact(FactRequest(out=None))
 
 
 @settings(

@@ -129,3 +129,24 @@ def test_offline_hook_checks_validity_only(hook_repo: HookRepo, tmp_path: Path) 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "kubernetes::clusters.main.dual.cluster_nodes[2]" in result.stdout
     assert "node2.example.test;rm" in result.stdout
+
+
+def test_rotation_gate_hook_warns_and_passes_without_puppetdb(
+    hook_repo: HookRepo, tmp_path: Path
+) -> None:
+    """A staged change moving a cluster's signer: a warning naming it, exit 0."""
+    clusters = (
+        "kubernetes::clusters:\n  main:\n    lab:\n      cluster_nodes: [192.0.2.1]\n"
+        "      typha: {cfssl_label: LABEL}\n"
+    )
+    repo = _hiera_repo(tmp_path, {"kubernetes.yaml": clusters.replace("LABEL", "lab")})
+    _git(repo, "commit", "-q", "-m", "before")
+    unchanged = _try_repo(hook_repo, repo, "typhapki-fleet-gate", ["kubernetes.yaml"])
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert "warning" not in unchanged.stdout
+    (repo / "kubernetes.yaml").write_text(clusters.replace("LABEL", "lab2026"))
+    _git(repo, "add", "-A")
+    moved = _try_repo(hook_repo, repo, "typhapki-fleet-gate", ["kubernetes.yaml"])
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "warning: cluster lab: moves the signer from 'lab' to 'lab2026'" in moved.stdout
+    assert "--no-puppetdb" in moved.stdout

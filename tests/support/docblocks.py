@@ -195,6 +195,8 @@ def check_typhapki_call(args: list[str]) -> list[str]:
     path = ["typhapki"]
     rest = list(args)
     while getattr(command, "commands", None) is not None:
+        if rest and rest[0].startswith("-") and getattr(command, "invoke_without_command", False):
+            break  # a group that is a command itself (`typhapki fleet --puppetdb URL`)
         if not rest or rest[0].startswith("-"):
             return (
                 []

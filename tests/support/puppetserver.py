@@ -6,6 +6,13 @@ port, with a small heap and autosign. Every test that needs a server shares it t
 the session fixture `puppetserver` (tests/conftest.py); each test takes its own Puppet
 environment (`PuppetServer.environment_for`) and its own agent certname, so tests never
 see each other's manifests, hiera or certificates.
+
+The server reports to one real PuppetDB (tests/support/puppetdb.py), started alongside
+it: the PuppetDB terminus stores every agent's facts, catalog and report there
+(`puppetdb.conf`, `routes.yaml`, `storeconfigs`), as a fleet's server does. PuppetDB
+serves HTTPS with the server's own certificate from the server's CA, so the terminus
+and agents trust it; it starts as soon as the server has written its CA, in parallel
+with the rest of the server's start.
 """
 
 from __future__ import annotations
@@ -19,15 +26,16 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.puppet import MODULE, SYSTEM_MODULES, quiet
+from tests.support.puppetdb import PuppetDB, TlsFiles, running_puppetdb
 
 SERVER_CONF = Path("/etc/puppet/puppetserver")
 SERVER_JAR = Path("/usr/share/puppetserver/puppetserver.jar")
-START_TIMEOUT = 600  # seconds: a loaded CI machine, a cold JVM and JRuby
+START_TIMEOUT = 900  # seconds: a loaded CI machine, cold JVMs and JRuby, PuppetDB alongside
 AGENT_TIMEOUT = 900
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")  # Puppet's rule for environment names
 
@@ -40,7 +48,13 @@ class ServerError(RuntimeError):
 class PuppetServer:
     port: int
     root: Path
-    started_in: float  # seconds until the server answered
+    started_in: float  # seconds until the server (and its PuppetDB) answered
+    puppetdb: PuppetDB
+
+    @property
+    def tls(self) -> TlsFiles:
+        """The server's own certificate, key and CA (PuppetDB serves them too)."""
+        return _server_tls(self.confdir)
 
     @property
     def confdir(self) -> Path:
@@ -100,7 +114,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _configure(root: Path, port: int) -> Path:
+def _server_tls(confdir: Path) -> TlsFiles:
+    """Where the server keeps its certificate, key and CA: Puppet's ssldir as the server
+    sees it (Debian's /var/lib/puppet/ssl unless puppet.conf moves it)."""
+    proc = subprocess.run(
+        ["puppet", "config", "print", "hostcert", "hostprivkey", "localcacert",
+         f"--confdir={confdir}", "--section=server"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=True,
+    )  # fmt: skip
+    values = dict(line.split(" = ", 1) for line in proc.stdout.splitlines() if " = " in line)
+    return TlsFiles(
+        Path(values["hostcert"]), Path(values["hostprivkey"]), Path(values["localcacert"])
+    )
+
+
+def _configure(root: Path, port: int, puppetdb_port: int) -> Path:
     """conf.d and services.d for a server that lives entirely under `root`."""
     conf_d = root / "conf.d"
     conf_d.mkdir(parents=True)
@@ -140,6 +168,14 @@ profiler: {{}}
     (puppet / "puppet.conf").write_text(
         f"[server]\ncertname = localhost\nautosign = true\nvardir = {root / 'var'}\n"
         "environment_timeout = 0\n"
+        "storeconfigs = true\nstoreconfigs_backend = puppetdb\nreports = puppetdb\n"
+    )
+    # The PuppetDB terminus: facts, catalogs and reports go to the one PuppetDB.
+    (puppet / "puppetdb.conf").write_text(
+        f"[main]\nserver_urls = https://localhost:{puppetdb_port}\nsoft_write_failure = false\n"
+    )
+    (puppet / "routes.yaml").write_text(
+        "---\nserver:\n  facts:\n    terminus: puppetdb\n    cache: yaml\n"
     )
     (puppet / "code" / "environments" / "production" / "manifests").mkdir(parents=True)
     return conf_d
@@ -157,11 +193,25 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _wait(
+    root: Path, process: subprocess.Popen[bytes], started: float, done: Callable[[], bool]
+) -> None:
+    while not done():
+        if process.poll() is not None:
+            log = (root / "server.log").read_text(errors="replace")[-3000:]
+            raise ServerError(f"puppetserver exited {process.returncode}: {log}")
+        if time.monotonic() - started > START_TIMEOUT:
+            raise ServerError(f"puppetserver did not answer within {START_TIMEOUT} s")
+        time.sleep(1)
+
+
 @contextlib.contextmanager
 def running_puppetserver(root: Path) -> Iterator[PuppetServer]:
-    """Start a puppetserver under ROOT; stop it on exit. Raises ServerError."""
+    """Start a puppetserver and its PuppetDB under ROOT; stop both on exit.
+    Raises ServerError, or tests.support.puppetdb.PuppetDBError."""
     port = free_port()
-    conf_d = _configure(root, port)
+    puppetdb_port = free_port()
+    conf_d = _configure(root, port, puppetdb_port)
     started = time.monotonic()
     with (root / "stderr.log").open("wb") as stderr:
         process = subprocess.Popen(
@@ -185,14 +235,11 @@ def running_puppetserver(root: Path) -> Iterator[PuppetServer]:
             stdin=subprocess.DEVNULL,
         )
     try:
-        while not _answers(port):
-            if process.poll() is not None:
-                log = (root / "server.log").read_text(errors="replace")[-3000:]
-                raise ServerError(f"puppetserver exited {process.returncode}: {log}")
-            if time.monotonic() - started > START_TIMEOUT:
-                raise ServerError(f"puppetserver did not answer within {START_TIMEOUT} s")
-            time.sleep(1)
-        yield PuppetServer(port, root, time.monotonic() - started)
+        tls = _server_tls(root / "puppet")
+        _wait(root, process, started, lambda: all(p.is_file() for p in (tls.cert, tls.key, tls.ca)))
+        with running_puppetdb(root / "puppetdb", tls, puppetdb_port) as puppetdb:
+            _wait(root, process, started, lambda: _answers(port))
+            yield PuppetServer(port, root, time.monotonic() - started, puppetdb)
     finally:
         process.terminate()
         try:

@@ -108,6 +108,7 @@ def facts(raw: RawFactOptions) -> int:
         probe_address=raw.probe_address or None,
         probe=not raw.no_probe,
         errors=errors,
+        cluster=raw.cluster or None,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK

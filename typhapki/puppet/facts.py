@@ -32,8 +32,7 @@ from typhapki.pki.verify import (
     renewal_due_at,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
-
-FACT_NAME = "typhapki"
+from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 
 
 def _iso(when: datetime) -> str:
@@ -55,6 +54,9 @@ class FactRequest:
     probe: bool = True
     # Errors found while reading options: reported, and the set still described.
     errors: list[str] = field(default_factory=list)
+    # The node's cluster (the node configuration's `cluster`), named at the top level for
+    # the fleet view: workers have no ferm block that would name it.
+    cluster: str | None = None
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -202,6 +204,21 @@ def _rotation_fact(report: SetReport) -> dict[str, Any]:
     return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
 
 
+def trust_fact(set_fact: dict[str, Any]) -> dict[str, Any]:
+    """The few values `typhapki fleet` judges a rotation by (docs/puppet.md, "The fact"):
+    the SHA-256 of each CA in the bundle, of the issuer of each leaf, and the stage."""
+    roles = set_fact.get("roles", {})
+    return {
+        "bundle": [ca["sha256_fingerprint"] for ca in set_fact["bundle"]["cas"]],
+        "leaf_issuers": {
+            role: fact.get("issuer_sha256_fingerprint")
+            for role, fact in roles.items()
+            if fact.get("present")
+        },
+        "stage": set_fact["rotation"]["stage_name"],
+    }
+
+
 def _set_fact(
     request: FactRequest, settings: PkiSettings, now: datetime, errors: list[str]
 ) -> dict[str, Any]:
@@ -269,6 +286,7 @@ def gather(
     errors = list(request.errors)
     fact: dict[str, Any] = {"ok": False}
     fact["version"] = __version__
+    fact["cluster"] = request.cluster
     try:
         try:
             settings = settings_factory()
@@ -280,6 +298,7 @@ def gather(
             errors.append("--out is required: the output directory of the managed set")
         else:
             fact["set"] = _set_fact(request, settings, now, errors)
+            fact["trust"] = trust_fact(fact["set"])
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)

@@ -39,7 +39,7 @@ class Opt(NamedTuple):
     flag: str  # "--ca-dir"; for an argument, its metavar ("PATHS")
     kind: type
     help: str
-    group: str  # "pki", "signer", "proof", "confirm", or the command's own
+    group: str  # "pki", "signer", "proof", "puppetdb", "confirm", or the command's own
     choices: tuple[str, ...] = ()
     hiera: bool = False
     secret: bool = False
@@ -135,6 +135,18 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("skip_mtls_proof", "--skip-mtls-proof", bool,
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
         "A flag only (the node configuration may not set it).", "proof", flag_only=True),
+    # How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py).
+    Opt("puppetdb", "--puppetdb", str,
+        "PuppetDB's URL, e.g. https://puppetdb.example.org:8081.", "puppetdb"),
+    Opt("puppetdb_cert", "--puppetdb-cert", str,
+        "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert, "
+        "hostprivkey and localcacert (`puppet config print`).", "puppetdb"),
+    Opt("puppetdb_key", "--puppetdb-key", Path,
+        "The client certificate's key (PEM).", "puppetdb", secret=True),
+    Opt("puppetdb_ca", "--puppetdb-ca", Path,
+        "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA).", "puppetdb"),
+    Opt("puppetdb_timeout", "--puppetdb-timeout", float,
+        "Seconds for all of a run's PuppetDB queries together (default 60).", "puppetdb"),
     # Confirmations of one command each: a person decides them, for one run.
     Opt("force", "--force", bool, "Replace an existing CA.", "confirm", flag_only=True),
     Opt("allow_rollback", "--allow-rollback", bool, "Allow going back one stage.",
@@ -254,6 +266,13 @@ class Command(NamedTuple):
 
 
 _PKI = group("pki")
+MAX_AGE = _own(
+    "max_age",
+    "--max-age",
+    str,
+    "A fact uploaded longer ago counts as stale (e.g. 90m, 2h, 1d).",
+    value="2h",
+)
 _SIGNER = group("signer")
 
 COMMANDS: tuple[Command, ...] = (
@@ -433,6 +452,40 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              multiple=True, argument=True),
         _own("offline", "--offline", bool, "Syntax and validity only, no DNS."),
         NAMESERVERS, DNS_TIMEOUT, JSON,
+    )),
+    Command("fleet",
+            "Per-cluster node states from PuppetDB: exit 0 healthy, 1 action needed, 8 "
+            "PuppetDB failed.", (
+        *group("puppetdb"),
+        _own("cluster", "--cluster", str, "Only this cluster."),
+        JSON, MAX_AGE,
+    )),
+    Command("fleet ready",
+            "Exit 0 when every member reached STAGE, judged by CA fingerprints; else 1, "
+            "listing the nodes that hold it back.", (
+        *group("puppetdb"),
+        _own("cluster", "--cluster", str, "The cluster being rotated.", required=True),
+        _own("stage", "--stage", str, "trust-new, reissue or drop-old.", required=True,
+             choices=("trust-new", "reissue", "drop-old")),
+        _own("since", "--since", str, "Count only facts uploaded after this time (ISO 8601)."),
+        _own("new_ca", "--new-ca", str,
+             "The CA rotated in: a PEM file or its SHA-256 fingerprint."),
+        _own("old_ca", "--old-ca", str,
+             "The CA rotated out: a PEM file or its SHA-256 fingerprint."),
+        MAX_AGE,
+    )),
+    Command("fleet gate",
+            "Refuse (exit 1) a hiera change that advances a cluster's CA rotation while its "
+            "members have not all reached the previous stage.", (
+        *group("puppetdb"),
+        _own("hiera", "--hiera", Path, "The hiera file or directory as changed.",
+             required=True),
+        _own("base", "--base", str,
+             "The git revision before the change (e.g. origin/main, HEAD)."),
+        _own("old", "--old", Path,
+             "The hiera file or directory before the change (instead of --base)."),
+        _own("no_puppetdb", "--no-puppetdb", bool,
+             "Workstations: warn about rotation steps and pass, without asking PuppetDB."),
     )),
     Command("ferm",
             "Render the Typha ferm rule of a cluster; nothing while any cluster node fails "

@@ -1,0 +1,267 @@
+"""`typhapki fleet`, `fleet ready` and `fleet gate`: the fleet as PuppetDB knows it.
+
+Thin: options into a client (typhapki/fleet/puppetdb.py), the queries
+(typhapki/fleet/query.py), each node judged (typhapki/fleet/nodes.py) and summarised
+(typhapki/fleet/summary.py); exit 0 healthy or ready, 1 action needed, 6 PuppetDB
+failed (docs/exit-codes.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from typhapki.fleet.nodes import Node
+    from typhapki.fleet.puppetdb import PuppetDB
+
+
+@dataclass(frozen=True)
+class PuppetDBOptions:
+    """The `puppetdb` group of typhapki/settings/options.py."""
+
+    puppetdb: str | None = None
+    puppetdb_cert: str | None = None
+    puppetdb_key: Path | None = None
+    puppetdb_ca: Path | None = None
+    puppetdb_timeout: float | None = None
+
+
+class _Progress:
+    """One line on stderr, rewritten in place; only on a terminal."""
+
+    def __init__(self) -> None:
+        self.on = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, text: str) -> None:
+        if self.on:
+            sys.stderr.write(f"\r\033[K{text}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _client(opts: PuppetDBOptions) -> PuppetDB:
+    from typhapki.fleet.puppetdb import PUPPET_SHORTHAND, ClientTls, PuppetDB, puppet_agent_tls
+
+    if not opts.puppetdb:
+        raise UsageError("--puppetdb URL is required (or --no-puppetdb for `fleet gate`)")
+    if opts.puppetdb_cert == PUPPET_SHORTHAND:
+        agent = puppet_agent_tls()
+        tls = ClientTls(agent.cert, opts.puppetdb_key or agent.key, opts.puppetdb_ca or agent.ca)
+    else:
+        cert = Path(opts.puppetdb_cert) if opts.puppetdb_cert else None
+        tls = ClientTls(cert, opts.puppetdb_key, opts.puppetdb_ca)
+    return PuppetDB(opts.puppetdb, tls, opts.puppetdb_timeout)
+
+
+def parse_duration(value: str, flag: str) -> timedelta:
+    """30m, 2h, 1d, or plain seconds."""
+    match = re.fullmatch(r"(\d{1,9})([smhd]?)", value.strip())
+    if not match:
+        raise UsageError(f"{flag}: expected a duration such as 90m, 2h or 1d, got {value!r:.40}")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    return timedelta(seconds=int(match.group(1)) * unit)
+
+
+def _nodes(
+    opts: PuppetDBOptions, cluster: str | None, max_age: timedelta, now: datetime
+) -> tuple[dict[str, str], list[Node]]:
+    from typhapki.fleet.nodes import judge_node
+    from typhapki.fleet.query import fetch
+
+    db = _client(opts)
+    progress = _Progress()
+    try:
+        data = fetch(db, cluster, progress)
+        progress(f"judging {len(data.members)} nodes")
+        nodes = [
+            judge_node(name, data.facts.get(name), data.produced_at.get(name), now, max_age)
+            for name in data.members
+        ]
+    finally:
+        progress.clear()
+    return data.members, nodes
+
+
+def fleet(opts: PuppetDBOptions, cluster: str | None, as_json: bool, max_age: str) -> int:
+    """The per-cluster table (or JSON); exit 0 when every cluster is healthy, else 1."""
+    from typhapki.fleet.summary import render_table, summarise
+
+    now = datetime.now(UTC)
+    members, nodes = _nodes(opts, cluster, parse_duration(max_age, "--max-age"), now)
+    clusters = summarise(members, nodes)
+    healthy = bool(clusters) and all(c.healthy for c in clusters)
+    if as_json:
+        print(json.dumps({"healthy": healthy, "clusters": [c.as_json() for c in clusters]}))
+    elif clusters:
+        print(render_table(clusters))
+    if not clusters:
+        which = f"cluster {cluster!r}" if cluster else "any cluster"
+        print(f"no node's catalog holds Class[Typhapki] for {which}", file=sys.stderr)
+    return EXIT_OK if healthy else EXIT_NEEDS_ACTION
+
+
+def ca_fingerprint(value: str, flag: str) -> str:
+    """A CA given as a SHA-256 fingerprint (hex, colons allowed) or a PEM file."""
+    from typhapki.pki.pem import load_certs
+    from typhapki.pki.verify import fingerprint
+
+    compact = value.replace(":", "").lower()
+    if re.fullmatch(r"[0-9a-f]{64}", compact):
+        return compact
+    path = Path(value)
+    if not path.exists():
+        raise UsageError(f"{flag}: {value!r:.80} is neither a SHA-256 fingerprint nor a file")
+    certs = load_certs(path, "CA certificate")
+    if len(certs) != 1:
+        raise ConfigError(f"{flag}: {path}: expected one CA certificate, found {len(certs)}")
+    return fingerprint(certs[0])
+
+
+def fleet_ready(
+    opts: PuppetDBOptions,
+    cluster: str,
+    stage: str,
+    since: str | None,
+    new_ca: str | None,
+    old_ca: str | None,
+    max_age: str,
+) -> int:
+    """Exit 0 when every member of CLUSTER reached STAGE by fingerprints, else 1 listing
+    the nodes that hold it back."""
+    from typhapki.fleet.nodes import BrokenFact, parse_time
+    from typhapki.fleet.summary import READY_STAGES, ready, shown
+
+    if stage not in READY_STAGES:
+        raise UsageError(f"--stage: expected trust-new, reissue or drop-old, got {stage!r:.40}")
+    if stage in ("trust-new", "reissue") and new_ca is None:
+        raise UsageError(f"--stage {stage} needs --new-ca FILE|FINGERPRINT")
+    if stage == "drop-old" and old_ca is None:
+        raise UsageError("--stage drop-old needs --old-ca FILE|FINGERPRINT")
+    new_fp = ca_fingerprint(new_ca, "--new-ca") if new_ca else None
+    old_fp = ca_fingerprint(old_ca, "--old-ca") if old_ca else None
+    try:
+        since_at = parse_time(since, "--since") if since is not None else None
+    except BrokenFact as exc:
+        raise UsageError(f"{exc}, got {since!r:.40}") from None
+    now = datetime.now(UTC)
+    # --since already bounds the facts that count; --max-age still names stale ones.
+    _, nodes = _nodes(opts, cluster, parse_duration(max_age, "--max-age"), now)
+    verdict = ready(stage, nodes, new_fp, old_fp, since_at)
+    if verdict.ready:
+        print(f"cluster {shown(cluster)}: all {verdict.members} members reached {stage}")
+        return EXIT_OK
+    if not verdict.members:
+        print(f"cluster {shown(cluster)}: no members (no catalog holds Class[Typhapki] for it)")
+    for certname, why in verdict.holding_back:
+        print(f"{shown(certname)}: {why}")
+    print(
+        f"cluster {shown(cluster)}: {len(verdict.holding_back)} of {verdict.members} members "
+        f"hold {stage} back",
+        file=sys.stderr,
+    )
+    return EXIT_NEEDS_ACTION
+
+
+def _old_tree(hiera: Path, base: str, into: Path) -> Path:
+    """HIERA as it was at git revision BASE, written under INTO."""
+    repo = subprocess.run(
+        ["git", "-C", str(hiera if hiera.is_dir() else hiera.parent), "rev-parse",
+         "--show-toplevel", "--show-prefix"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if repo.returncode:
+        raise UsageError(f"--base: {hiera} is not in a git repository")
+    lines = repo.stdout.splitlines()
+    top, prefix = lines[0], (lines[1] if len(lines) > 1 else "")
+    relative = Path(prefix) / (hiera.name if not hiera.is_dir() else "")
+    listed = subprocess.run(
+        ["git", "-C", top, "ls-tree", "-r", "--name-only", base, "--", str(relative)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if listed.returncode:
+        raise UsageError(f"--base: {base!r:.40}: not a revision of {top}")
+    target = into / relative
+    for name in listed.stdout.splitlines():
+        if not name.endswith((".yaml", ".yml")):
+            continue
+        shown_file = subprocess.run(
+            ["git", "-C", top, "show", f"{base}:{name}"],
+            capture_output=True, stdin=subprocess.DEVNULL, check=True,
+        )  # fmt: skip
+        dest = into / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(shown_file.stdout)
+    if hiera.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def fleet_gate(
+    opts: PuppetDBOptions,
+    hiera: Path,
+    base: str | None,
+    old: Path | None,
+    no_puppetdb: bool,
+) -> int:
+    """Refuse (exit 1) a hiera change that advances a cluster's rotation before every
+    member reached the previous stage; with --no-puppetdb, warn and pass."""
+    from typhapki.fleet.gate import advances, rotation_keys
+    from typhapki.fleet.summary import reached, shown
+
+    if (base is None) == (old is None):
+        raise UsageError("give exactly one of --base REV (git) and --old PATH")
+    with tempfile.TemporaryDirectory(prefix="typhapki-gate-") as tmp:
+        old_path = old if old is not None else _old_tree(hiera, base or "", Path(tmp))
+        before = rotation_keys(old_path) if _has_yaml(old_path) else {}
+    moves = advances(before, rotation_keys(hiera))
+    if not moves:
+        print("no cluster's CA rotation advances")
+        return EXIT_OK
+    if no_puppetdb:
+        for move in moves:
+            print(
+                f"typhapki: warning: cluster {shown(move.cluster)}: {move.what} "
+                f"({move.stage}); not checked against PuppetDB (--no-puppetdb): the merge "
+                "check must confirm every member reached "
+                f"{move.requires}",
+                file=sys.stderr,
+            )
+        return EXIT_OK
+    refused = 0
+    for move in moves:
+        _, nodes = _nodes(opts, move.cluster, timedelta(days=36500), datetime.now(UTC))
+        verdict = reached(move.requires, nodes)
+        if verdict.ready:
+            print(f"cluster {shown(move.cluster)}: {move.what}: all {verdict.members} members "
+                  f"reached {move.requires}")  # fmt: skip
+            continue
+        refused += 1
+        print(
+            f"cluster {shown(move.cluster)}: {move.what} ({move.stage}) refused: "
+            f"{len(verdict.holding_back)} of {verdict.members} members not at {move.requires}"
+        )
+        for certname, why in verdict.holding_back[:50]:
+            print(f"  {shown(certname)}: {why}")
+    return EXIT_NEEDS_ACTION if refused else EXIT_OK
+
+
+def _has_yaml(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.glob("*.yaml")) or any(path.glob("*.yml"))
+    return path.is_file()

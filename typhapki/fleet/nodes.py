@@ -1,0 +1,205 @@
+"""One node of the fleet, judged from its `typhapki` fact as PuppetDB stores it.
+
+The fact arrives from every node of the fleet, so it is read as hostile: any value of
+the wrong type, a fingerprint that is not 64 hex digits, a date that does not parse, a
+list longer than a bundle can be, makes the node "fact broken" with the reason, never
+an exception. Pure: no I/O, the time is an argument.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+# A node's one state, in the order the table shows them; the first that applies wins.
+MISSING = "fact missing"
+BROKEN = "fact broken"
+STALE = "fact stale"
+EXPIRED = "expired"
+INVALID = "invalid"
+RESTART_PENDING = "restart pending"
+DNS_GATE_FAILING = "DNS gate failing"
+RENEWING = "renewing"
+VALID = "valid"
+STATES = (
+    VALID, RENEWING, EXPIRED, INVALID, RESTART_PENDING, DNS_GATE_FAILING, STALE, MISSING, BROKEN,
+)  # fmt: skip
+HEALTHY = frozenset({VALID, RENEWING})
+
+STAGES = ("none", "trust-new", "reissue")
+MAX_BUNDLE = 16  # a bundle holds one CA, two during a rotation
+_FINGERPRINT = re.compile(r"[0-9a-f]{64}\Z")
+_ROLES = ("typha", "felix")
+
+
+class BrokenFact(ValueError):
+    """The fact is not what typhapki writes; the message says where."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the fleet view knows of one member."""
+
+    certname: str
+    state: str
+    reason: str = ""  # why broken or invalid, one line
+    stage: str | None = None
+    bundle: frozenset[str] = frozenset()
+    leaf_issuers: frozenset[str] = frozenset()
+    first_expiry: datetime | None = None
+    produced_at: datetime | None = None
+    has_fact: bool = False
+
+    @property
+    def judged(self) -> bool:
+        """Whether its fingerprints can be believed: present, not broken."""
+        return self.has_fact and self.state not in (MISSING, BROKEN)
+
+
+def parse_time(value: object, what: str) -> datetime:
+    """An ISO 8601 time from PuppetDB or a fact; naive means UTC."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise BrokenFact(f"{what}: expected an ISO 8601 time")
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BrokenFact(f"{what}: not an ISO 8601 time") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise BrokenFact(f"{what}: expected a mapping")
+    return value
+
+
+def _bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise BrokenFact(f"{what}: expected true or false")
+    return value
+
+
+def _fingerprint(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _FINGERPRINT.match(value):
+        raise BrokenFact(f"{what}: expected a SHA-256 fingerprint (64 hex digits)")
+    return value
+
+
+def _trust(fact: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str], str | None]:
+    trust = _mapping(fact.get("trust"), "trust")
+    bundle = trust.get("bundle")
+    if not isinstance(bundle, list) or len(bundle) > MAX_BUNDLE:
+        raise BrokenFact(f"trust.bundle: expected a list of at most {MAX_BUNDLE} fingerprints")
+    issuers = _mapping(trust.get("leaf_issuers"), "trust.leaf_issuers")
+    if set(issuers) - set(_ROLES):
+        raise BrokenFact("trust.leaf_issuers: expected typha and/or felix")
+    stage = trust.get("stage")
+    if stage is not None and stage not in STAGES:
+        raise BrokenFact("trust.stage: expected none, trust-new, reissue or null")
+    return (
+        frozenset(_fingerprint(fp, "trust.bundle[]") for fp in bundle),
+        frozenset(
+            _fingerprint(fp, f"trust.leaf_issuers.{role}")
+            for role, fp in issuers.items()
+            if fp is not None
+        ),
+        stage,
+    )
+
+
+def _set_state(fact: Mapping[str, Any], now: datetime) -> tuple[str, str, datetime | None]:
+    """(state, reason, first expiry) from the set part of the fact."""
+    the_set = _mapping(fact.get("set"), "set")
+    roles = _mapping(the_set.get("roles"), "set.roles")
+    first: datetime | None = None
+    expired = renewing = role_invalid = False
+    for role, info in roles.items():
+        if role not in _ROLES:
+            raise BrokenFact("set.roles: expected typha and/or felix")
+        info = _mapping(info, f"set.roles.{role}")
+        if not _bool(info.get("present"), f"set.roles.{role}.present"):
+            role_invalid = True
+            continue
+        not_after = parse_time(info.get("not_after"), f"set.roles.{role}.not_after")
+        first = not_after if first is None else min(first, not_after)
+        expired |= not_after <= now
+        due = _bool(info.get("renewal_due"), f"set.roles.{role}.renewal_due")
+        renewing |= due
+        if not _bool(info.get("valid"), f"set.roles.{role}.valid") and not due:
+            role_invalid = True
+    bundle = _mapping(the_set.get("bundle"), "set.bundle")
+    bundle_problems = bundle.get("problems")
+    if not isinstance(bundle_problems, list):
+        raise BrokenFact("set.bundle.problems: expected a list")
+    valid = _bool(the_set.get("valid"), "set.valid")
+    error = fact.get("error")
+    if error is not None and not isinstance(error, str):
+        raise BrokenFact("error: expected text or null")
+    if expired:
+        return EXPIRED, "", first
+    if role_invalid or bundle_problems or (not valid and not renewing) or error:
+        reason = error or ("bundle" if bundle_problems else "a leaf is missing or invalid")
+        return INVALID, reason[:200], first
+    return (RENEWING if renewing else ""), "", first
+
+
+def _runtime_state(fact: Mapping[str, Any]) -> str:
+    restart = fact.get("restart")
+    if restart is not None:
+        for component, status in _mapping(restart, "restart").items():
+            status = _mapping(status, f"restart.{component}")
+            pending = status.get("restart_pending")
+            if pending is not None and _bool(pending, f"restart.{component}.restart_pending"):
+                return RESTART_PENDING
+    gate = fact.get("ferm_gate")
+    if gate is not None:
+        gate = _mapping(gate, "ferm_gate")
+        failed = gate.get("hosts_failed", 0)
+        if gate.get("error") is not None:
+            return DNS_GATE_FAILING
+        if isinstance(failed, bool) or not isinstance(failed, int):
+            raise BrokenFact("ferm_gate.hosts_failed: expected a number")
+        if failed > 0:
+            return DNS_GATE_FAILING
+    return ""
+
+
+def judge_node(
+    certname: str,
+    fact: object,
+    produced_at: object,
+    now: datetime,
+    max_age: timedelta,
+) -> Node:
+    """One member's state from its fact (None: none stored) and the fact set's
+    producer_timestamp. Never raises."""
+    if fact is None:
+        return Node(certname, MISSING)
+    try:
+        when = parse_time(produced_at, "producer_timestamp") if produced_at is not None else None
+        fact = _mapping(fact, "the fact")
+        bundle, issuers, stage = _trust(fact)
+        state, reason, first = _set_state(fact, now)
+        runtime = _runtime_state(fact)
+    except BrokenFact as exc:
+        return Node(certname, BROKEN, str(exc), has_fact=True)
+    except Exception as exc:  # belt and braces: a hostile value must never end the run
+        return Node(certname, BROKEN, type(exc).__name__, has_fact=True)
+    if when is None or now - when > max_age:
+        state, reason = STALE, "" if when is None else f"uploaded {when:%Y-%m-%dT%H:%M:%SZ}"
+    elif state in ("", RENEWING) and runtime:
+        state = runtime
+    return Node(
+        certname,
+        state or VALID,
+        reason,
+        stage,
+        bundle,
+        issuers,
+        first,
+        when,
+        has_fact=True,
+    )

@@ -1,0 +1,173 @@
+"""The fleet, summarised per cluster, and whether a CA rotation stage may advance.
+
+Readiness is judged by CA fingerprints, never by stage numbers (stage 0 means both "not
+started" and "finished"): `trust-new` is ready when every member's bundle holds the new
+CA, `reissue` when every member's leaves are signed by it, `drop-old` when no member's
+bundle holds the old CA. A member whose fact is missing, broken, or uploaded before
+`since` holds the stage back, with the reason. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from typhapki.fleet.nodes import HEALTHY, STATES, Node
+
+READY_STAGES = ("trust-new", "reissue", "drop-old")
+FIRST_EXPIRIES = 5  # how many of a cluster's earliest expiries the table shows
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """A name from PuppetDB, safe on one terminal line (control characters escaped)."""
+    if text.isprintable() and len(text) <= limit:
+        return text
+    return text[:limit].encode("unicode_escape").decode("ascii")
+
+
+@dataclass
+class ClusterSummary:
+    name: str
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(node.state for node in self.nodes)
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.nodes) and all(node.state in HEALTHY for node in self.nodes)
+
+    def first_expiries(self) -> list[Node]:
+        dated = [n for n in self.nodes if n.first_expiry is not None and n.judged]
+        return sorted(dated, key=lambda n: (n.first_expiry, n.certname))[:FIRST_EXPIRIES]
+
+    def stages(self) -> Counter[str]:
+        return Counter(n.stage or "unknown" for n in self.nodes if n.judged)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.name,
+            "members": len(self.nodes),
+            "healthy": self.healthy,
+            "counts": {state: self.counts.get(state, 0) for state in STATES},
+            "stages": dict(sorted(self.stages().items())),
+            "first_expiries": [
+                {"certname": n.certname, "not_after": _iso(n.first_expiry)}
+                for n in self.first_expiries()
+            ],
+            "needs_action": [
+                {"certname": n.certname, "state": n.state, "reason": n.reason}
+                for n in sorted(self.nodes, key=lambda n: n.certname)
+                if n.state not in HEALTHY
+            ],
+        }
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summarise(members: Mapping[str, str], nodes: Iterable[Node]) -> list[ClusterSummary]:
+    """Clusters in name order; `members` maps certname -> cluster (from the catalogs)."""
+    clusters: dict[str, ClusterSummary] = {}
+    for node in nodes:
+        cluster = members[node.certname]
+        clusters.setdefault(cluster, ClusterSummary(cluster)).nodes.append(node)
+    return [clusters[name] for name in sorted(clusters)]
+
+
+def render_table(clusters: list[ClusterSummary]) -> str:
+    """The human table: one block per cluster."""
+    lines: list[str] = []
+    for c in clusters:
+        counts = c.counts
+        verdict = "healthy" if c.healthy else "NEEDS ACTION"
+        lines.append(f"cluster {shown(c.name)}: {len(c.nodes)} members, {verdict}")
+        for state in STATES:
+            if counts.get(state):
+                lines.append(f"  {state:<18} {counts[state]:>6}")
+        stages = ", ".join(f"{s} {n}" for s, n in sorted(c.stages().items()))
+        if stages:
+            lines.append(f"  rotation stages: {stages}")
+        for n in c.first_expiries():
+            lines.append(f"  first expiry: {_iso(n.first_expiry)} {shown(n.certname)}")
+        shown_nodes = [
+            n for n in sorted(c.nodes, key=lambda n: n.certname) if n.state not in HEALTHY
+        ]
+        for n in shown_nodes[:20]:
+            reason = f" ({shown(n.reason)})" if n.reason else ""
+            lines.append(f"  needs action: {shown(n.certname)}: {n.state}{reason}")
+        if len(shown_nodes) > 20:
+            lines.append(f"  ... and {len(shown_nodes) - 20} more (--json lists them all)")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    stage: str
+    members: int
+    holding_back: list[tuple[str, str]]  # (certname, why)
+
+    @property
+    def ready(self) -> bool:
+        return self.members > 0 and not self.holding_back
+
+
+def ready(
+    stage: str,
+    nodes: Iterable[Node],
+    new_ca: str | None,
+    old_ca: str | None,
+    since: datetime | None,
+) -> Readiness:
+    """Whether every member reached STAGE, by fingerprints (module docstring)."""
+    holding: list[tuple[str, str]] = []
+    count = 0
+    for node in sorted(nodes, key=lambda n: n.certname):
+        count += 1
+        why = _holds_back(stage, node, new_ca, old_ca, since)
+        if why:
+            holding.append((node.certname, why))
+    return Readiness(stage, count, holding)
+
+
+def _holds_back(
+    stage: str, node: Node, new_ca: str | None, old_ca: str | None, since: datetime | None
+) -> str:
+    if not node.judged:
+        return node.state + (f": {node.reason}" if node.reason else "")
+    if since is not None and (node.produced_at is None or node.produced_at < since):
+        return f"fact uploaded {_iso(node.produced_at)}, before {_iso(since)}"
+    if stage == "trust-new":
+        return "" if new_ca in node.bundle else "bundle lacks the new CA"
+    if stage == "reissue":
+        if not node.leaf_issuers:
+            return "no leaf"
+        return "" if node.leaf_issuers == {new_ca} else "a leaf is not signed by the new CA"
+    if stage == "drop-old":
+        if not node.bundle:
+            return "no bundle"
+        return "bundle still holds the old CA" if old_ca in node.bundle else ""
+    raise ValueError(stage)
+
+
+# The stages a node's fact may name that count as having reached a stage (stage names
+# only: the gate knows no fingerprints; `fleet ready` judges by them instead).
+_REACHED = {"none": {"none"}, "trust-new": {"trust-new", "reissue"}, "reissue": {"reissue"}}
+
+
+def reached(stage: str, nodes: Iterable[Node]) -> Readiness:
+    """Whether every member's fact shows STAGE (or later, inside the rotation)."""
+    holding: list[tuple[str, str]] = []
+    count = 0
+    for node in sorted(nodes, key=lambda n: n.certname):
+        count += 1
+        if not node.judged:
+            holding.append((node.certname, node.state))
+        elif node.stage not in _REACHED[stage]:
+            holding.append((node.certname, f"at stage {node.stage or 'unknown'}"))
+    return Readiness(stage, count, holding)
