@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,7 @@ def test_sign_takes_identity_eku_and_lifetime_from_the_settings(
 ) -> None:
     """Whatever the CSR asks for, the certificate carries the settings' identity."""
     data = _csr(ec.generate_private_key(ec.SECP256R1()), cn, uri)
-    settings_ = PkiSettings(days=30)
+    settings_ = PkiSettings(typha_lifetime=timedelta(days=30), felix_lifetime=timedelta(days=30))
     csr = parse_csr(data, "csr", settings_.key_type)
     leaf = LocalSigner(load_issuer(ca_dir), settings_).sign(csr, role)[0]
     assert subject_cn(leaf) == settings_.identity(role).cn

@@ -375,7 +375,11 @@ def _remote_case(tmp_path: Path, ca_days: int, leaf_days: int) -> tuple[Path, Is
 
     key = generate_key(KeyType.ECDSA_P256)
     issuer = Issuer(build_ca(key, "remote", ca_days, NOW), key)
-    profile = PkiSettings(days=leaf_days, node_name=NODE)
+    profile = PkiSettings(
+        typha_lifetime=timedelta(days=leaf_days),
+        felix_lifetime=timedelta(days=leaf_days),
+        node_name=NODE,
+    )
     out = tmp_path / "out"
     signer = LocalSigner(issuer, profile, NOW)
     ensure_set(out, signer, profile, [RoleName.TYPHA, RoleName.FELIX], now=NOW)

@@ -26,6 +26,8 @@ class RawFactOptions:
     felix_uri_san: str | None = None
     key_type: str | None = None
     days: str | None = None
+    typha_lifetime: str | None = None
+    felix_lifetime: str | None = None
     renew_before: str | None = None
     key_owner: str | None = None
     key_group: str | None = None
@@ -80,17 +82,19 @@ def facts(raw: RawFactOptions) -> int:
 
     def settings() -> PkiSettings:
         flags = PkiOptions(
-            raw.typha_cn,
-            raw.felix_cn,
-            raw.typha_uri_san,
-            raw.felix_uri_san,
-            raw.key_type,
-            _days(raw.days),
-            raw.renew_before,
-            raw.key_owner,
-            raw.key_group,
-            raw.key_mode,
-            raw.node_name,
+            typha_cn=raw.typha_cn,
+            felix_cn=raw.felix_cn,
+            typha_uri_san=raw.typha_uri_san,
+            felix_uri_san=raw.felix_uri_san,
+            key_type=raw.key_type,
+            days=_days(raw.days),
+            typha_lifetime=raw.typha_lifetime,
+            felix_lifetime=raw.felix_lifetime,
+            renew_before=raw.renew_before,
+            key_owner=raw.key_owner,
+            key_group=raw.key_group,
+            key_mode=raw.key_mode,
+            node_name=raw.node_name,
         )
         return build_settings(flags.merged_over(hiera_options))
 

@@ -30,7 +30,10 @@ def require_pair(hiera: Path | None, cluster: str | None) -> bool:
 
 def pki_options_of(typha: TyphaSettings) -> PkiOptions:
     """A cluster's ``typha:`` mapping as certificate options (None where not set)."""
-    return PkiOptions(**{name: getattr(typha, name) for name in options.hiera_keys("pki")})
+    return PkiOptions(
+        **{name: getattr(typha, name) for name in options.hiera_keys("pki")},
+        cluster_renew=typha.pki_renew_seconds,
+    )
 
 
 def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSettings | None:
@@ -53,8 +56,8 @@ def _merged_pki(
 ) -> PkiOptions:
     if typha is None:
         return flags
-    merged = flags.merged_over(pki_options_of(typha))
     try:
+        merged = flags.merged_over(pki_options_of(typha))
         build_settings(merged)
     except UsageError as exc:
         try:

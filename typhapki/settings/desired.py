@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.pki.settings import check_renewal
 from typhapki.settings.cluster import load_typha_settings, merge_cluster
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 from typhapki.settings.signer import SignerOptions
@@ -74,6 +75,12 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
             raise UsageError(f"{given[0]} needs --signer cfssl")
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust))
-    signer = build_signer(signer_opts, request.ca_dir, settings)
+    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
     current = signer.current_ca() if ask_signer else None
+    if current is not None:
+        # A remote signer's profile decides the lifetime: a renewal window as long
+        # would renew on every run.
+        for role, lifetime in current.lifetimes.items():
+            if role in roles:
+                check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
     return Desired(request.out, roles, settings, signer, current, trusted)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from typhapki.errors import UsageError
 from typhapki.pki.settings import (
     DEFAULT_FELIX_CN,
-    DEFAULT_LEAF_DAYS,
+    DEFAULT_LEAF_LIFETIME,
     DEFAULT_TYPHA_CN,
     KeyFileOwnership,
     KeyType,
     PkiSettings,
     RoleName,
+    check_renewal,
     make_identity,
     parse_duration,
     parse_key_mode,
@@ -21,6 +23,9 @@ from typhapki.pki.settings import (
     validate_days,
     validate_node_name,
 )
+
+# Options that set a leaf's lifetime: --days sets both roles', each of the others one.
+LIFETIME_OPTIONS = ("days", "typha_lifetime", "felix_lifetime")
 
 LOCALHOST_NAMES = frozenset({"localhost", "localhost4", "localhost6", "ip6-localhost"})
 
@@ -51,42 +56,81 @@ class PkiOptions:
     felix_uri_san: str | None = None
     key_type: str | None = None
     days: int | None = None
+    typha_lifetime: str | None = None
+    felix_lifetime: str | None = None
     renew_before: str | None = None
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None  # never from hiera: it is this node's own
+    # Not an option: the cluster's pki_renew_seconds from hiera (kubernetes::clusters).
+    cluster_renew: int | None = None
+
+    def lifetimes(self) -> tuple[str | None, str | None]:
+        """Typha's and Felix's lifetime as given (--days stands for both); None: not
+        given. --days with a per-role lifetime is a usage error naming both."""
+        if self.days is not None:
+            for name in ("typha_lifetime", "felix_lifetime"):
+                if getattr(self, name) is not None:
+                    flag = "--" + name.replace("_", "-")
+                    raise UsageError(
+                        f"--days and {flag} exclude each other: --days sets both lifetimes"
+                    )
+            return f"{self.days}d", f"{self.days}d"
+        return self.typha_lifetime, self.felix_lifetime
 
     def merged_over(self, base: PkiOptions) -> PkiOptions:
-        """These options, falling back to `base` (e.g. hiera) where not given."""
+        """These options, falling back to `base` (e.g. hiera) where not given.
+
+        Lifetimes merge per role: a flag's --felix-lifetime wins over hiera's days for
+        Felix, and Typha keeps hiera's.
+        """
+        merged = {
+            name: getattr(self, name) if getattr(self, name) is not None else getattr(base, name)
+            for name in self.__dataclass_fields__
+            if name not in LIFETIME_OPTIONS
+        }
+        mine, theirs = self.lifetimes(), base.lifetimes()
         return PkiOptions(
-            **{
-                name: getattr(self, name)
-                if getattr(self, name) is not None
-                else getattr(base, name)
-                for name in self.__dataclass_fields__
-            }
+            **merged,
+            typha_lifetime=mine[0] if mine[0] is not None else theirs[0],
+            felix_lifetime=mine[1] if mine[1] is not None else theirs[1],
         )
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:
     settings = _build_settings(opts)
-    if settings.renew_before is not None and settings.renew_before.days >= settings.days:
-        raise UsageError(
-            f"renew-before ({settings.renew_before.days} days) must be shorter than the leaf "
-            f"lifetime ({settings.days} days), or every certificate is due at once"
-        )
+    for role in (RoleName.TYPHA, RoleName.FELIX):
+        check_renewal(settings, settings.lifetime(role), f"the {role.value} lifetime")
     return settings
 
 
+def _lifetime(value: str | int | None, flag: str) -> timedelta:
+    if value is None:
+        return DEFAULT_LEAF_LIFETIME
+    if isinstance(value, str) and value.endswith("d") and value[:-1].isdigit():
+        validate_days(int(value[:-1]), flag)  # --days' own bounds and words
+    return parse_duration(value, flag)
+
+
 def _build_settings(opts: PkiOptions) -> PkiSettings:
+    if opts.days is not None:
+        validate_days(opts.days)
+    typha_lifetime, felix_lifetime = opts.lifetimes()
+    cluster_renew = opts.cluster_renew
     return PkiSettings(
         typha=make_identity(opts.typha_cn, opts.typha_uri_san, DEFAULT_TYPHA_CN, "typha"),
         felix=make_identity(opts.felix_cn, opts.felix_uri_san, DEFAULT_FELIX_CN, "felix"),
         key_type=KeyType.parse(opts.key_type) if opts.key_type else KeyType.ECDSA_P256,
-        days=validate_days(opts.days if opts.days is not None else DEFAULT_LEAF_DAYS),
+        typha_lifetime=_lifetime(typha_lifetime, "--typha-lifetime"),
+        felix_lifetime=_lifetime(felix_lifetime, "--felix-lifetime"),
         renew_before=(
             parse_duration(opts.renew_before, "renew-before") if opts.renew_before else None
+        ),
+        cluster_renew=(
+            parse_duration(cluster_renew, "pki_renew_seconds")
+            if cluster_renew is not None
+            else None
         ),
         key_files=KeyFileOwnership(
             uid=resolve_uid(opts.key_owner, "key owner"),

@@ -23,6 +23,7 @@ def build_signer(
     settings: PkiSettings,
     now: datetime | None = None,
     state_dir: Path | None = None,
+    roles: tuple[RoleName, ...] = (RoleName.TYPHA, RoleName.FELIX),
 ) -> Signer:
     """The local CA (`--ca-dir`) or a cfssl client, as the options say.
 
@@ -83,5 +84,6 @@ def build_signer(
         node_name=settings.node_name or "",
         state_dir=state_dir,
         allow_http=opts.cfssl_allow_http,
+        roles=roles,
     )
     return CfsslSigner(config)
