@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -111,7 +110,9 @@ def test_a_per_role_flag_wins_over_hieras_days_for_its_role_only(hiera: Path) ->
 def test_days_and_a_per_role_lifetime_is_a_usage_error_naming_both(flag: str) -> None:
     dashed = "--" + flag.replace("_", "-")
     with pytest.raises(UsageError, match=f"--days and {dashed} exclude each other"):
-        build_settings(replace(PkiOptions(days=30), **{flag: "24h"}))
+        if flag == "typha_lifetime":
+            build_settings(PkiOptions(days=30, typha_lifetime="24h"))
+        build_settings(PkiOptions(days=30, felix_lifetime="24h"))
 
 
 def test_days_and_a_per_role_lifetime_in_hiera_names_the_file(tmp_path: Path) -> None:
