@@ -452,6 +452,11 @@ def facts_cmd(
     key_group: Optional[str] = typer.Option(None, "--key-group"),
     key_mode: Optional[str] = typer.Option(None, "--key-mode"),
     node_name: Optional[str] = typer.Option(None, "--node-name"),
+    signer: Optional[str] = typer.Option(None, "--signer"),
+    cfssl_url: Optional[str] = typer.Option(None, "--cfssl-url"),
+    cfssl_label: Optional[str] = typer.Option(None, "--cfssl-label"),
+    cfssl_profile_typha: Optional[str] = typer.Option(None, "--cfssl-profile-typha"),
+    cfssl_profile_felix: Optional[str] = typer.Option(None, "--cfssl-profile-felix"),
     probe_address: Optional[str] = PROBE_ADDRESS,
     no_probe: bool = NO_PROBE,
 ) -> None:
@@ -480,6 +485,11 @@ def facts_cmd(
         key_group=key_group,
         key_mode=key_mode,
         node_name=node_name,
+        signer=signer,
+        cfssl_url=cfssl_url,
+        cfssl_label=cfssl_label,
+        cfssl_profile_typha=cfssl_profile_typha,
+        cfssl_profile_felix=cfssl_profile_felix,
         probe_address=probe_address,
         no_probe=no_probe,
         extra_args=list(ctx.args),
@@ -601,6 +611,7 @@ def restarted_cmd(
 
 
 @app.command("metrics")
+@with_signer_options
 @with_pki_options
 def metrics_cmd(
     *,
@@ -610,6 +621,7 @@ def metrics_cmd(
         None, "--ca-dir", help="Also judge the set against this CA (as `check --ca-dir`)."
     ),
     pki: PkiOptions,
+    signer: SignerOptions,
     trust: Optional[List[Path]] = TRUST,
     hiera: Optional[Path] = HIERA,
     cluster: Optional[str] = CLUSTER,
@@ -642,6 +654,7 @@ def metrics_cmd(
             state_dir,
             probe_address,
             no_probe,
+            signer,
         )
     )
 

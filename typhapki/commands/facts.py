@@ -33,6 +33,12 @@ class RawFactOptions:
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None
+    # cfssl mode: which cached CA to judge by (never asked: only check and issue ask)
+    signer: str | None = None
+    cfssl_url: str | None = None
+    cfssl_label: str | None = None
+    cfssl_profile_typha: str | None = None
+    cfssl_profile_felix: str | None = None
     probe_address: str | None = None
     no_probe: bool = False
     extra_args: Sequence[str] = ()
@@ -53,6 +59,7 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.facts import FactRequest, gather
     from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+    from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
     if raw.config_error:
@@ -67,14 +74,22 @@ def facts(raw: RawFactOptions) -> int:
 
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
     hiera_options = PkiOptions()
+    signer = SignerOptions(
+        signer=raw.signer,
+        cfssl_url=raw.cfssl_url,
+        cfssl_label=raw.cfssl_label,
+        cfssl_profile_typha=raw.cfssl_profile_typha,
+        cfssl_profile_felix=raw.cfssl_profile_felix,
+    )
     try:
-        from typhapki.settings.cluster import load_typha_settings, pki_options_of
+        from typhapki.settings.cluster import load_typha_settings, merged_signer, pki_options_of
 
         typha = load_typha_settings(
             Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None
         )
         if typha is not None:
             hiera_options = pki_options_of(typha)
+            signer = merged_signer(signer, typha)
             if ferm_output is None and typha.ferm_output:
                 ferm_output = Path(typha.ferm_output)
     except Exception as exc:  # a broken hiera file is a fact, not a failed Facter run
@@ -108,6 +123,7 @@ def facts(raw: RawFactOptions) -> int:
         probe_address=raw.probe_address or None,
         probe=not raw.no_probe,
         errors=errors,
+        signer=signer if signer.signer == "cfssl" else None,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK

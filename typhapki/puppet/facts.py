@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhapki import __version__
 from typhapki.pki.certinfo import describe
@@ -32,6 +32,9 @@ from typhapki.pki.verify import (
     renewal_due_at,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
+
+if TYPE_CHECKING:
+    from typhapki.settings.signer import SignerOptions
 
 FACT_NAME = "typhapki"
 
@@ -55,6 +58,8 @@ class FactRequest:
     probe: bool = True
     # Errors found while reading options: reported, and the set still described.
     errors: list[str] = field(default_factory=list)
+    # cfssl mode: judged against the CA `check` and `issue` cached; cfssl is never asked.
+    signer: SignerOptions | None = None
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -211,7 +216,14 @@ def _set_fact(
 
     assert request.out is not None
     report, signing, error = judge_set(
-        request.out, settings, request.roles, request.ca_dir, request.trust, now
+        request.out,
+        settings,
+        request.roles,
+        request.ca_dir,
+        request.trust,
+        now,
+        request.signer,
+        request.state_dir,
     )
     if error is not None:
         errors.append(error)  # still describe the set, judged without the CA

@@ -80,7 +80,7 @@ def merge_cluster(
     if typha is None:
         return pki, signer
     merged_pki = _merged_pki(pki, typha, hiera, cluster)
-    return merged_pki, _merged_signer(signer, typha)
+    return merged_pki, merged_signer(signer, typha)
 
 
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
@@ -97,10 +97,10 @@ def with_cluster_signer(
     typha = load_typha_settings(hiera, cluster)
     if typha is None:
         return flags
-    return _merged_signer(flags, typha)
+    return merged_signer(flags, typha)
 
 
-def _merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
+def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     """The signer flags over the cluster's ``typha:``; with cfssl and no label from
     either, the cluster's ``pki_intermediate_base`` names the label: the fleet runs
     one intermediate per cluster, under that name (docs/issuance.md)."""
