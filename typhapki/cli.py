@@ -312,6 +312,7 @@ def check_cmd(
                 no_probe,
                 warning,
                 critical,
+                signer,
             )
         )
     if warning is not None or critical is not None:

@@ -1,8 +1,9 @@
-"""facts and metrics in cfssl mode judge by the CA that check and issue cached, and
-never contact cfssl: they run on every node every few minutes (issue 18).
+"""facts, metrics and `check --nagios` in cfssl mode judge by the CA that check and
+issue cached, and never contact cfssl: they run on every node every few minutes
+(issue 18).
 
 cfssl here is a loopback listener that counts the connections it accepts and closes
-each at once: facts and metrics must leave the count at zero, while check, whose
+each at once: facts, metrics and `check --nagios` must leave the count at zero, while check, whose
 cached entry is stale, asks it (and then judges by the cached CA, unconfirmed).
 """
 
@@ -90,6 +91,8 @@ def test_facts_and_metrics_never_contact_cfssl_check_does(
     metrics = run_cli("metrics", "--out", issued, *cfssl_flags(listener.url))
     assert metrics.returncode == 0, metrics.stderr
     assert "typhapki_set_valid" in metrics.stdout
+    nagios = run_cli("check", "--nagios", "--out", issued, *cfssl_flags(listener.url))
+    assert nagios.stdout.startswith("TYPHAPKI OK"), nagios.stdout
     assert listener.accepted == 0
     # check refreshes a stale entry (and judges by the cached CA when cfssl fails)
     checked = run_cli("check", "--out", issued, "--signer", "cfssl", "--cfssl-url", listener.url)
