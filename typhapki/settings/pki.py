@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -99,10 +100,17 @@ class PkiOptions:
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:
-    settings = _build_settings(opts)
-    for role in (RoleName.TYPHA, RoleName.FELIX):
+    """The options validated into settings. A renewal window as long as a lifetime is
+    refused where the signer is known (`check_local_renewal`, settings.desired.resolve):
+    cfssl's profile decides its lifetime, not these settings' defaults."""
+    return _build_settings(opts)
+
+
+def check_local_renewal(settings: PkiSettings, roles: Sequence[RoleName]) -> None:
+    """Where the local CA signs (`issue --ca-dir`, `sign`): --renew-before must be
+    shorter than each role's lifetime, or every certificate is due at once (exit 2)."""
+    for role in roles:
         check_renewal(settings, settings.lifetime(role), f"the {role.value} lifetime")
-    return settings
 
 
 def _lifetime(value: str | int | None, flag: str) -> timedelta:
