@@ -75,14 +75,13 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
             raise UsageError(f"{given[0]} needs --signer cfssl")
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust))
-    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
-    current = signer.current_ca() if ask_signer else None
     # A renewal window as long as the lifetime would renew on every run: the local CA
     # signs for the settings' lifetimes, a remote signer for its profile's.
-    if current is None or current.anchors:
-        if request.ca_dir is not None:
-            check_local_renewal(settings, roles)
-    else:
+    if request.ca_dir is not None:
+        check_local_renewal(settings, roles)
+    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
+    current = signer.current_ca() if ask_signer else None
+    if current is not None and not current.anchors:
         for role, lifetime in current.lifetimes.items():
             if role in roles:
                 check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
