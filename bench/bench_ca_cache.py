@@ -25,7 +25,7 @@ from cryptography import x509
 
 from typhapki.errors import SignerError
 from typhapki.pki.issuance import init_ca
-from typhapki.pki.settings import KeyType
+from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.signers.cfssl import CfsslConfig, CfsslSigner
 
 RUN_INTERVAL = 1800
@@ -50,11 +50,11 @@ def main() -> None:
         asked: list[tuple[str, int]] = []
         clock = [float(start)]
 
-        def fetch(self: CfsslSigner) -> x509.Certificate:
+        def fetch(self: CfsslSigner, profile: str) -> tuple[x509.Certificate, int | None]:
             if outage[0] <= clock[0] < outage[1]:
                 raise SignerError(f"{URL}/api/v1/cfssl/info: cannot connect")
-            asked.append((self.config.node_name, int(clock[0])))
-            return ca
+            asked.append((f"{self.config.node_name} {profile}", int(clock[0])))
+            return ca, 24 * 3600  # the profile's expiry, as info reports it
 
         runs = sorted(
             (start + offset[n] + k * RUN_INTERVAL, n)
@@ -75,11 +75,12 @@ def main() -> None:
                     node_name=node,
                     state_dir=root / "state" / node,
                     ca_ttl=timedelta(seconds=args.ttl),
+                    roles=(RoleName.FELIX,),  # a worker; a Typha host asks per profile
                 )
                 current = CfsslSigner(config).current_ca()
                 stale_runs += not current.confirmed
         spent = time.perf_counter() - began
-    # Per node, the most info requests inside any window of one TTL (outside the outage).
+    # Per node and profile, the most info requests inside one TTL (outside the outage).
     by_node: dict[str, list[int]] = {}
     for node, when in asked:
         by_node.setdefault(node, []).append(when)
@@ -96,7 +97,7 @@ def main() -> None:
     after[0] += 0  # no request at all after the outage is a count of 0
     print(f"nodes {args.nodes}, {len(runs)} check runs over {args.hours:g} h, TTL {args.ttl} s")
     print(f"info requests: {len(asked)} ({len(asked) / len(runs):.1%} of runs)")
-    print(f"most info requests by one node within one TTL: {worst} (floor: at most 1)")
+    print(f"most info requests by one node within one TTL: {worst} (floor: at most 1 a profile)")
     print(f"busiest minute: {max(per_minute.values())} requests")
     print(f"runs that judged by an unconfirmed CA during the 1-hour outage: {stale_runs}")
     print(f"busiest minute in the half hour after cfssl came back: {max(after.values())}")

@@ -138,6 +138,7 @@ def check_body(
                 no_probe,
                 warning,
                 critical,
+                signer,
             )
         )
     if warning is not None or critical is not None:
@@ -185,6 +186,7 @@ def metrics_body(
     probe_address: str | None,
     no_probe: bool,
     pki: PkiOptions,
+    signer: SignerOptions,
 ) -> int:
     """`metrics`: the Prometheus text format (typhapki/commands/metrics.py)."""
     from typhapki.commands.metrics import metrics
@@ -202,6 +204,7 @@ def metrics_body(
             state_dir,
             probe_address,
             no_probe,
+            signer,
         )
     )
 

@@ -112,7 +112,14 @@ def test_key_owner_group_and_mode(tmp_path: Path, ca_dir: Path) -> None:
         (["--key-mode", "rw"], 2, ["octal mode"]),
         (["--key-owner", "no-such-user-x"], 2, ["no such user"]),
         (["--renew-before", "soon"], 2, ["duration"]),
-        (["--days", "30", "--renew-before", "60d"], 2, ["shorter than the leaf lifetime"]),
+        (["--days", "30", "--renew-before", "60d"], 2, ["shorter than the typha lifetime"]),
+        (
+            ["--felix-lifetime", "24h", "--renew-before", "1d"],
+            2,
+            ["renew-before (1d)", "shorter than the felix lifetime (1d)"],
+        ),
+        (["--days", "30", "--felix-lifetime", "24h"], 2, ["--days and --felix-lifetime"]),
+        (["--typha-lifetime", "soon"], 2, ["--typha-lifetime", "duration"]),
         (["--role", "typhaa"], 2, ["--role"]),
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -107,19 +108,26 @@ def _csr(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, cn: str, uri: str 
     cn=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40),
     uri=st.one_of(st.none(), st.just("spiffe://evil/typha")),
     role=st.sampled_from(list(RoleName)),
+    typha_hours=st.integers(1, 672),
+    felix_hours=st.integers(1, 72),
 )
 def test_sign_takes_identity_eku_and_lifetime_from_the_settings(
-    ca_dir: Path, cn: str, uri: str | None, role: RoleName
+    ca_dir: Path, cn: str, uri: str | None, role: RoleName, typha_hours: int, felix_hours: int
 ) -> None:
-    """Whatever the CSR asks for, the certificate carries the settings' identity."""
+    """Whatever the CSR asks for, the certificate carries the settings' identity, and
+    the role's own lifetime."""
     data = _csr(ec.generate_private_key(ec.SECP256R1()), cn, uri)
-    settings_ = PkiSettings(days=30)
+    settings_ = PkiSettings(
+        typha_lifetime=timedelta(hours=typha_hours), felix_lifetime=timedelta(hours=felix_hours)
+    )
     csr = parse_csr(data, "csr", settings_.key_type)
     leaf = LocalSigner(load_issuer(ca_dir), settings_).sign(csr, role)[0]
     assert subject_cn(leaf) == settings_.identity(role).cn
     assert uri_sans(leaf) == []
     assert eku_names(leaf) == (["serverAuth"] if role is RoleName.TYPHA else ["clientAuth"])
-    assert (valid_until(leaf) - valid_from(leaf)).days <= 30
+    # not-before is backdated by a few minutes for clock skew (pki/profiles.py)
+    lifetime = valid_until(leaf) - valid_from(leaf)
+    assert settings_.lifetime(role) <= lifetime <= settings_.lifetime(role) + timedelta(minutes=10)
     assert public_key_der(leaf.public_key()) == public_key_der(csr.public_key())
 
 
@@ -221,3 +229,25 @@ def test_sign_refuses_a_file_with_more_than_one_pem_block(
     )
     assert_one_line_error(result, EXIT_USAGE, str(path), f"{len(blocks)} PEM blocks")
     assert not crt.exists()
+
+
+def test_sign_and_issue_take_per_role_lifetimes(tmp_path: Path, ca_dir: Path) -> None:
+    """`sign --felix-lifetime 90m` and `issue --typha-lifetime 28d --felix-lifetime 24h`."""
+    csr, crt = tmp_path / "felix.csr", tmp_path / "felix.crt"
+    requested = run_cli("request", "--out", tmp_path / "node", "--role", "felix", "--csr-out", csr)
+    assert requested.returncode == 0, requested.stderr
+    signed = run_cli(
+        "sign", "--ca-dir", ca_dir, "--csr", csr, "--role", "felix", "--cert-out", crt,
+        "--felix-lifetime", "90m", "--renew-before", "10m",
+    )  # fmt: skip
+    assert signed.returncode == 0, signed.stderr
+    leaf = x509.load_pem_x509_certificate(crt.read_bytes())
+    assert timedelta(minutes=90) <= valid_until(leaf) - valid_from(leaf) <= timedelta(minutes=100)
+    out = tmp_path / "set"
+    flags = ["--typha-lifetime", "28d", "--felix-lifetime", "24h", "--renew-before", "2h"]
+    issued = run_cli("issue", "--ca-dir", ca_dir, "--out", out, *flags)
+    assert issued.returncode == 0, issued.stderr
+    for role, wanted in ((RoleName.TYPHA, timedelta(days=28)), (RoleName.FELIX, timedelta(1))):
+        leaf = x509.load_pem_x509_certificate(SetPaths(out).cert(role).read_bytes())
+        assert wanted <= valid_until(leaf) - valid_from(leaf) <= wanted + timedelta(minutes=10)
+    assert run_cli("check", "--ca-dir", ca_dir, "--out", out, *flags).returncode == 0

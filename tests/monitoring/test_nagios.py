@@ -156,7 +156,7 @@ def _one_day_leaf(tmp_path: Path, hours_ago: float) -> Path:
     ca, out = tmp_path / "ca", tmp_path / f"out-{hours_ago}"
     if not ca.exists():
         init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False, now=when - DAY)
-    settings = PkiSettings(days=1)
+    settings = PkiSettings(typha_lifetime=DAY, felix_lifetime=DAY)
     ensure_local(out, load_issuer(ca), settings, [RoleName.TYPHA, RoleName.FELIX], now=when)
     return out
 

@@ -93,7 +93,12 @@ def test_key_type_change_reissues_with_the_new_type(issued: Path, ca_dir: Path) 
 def test_leaf_is_clamped_to_the_ca(tmp_path: Path) -> None:
     init_ca(tmp_path / "ca", KeyType.ECDSA_P256, 200, None, force=False)
     issuer = load_issuer(tmp_path / "ca")
-    ensure_local(tmp_path / "out", issuer, PkiSettings(days=365), BOTH)
+    ensure_local(
+        tmp_path / "out",
+        issuer,
+        PkiSettings(typha_lifetime=timedelta(days=365), felix_lifetime=timedelta(days=365)),
+        BOTH,
+    )
     leaf = load_certs(SetPaths(tmp_path / "out").cert(RoleName.FELIX), "x")[0]
     assert valid_until(leaf) == valid_until(issuer.cert)
 
@@ -101,7 +106,12 @@ def test_leaf_is_clamped_to_the_ca(tmp_path: Path) -> None:
 def test_issuing_under_an_almost_expired_ca_is_refused(tmp_path: Path) -> None:
     init_ca(tmp_path / "ca", KeyType.ECDSA_P256, 100, None, force=False)
     with pytest.raises(RefusedError, match=r"expires .* a leaf issued now would already be due"):
-        ensure_local(tmp_path / "out", load_issuer(tmp_path / "ca"), PkiSettings(days=365), BOTH)
+        ensure_local(
+            tmp_path / "out",
+            load_issuer(tmp_path / "ca"),
+            PkiSettings(typha_lifetime=timedelta(days=365), felix_lifetime=timedelta(days=365)),
+            BOTH,
+        )
     # Refused before anything was written, the bundle included.
     assert not (tmp_path / "out" / "calico-typha-certs" / "typha.crt").exists()
 

@@ -117,13 +117,38 @@ class Case:
     issued_by: int  # which CA issued the set (0 or 1), or -1: no set at all
     issued_cn: str
     issued_key: str
-    age_days: int  # how long ago the set was issued (365-day leaves)
+    age_days: int  # how far into its life the set is, in days of a 365-day life
     hurt: str
     want_ca: int
     want_cn: str
     want_key: str
     trust_other: bool
     role: str
+    # Lifetimes in hours, the set's and the wanted one (--typha/--felix-lifetime), and
+    # the renewal policy: the cluster's pki_renew_seconds and --renew-before.
+    lifetime_h: int = 8760
+    want_lifetime_h: int = 8760
+    cluster_renew: int | None = None
+    renew_before: str | None = None
+
+    @property
+    def age(self) -> timedelta:
+        return timedelta(hours=self.lifetime_h) * self.age_days / 365
+
+    def wanted(self, **given: str) -> PkiOptions:
+        """The wanted settings: lifetimes, renewal policy and the given options."""
+        return PkiOptions(
+            **given,  # type: ignore[arg-type]
+            node_name=NODE,
+            typha_lifetime=f"{self.want_lifetime_h}h",
+            felix_lifetime=f"{self.want_lifetime_h}h",
+            renew_before=self.renew_before,
+            cluster_renew=self.cluster_renew,
+        )
+
+
+# Staging's 24-72 hours, production's 28 days (672 h), a year.
+LIFETIMES_H = st.one_of(st.sampled_from([24, 48, 72, 672, 8760]), st.integers(24, 72))
 
 
 cases = st.builds(
@@ -138,6 +163,10 @@ cases = st.builds(
     want_key=st.sampled_from(["ecdsa-p256", "ecdsa-p256", "ecdsa-p384"]),
     trust_other=st.booleans(),
     role=st.sampled_from(["both", "both", "felix"]),
+    lifetime_h=LIFETIMES_H,
+    want_lifetime_h=LIFETIMES_H,
+    cluster_renew=st.sampled_from([None, None, 952200, 3600]),
+    renew_before=st.sampled_from([None, None, None, "6h", "30d"]),
 )
 
 
@@ -171,8 +200,15 @@ def two_cas(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def make_set(out: Path, ca_dir: Path, case: Case) -> None:
     if case.issued_by < 0:
         return
-    opts = PkiOptions(felix_cn=case.issued_cn, key_type=case.issued_key, node_name=NODE)
-    when = NOW - timedelta(days=case.age_days)
+    lifetime = f"{case.lifetime_h}h"
+    opts = PkiOptions(
+        felix_cn=case.issued_cn,
+        key_type=case.issued_key,
+        node_name=NODE,
+        typha_lifetime=lifetime,
+        felix_lifetime=lifetime,
+    )
+    when = NOW - case.age
     roles = [RoleName.TYPHA, RoleName.FELIX]
     ensure_local(out, load_issuer(ca_dir), build_settings(opts), roles, now=when)
     damage(out, case.hurt)
@@ -202,7 +238,7 @@ def test_local_check_agrees_with_issue(
     request = Request(
         out,
         case.role,
-        PkiOptions(felix_cn=case.want_cn, key_type=case.want_key, node_name=NODE),
+        case.wanted(felix_cn=case.want_cn, key_type=case.want_key),
         SignerOptions(),
         ca_dir=two_cas[case.want_ca],
         trust=(other,) if case.trust_other else (),
@@ -272,7 +308,9 @@ def test_cfssl_check_agrees_with_issue_when_the_ca_moves(
     key = write_auth_key(root / "auth.key")
     out = root / "out"
     signer = SignerOptions(signer="cfssl", cfssl_url=proxy.url, cfssl_auth_key=key)
-    pki = PkiOptions(key_type=case.want_key, node_name=NODE)
+    # The generated lifetimes are local defaults cfssl's profile overrides: they must
+    # refuse nothing; the renewal policy applies to the profile's lifetime.
+    pki = case.wanted(key_type=case.want_key)
     first = Request(out, case.role, pki, signer)
     if case.issued_by >= 0:
         switch.upstream = case.issued_by
@@ -372,7 +410,11 @@ def _remote_case(tmp_path: Path, ca_days: int, leaf_days: int) -> tuple[Path, Is
 
     key = generate_key(KeyType.ECDSA_P256)
     issuer = Issuer(build_ca(key, "remote", ca_days, NOW), key)
-    profile = PkiSettings(days=leaf_days, node_name=NODE)
+    profile = PkiSettings(
+        typha_lifetime=timedelta(days=leaf_days),
+        felix_lifetime=timedelta(days=leaf_days),
+        node_name=NODE,
+    )
     out = tmp_path / "out"
     signer = LocalSigner(issuer, profile, NOW)
     ensure_set(out, signer, profile, [RoleName.TYPHA, RoleName.FELIX], now=NOW)

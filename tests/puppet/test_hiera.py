@@ -252,6 +252,16 @@ def test_no_clusters_key(tmp_path: Path) -> None:
         ("        mode: relaxed", "        port: 70000", "typha.port: 70000 is not a TCP port"),
         ("        mode: relaxed", "        port: '5473'", "typha.port: '5473' is not a TCP port"),
         ("        mode: relaxed", "        days: -3", "typha.days: expected a positive"),
+        (
+            "        mode: relaxed",
+            "        felix_lifetime: [24h]",
+            "typha.felix_lifetime: expected a",
+        ),
+        (
+            "      ipv6dualstack: true",
+            "      pki_renew_seconds: 11d",
+            "staging.pki_renew_seconds: expected a positive number of seconds, got '11d'",
+        ),
         ("        mode: relaxed", "        typha_cn: [a]", "typha.typha_cn: expected a string"),
         ("        mode: relaxed", "        prefix_v6: 129", "typha.prefix_v6: expected a prefix"),
         ("        mode: relaxed", "        colour: red", "typha.colour: unknown key in typha:"),
@@ -305,6 +315,18 @@ def test_pki_fields_kept_as_given(tmp_path: Path) -> None:
     assert typha.felix_uri_san == "spiffe://c/felix"
     assert typha.key_type == "rsa-3072"
     assert typha.days == 90
+
+
+def test_lifetimes_and_the_clusters_renewal_are_kept(tmp_path: Path) -> None:
+    text = BASE.replace(
+        "        mode: relaxed",
+        "        typha_lifetime: 28d\n        felix_lifetime: 86400",
+    ).replace(
+        "      ipv6dualstack: true", "      ipv6dualstack: true\n      pki_renew_seconds: 952200"
+    )
+    typha = load_cluster(write(tmp_path / "h.yaml", text), "staging").typha
+    assert (typha.typha_lifetime, typha.felix_lifetime) == ("28d", "86400")
+    assert typha.pki_renew_seconds == 952200
 
 
 def test_host_entries_and_collected_problems(tmp_path: Path) -> None:

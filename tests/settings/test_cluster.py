@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -87,15 +88,41 @@ def test_cluster_settings_become_options(hiera: Path) -> None:
 
 def test_defaults_reach_a_cluster_without_typha(hiera: Path) -> None:
     opts = with_cluster_options(PkiOptions(), hiera, "plain")
-    assert opts.days == 90 and opts.renew_before == "20d"
+    # hiera's days set both lifetimes
+    assert (opts.typha_lifetime, opts.felix_lifetime, opts.renew_before) == ("90d", "90d", "20d")
     assert opts.typha_cn is None  # the built-in default applies later
 
 
 def test_flags_win_over_hiera(hiera: Path) -> None:
     opts = with_cluster_options(PkiOptions(typha_cn="from-flag", days=30), hiera, "staging-eqiad")
     assert opts.typha_cn == "from-flag"
-    assert opts.days == 30
+    assert (opts.typha_lifetime, opts.felix_lifetime) == ("30d", "30d")
     assert opts.felix_cn == "felix-staging"
+
+
+def test_a_per_role_flag_wins_over_hieras_days_for_its_role_only(hiera: Path) -> None:
+    opts = with_cluster_options(PkiOptions(felix_lifetime="24h", renew_before="4h"), hiera, "plain")
+    settings = build_settings(opts)
+    assert settings.felix_lifetime == timedelta(hours=24)
+    assert settings.typha_lifetime == timedelta(days=90)  # hiera's days, for Typha
+
+
+@pytest.mark.parametrize("flag", ["typha_lifetime", "felix_lifetime"])
+def test_days_and_a_per_role_lifetime_is_a_usage_error_naming_both(flag: str) -> None:
+    dashed = "--" + flag.replace("_", "-")
+    with pytest.raises(UsageError, match=f"--days and {dashed} exclude each other"):
+        if flag == "typha_lifetime":
+            build_settings(PkiOptions(days=30, typha_lifetime="24h"))
+        build_settings(PkiOptions(days=30, felix_lifetime="24h"))
+
+
+def test_days_and_a_per_role_lifetime_in_hiera_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "common.yaml"
+    path.write_text(HIERA.replace("    days: 90\n", "    days: 90\n    typha_lifetime: 28d\n"))
+    where = re.escape(str(path))
+    both = rf"{where}:\d+: \S*typha\.days and hiera {where}:\d+: \S*typha\.typha_lifetime exclude"
+    with pytest.raises(ConfigError, match=both):
+        with_cluster_options(PkiOptions(), path, "plain")
 
 
 def test_without_hiera_flags_pass_through() -> None:

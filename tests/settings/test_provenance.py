@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from typhapki import entry
 
-# Values the PKI layer refuses whatever else is set (the leaf lifetime stays 365 days).
+# Values the PKI layer refuses whatever else is set (the leaf lifetime stays 365 days,
+# and a local CA is named: a renewal window is judged against the signer's lifetime).
 BAD = {
     "renew_before": ["400d", "soon", "0", "12 parsecs"],
     "key_type": ["rsa-1024", "dsa", "ECDSA"],
@@ -84,8 +85,7 @@ def test_a_bad_value_is_refused_naming_its_source(
     config.chmod(0o600)
     hiera.write_text(HIERA.format(key=option, value=value) if source == "hiera" else GOOD_HIERA)
     argv = [command, "--out", str(base / "out"), "--hiera", str(hiera), "--cluster", "prod"]
-    if command == "issue":
-        argv += ["--ca-dir", str(base / "ca")]
+    argv += ["--ca-dir", str(base / "ca")]
     if source == "flag":
         argv += [flag, value]
     env = {"TYPHAPKI_CONFIG": str(config), "TYPHAPKI_NO_FAST_PATH": "" if fast else "1"}
@@ -106,12 +106,15 @@ def test_a_bad_value_is_refused_naming_its_source(
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_a_flag_wins_and_is_named_over_the_file_and_hiera(tmp_path: Path, fast: bool) -> None:
+def test_a_flag_wins_and_is_named_over_the_file_and_hiera(
+    tmp_path: Path, ca_dir: Path, fast: bool
+) -> None:
     config, hiera = tmp_path / "typhapki.yaml", tmp_path / "hiera.yaml"
     config.write_text("defaults:\n  renew_before: 30d\n")
     config.chmod(0o600)
     hiera.write_text(HIERA.format(key="renew_before", value="20d"))
     argv = ["check", "--out", str(tmp_path / "out"), "--hiera", str(hiera), "--cluster", "prod"]
+    argv += ["--ca-dir", str(ca_dir)]  # the local CA's lifetime judges the renewal window
     env = {"TYPHAPKI_CONFIG": str(config), "TYPHAPKI_NO_FAST_PATH": "" if fast else "1"}
     code, stderr = run_main([*argv, "--renew-before", "500d"], env)
     assert code == 2

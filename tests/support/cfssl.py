@@ -251,7 +251,9 @@ class ProxyBehaviour:
 @dataclass
 class RecordingProxy:
     behaviour: ProxyBehaviour
-    records: list[Recorded] = field(default_factory=list)
+    # Not in the repr: hypothesis prints the fixture with each example, and a long run
+    # of examples through one proxy would print every request body.
+    records: list[Recorded] = field(default_factory=list, repr=False)
     server: ThreadingHTTPServer | None = None
 
     @property

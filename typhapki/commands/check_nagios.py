@@ -6,6 +6,7 @@ from pathlib import Path
 
 from typhapki.monitoring.nagios import NagiosResult
 from typhapki.settings.pki import PkiOptions
+from typhapki.settings.signer import SignerOptions
 
 
 def check_nagios(
@@ -20,8 +21,12 @@ def check_nagios(
     no_probe: bool,
     warning: str | None = None,
     critical: str | None = None,
+    signer: SignerOptions | None = None,
 ) -> int:
-    """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3."""
+    """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3.
+
+    In cfssl mode the set is judged against the CA `check` and `issue` cached, as by
+    `metrics`: a monitoring probe never contacts cfssl."""
     from typhapki.errors import TyphapkiError
     from typhapki.monitoring.nagios import unknown
 
@@ -38,6 +43,7 @@ def check_nagios(
             no_probe,
             warning,
             critical,
+            signer,
         )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
         result = unknown(str(exc))
@@ -59,15 +65,28 @@ def _evaluate(
     no_probe: bool,
     warning: str | None,
     critical: str | None,
+    signer: SignerOptions | None = None,
 ) -> NagiosResult:
-    from typhapki.commands.monitoring_options import settings_factory, status_request
+    from typhapki.commands.monitoring_options import (
+        cached_signer,
+        settings_factory,
+        status_request,
+    )
     from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
 
     thresholds = Thresholds.parse(warning, critical)  # the wrong order: UNKNOWN
 
     request = status_request(
-        out, role, ca_dir, trust, cluster, probe_address, no_probe, ferm_state=False
+        out,
+        role,
+        ca_dir,
+        trust,
+        cluster,
+        probe_address,
+        no_probe,
+        ferm_state=False,
+        signer=cached_signer(signer, hiera, cluster) if signer is not None else None,
     )
     settings = settings_factory(pki, hiera, cluster)()  # a bad option: UNKNOWN, not a guess
     if ca_dir is not None:

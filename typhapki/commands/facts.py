@@ -26,11 +26,19 @@ class RawFactOptions:
     felix_uri_san: str | None = None
     key_type: str | None = None
     days: str | None = None
+    typha_lifetime: str | None = None
+    felix_lifetime: str | None = None
     renew_before: str | None = None
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None
+    # cfssl mode: which cached CA to judge by (never asked: only check and issue ask)
+    signer: str | None = None
+    cfssl_url: str | None = None
+    cfssl_label: str | None = None
+    cfssl_profile_typha: str | None = None
+    cfssl_profile_felix: str | None = None
     probe_address: str | None = None
     no_probe: bool = False
     extra_args: Sequence[str] = ()
@@ -54,6 +62,7 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.facts import FactRequest, gather
     from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+    from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
     if raw.config_error:
@@ -68,14 +77,22 @@ def facts(raw: RawFactOptions) -> int:
 
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
     hiera_options = PkiOptions()
+    signer = SignerOptions(
+        signer=raw.signer,
+        cfssl_url=raw.cfssl_url,
+        cfssl_label=raw.cfssl_label,
+        cfssl_profile_typha=raw.cfssl_profile_typha,
+        cfssl_profile_felix=raw.cfssl_profile_felix,
+    )
     try:
-        from typhapki.settings.cluster import load_typha_settings, pki_options_of
+        from typhapki.settings.cluster import load_typha_settings, merged_signer, pki_options_of
 
         typha = load_typha_settings(
             Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None
         )
         if typha is not None:
             hiera_options = pki_options_of(typha)
+            signer = merged_signer(signer, typha)
             if ferm_output is None and typha.ferm_output:
                 ferm_output = Path(typha.ferm_output)
     except Exception as exc:  # a broken hiera file is a fact, not a failed Facter run
@@ -83,17 +100,19 @@ def facts(raw: RawFactOptions) -> int:
 
     def settings() -> PkiSettings:
         flags = PkiOptions(
-            raw.typha_cn,
-            raw.felix_cn,
-            raw.typha_uri_san,
-            raw.felix_uri_san,
-            raw.key_type,
-            _days(raw.days, raw.sources.get("days", "--days")),
-            raw.renew_before,
-            raw.key_owner,
-            raw.key_group,
-            raw.key_mode,
-            raw.node_name,
+            typha_cn=raw.typha_cn,
+            felix_cn=raw.felix_cn,
+            typha_uri_san=raw.typha_uri_san,
+            felix_uri_san=raw.felix_uri_san,
+            key_type=raw.key_type,
+            days=_days(raw.days, raw.sources.get("days", "--days")),
+            typha_lifetime=raw.typha_lifetime,
+            felix_lifetime=raw.felix_lifetime,
+            renew_before=raw.renew_before,
+            key_owner=raw.key_owner,
+            key_group=raw.key_group,
+            key_mode=raw.key_mode,
+            node_name=raw.node_name,
             sources=raw.sources,
         )
         return build_settings(flags.merged_over(hiera_options))
@@ -109,6 +128,7 @@ def facts(raw: RawFactOptions) -> int:
         probe=not raw.no_probe,
         errors=errors,
         cluster=raw.cluster or None,
+        signer=signer if signer.signer == "cfssl" else None,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK

@@ -4,9 +4,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import settings_factory, status_request
+from typhapki.commands.monitoring_options import cached_signer, settings_factory, status_request
 from typhapki.errors import EXIT_OK
 from typhapki.settings.pki import PkiOptions
+from typhapki.settings.signer import SignerOptions
 
 
 def metrics(
@@ -21,13 +22,25 @@ def metrics(
     state_dir: Path | None,
     probe_address: str | None,
     no_probe: bool,
+    signer: SignerOptions | None = None,
 ) -> int:
-    """Write (or print) the node's metrics; a broken set is reported in them, not raised."""
+    """Write (or print) the node's metrics; a broken set is reported in them, not raised.
+
+    In cfssl mode the set is judged against the CA `check` and `issue` cached: metrics
+    never contact cfssl."""
     from typhapki.monitoring.metrics import render, write_textfile
     from typhapki.monitoring.status import collect
 
     request = status_request(
-        out, role, ca_dir, trust, cluster, probe_address, no_probe, state_dir=state_dir
+        out,
+        role,
+        ca_dir,
+        trust,
+        cluster,
+        probe_address,
+        no_probe,
+        state_dir=state_dir,
+        signer=_signer(signer or SignerOptions(), hiera, cluster),
     )
     status = collect(request, settings_factory(pki, hiera, cluster))
     for source, message in sorted(status.errors.items()):
@@ -38,3 +51,13 @@ def metrics(
     else:
         write_textfile(textfile_dir, status)
     return EXIT_OK
+
+
+def _signer(flags: SignerOptions, hiera: Path | None, cluster: str | None) -> SignerOptions | None:
+    """cfssl's options, or None; a broken hiera is the settings' error metric already."""
+    from typhapki.errors import TyphapkiError
+
+    try:
+        return cached_signer(flags, hiera, cluster)
+    except TyphapkiError:
+        return None

@@ -11,6 +11,7 @@ from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
     from typhapki.monitoring.status import StatusRequest
+    from typhapki.settings.signer import SignerOptions
 
 
 def settings_factory(
@@ -37,6 +38,7 @@ def status_request(
     *,
     ferm_state: bool = True,
     state_dir: Path | None = None,
+    signer: SignerOptions | None = None,
 ) -> StatusRequest:
     """What `metrics` and `check --nagios` gather; a bad --role or --probe-address is a
     usage error (UsageError), not a failed probe."""
@@ -56,4 +58,16 @@ def status_request(
         probe=not no_probe,
         ferm_state=ferm_state,
         state_dir=state_dir,
+        signer=signer,
     )
+
+
+def cached_signer(
+    flags: SignerOptions, hiera: Path | None, cluster: str | None
+) -> SignerOptions | None:
+    """The signer options (flags over the cluster's hiera) when they name cfssl, whose
+    CA monitoring reads from the cache `check` and `issue` keep; None otherwise."""
+    from typhapki.settings.cluster import with_cluster_signer
+
+    merged = with_cluster_signer(flags, hiera, cluster)
+    return merged if merged.signer == "cfssl" else None

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
-from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
 
 
 def rotate_ca(
@@ -28,6 +28,7 @@ def rotate_ca(
     opts = with_cluster_options(opts, hiera, cluster)  # the same sources as `issue`
     settings = build_settings(opts)
     roles = parse_roles(role)
+    check_local_renewal(settings, roles, opts)  # local CAs sign for the settings' lifetimes
     if check:
         lines = check_stage(out, ca_dir, new_ca_dir, target, settings, roles)
         if as_json:

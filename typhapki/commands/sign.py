@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typhapki.pki.x509compat import valid_until
 from typhapki.settings.cluster import single_role_settings
-from typhapki.settings.pki import PkiOptions
+from typhapki.settings.pki import PkiOptions, check_local_renewal
 
 
 def sign(
@@ -26,6 +26,7 @@ def sign(
     from typhapki.safeio import read_regular
 
     settings, name = single_role_settings(opts, hiera, cluster, role, "a certificate")
+    check_local_renewal(settings, [name])
     issuer = load_issuer(ca_dir)
     csr = parse_csr(read_regular(csr_file, "CSR"), str(csr_file), settings.key_type)
     leaf = LocalSigner(issuer, settings).sign(csr, name)[0]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from typhapki.monitoring.probe import ProbeResult
+    from typhapki.settings.signer import SignerOptions
 
 # The sources an error can come from: the `source` label of typhapki_collect_error.
 SOURCES = ("settings", "set", "processes", "probe", "ferm")
@@ -52,6 +53,7 @@ class StatusRequest:
         probe: bool = True,
         ferm_state: bool = True,
         state_dir: Path | None = None,
+        signer: SignerOptions | None = None,
     ) -> None:
         self.out = out
         self.roles = roles
@@ -62,6 +64,8 @@ class StatusRequest:
         self.probe = probe
         self.ferm_state = ferm_state
         self.state_dir = state_dir
+        # cfssl mode: judged against the CA check and issue last cached, never asked.
+        self.signer = signer
 
 
 class NodeStatus:
@@ -134,6 +138,8 @@ def judge_set(
     ca_dir: Path | None,
     trust: Sequence[Path],
     now: datetime,
+    signer: SignerOptions | None = None,
+    state_dir: Path | None = None,
 ) -> tuple[SetReport, x509.Certificate | None, str | None]:
     """The one verdict monitoring reports (the fact, the metrics, `check --nagios`):
     the report, the CA it was judged against, and why the CA could not be read.
@@ -141,6 +147,9 @@ def judge_set(
     As `check` judges it; and when the bundle on disk shows a CA rotation that the
     caller was not told about (stage 1 or 2 of docs/rotation.md), as `rotate-ca
     --check` would judge that stage.
+
+    In cfssl mode (`signer`), the CA is the one `check` and `issue` last cached: this
+    never contacts cfssl (pki/signers/factory.py `cached_ca`).
     """
     from typhapki.errors import TyphapkiError
 
@@ -153,6 +162,16 @@ def judge_set(
             signing, bundle = load_wanted_bundle(ca_dir, trust)
         except TyphapkiError as exc:
             error = str(exc)  # still judge the set, without the CA
+    elif signer is not None and signer.signer == "cfssl":
+        from typhapki.pki.issuance import load_trusted
+        from typhapki.pki.plan import wanted_bundle
+        from typhapki.pki.signers.factory import cached_ca
+
+        try:
+            current = cached_ca(signer, tuple(roles), state_dir, now.timestamp())
+            signing, bundle = current.cert, wanted_bundle(current.cert, load_trusted(trust))
+        except TyphapkiError as exc:
+            error = str(exc)
     report = check_set(SetPaths(out), settings, roles, now, bundle, signing)
     if signing is not None and not report.ok:
         from typhapki.pki.rotation import judged_as_rotation
@@ -166,7 +185,14 @@ def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
 
     try:
         status.report, _, error = judge_set(
-            request.out, status.settings, request.roles, request.ca_dir, request.trust, status.now
+            request.out,
+            status.settings,
+            request.roles,
+            request.ca_dir,
+            request.trust,
+            status.now,
+            request.signer,
+            request.state_dir,
         )
         if error is not None:
             status.error("settings", error)

@@ -31,7 +31,7 @@ from typhapki.pki.profiles import (
     public_key_der,
 )
 from typhapki.pki.restarts import restarts_recorded
-from typhapki.pki.settings import KeyType, PkiSettings, RoleName
+from typhapki.pki.settings import KeyType, PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
 from typhapki.pki.store import FileSpec, collect_garbage, publish, publish_all
@@ -155,8 +155,8 @@ def load_wanted_bundle(
     return signing, wanted_bundle(signing, load_trusted(trust))
 
 
-# A signer's lifetime may round up (cfssl counts hours); more than this over --days is
-# a profile that does not match the settings.
+# The local CA's lifetime may round (it counts from the signing second); more than this
+# over the role's lifetime is a leaf the settings did not ask for.
 LIFETIME_SLACK = timedelta(days=1)
 
 
@@ -169,11 +169,16 @@ def verify_issued(
     bundle: Sequence[x509.Certificate],
     signing_ca: x509.Certificate,
     now: datetime,
+    remote: bool = False,
 ) -> x509.Certificate:
     """The leaf a signer returned, judged exactly as `check` would judge it on disk.
 
-    Plus what only makes sense at issue time: a lifetime no longer than the settings
-    allow. Refused (exit 3) with one line naming the signer; nothing is published.
+    Plus what only makes sense at issue time. The local CA's leaf lives no longer than
+    the role's lifetime; a remote signer's profile decides its lifetime (cfssl 1.2
+    signs for its profile's `expiry`, whatever is asked), so its leaf is never refused
+    for differing from a local default, only for outliving its CA (or, as `check`
+    refuses it, for having expired). Refused (exit 3) with one line naming the signer;
+    nothing is published.
     """
     if not chain:
         raise RefusedError(f"{signer.name}: returned no {role.value} certificate")
@@ -182,13 +187,25 @@ def verify_issued(
     judge_role(state, settings, bundle, signing_ca, now)
     leaf = chain[0]
     lifetime = valid_until(leaf) - valid_from(leaf)
-    if lifetime > timedelta(days=settings.days) + LIFETIME_SLACK:
+    wanted = settings.lifetime(role)
+    if not remote and lifetime > wanted + LIFETIME_SLACK:
         state.problems.append(
             Problem(
                 role.value,
                 state.cert_path,
-                f"lifetime is {lifetime.days} days, the settings allow {settings.days} (--days)",
+                f"lifetime is {describe_duration(lifetime)}, the settings allow "
+                f"{describe_duration(wanted)} (--{role.value}-lifetime)",
                 Fix.REISSUE,
+            )
+        )
+    if remote and not state.problems and valid_until(leaf) > valid_until(signing_ca):
+        state.problems.append(
+            Problem(
+                role.value,
+                state.cert_path,
+                f"it outlives its CA {signing_ca.subject.rfc4514_string()}, which expires "
+                f"{valid_until(signing_ca):%Y-%m-%d}: rotate the CA first (docs/rotation.md)",
+                Fix.ROTATE_CA,
             )
         )
     # A signer may sign past its own CA's end (cfssl does): the set would stop working
@@ -294,8 +311,9 @@ def _sign(desired: Desired, found: Plan, now: datetime) -> dict[RoleName, _Signe
             if fingerprint(fresh.cert) != fingerprint(current.cert):
                 raise _CaMoved
         leaf = verify_issued(
-            signer, role, chain, leaf_key, desired.settings, bundle, current.cert, now
-        )
+            signer, role, chain, leaf_key, desired.settings, bundle, current.cert, now,
+            remote=not current.anchors,
+        )  # fmt: skip
         signed[role] = _Signed(step, leaf, leaf_key)
     return signed
 

@@ -20,7 +20,7 @@ from cryptography import x509
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, EXIT_REFUSED, EXIT_SIGNER
 from typhapki.pki.layout import SetPaths
-from typhapki.pki.settings import PkiSettings, RoleName
+from typhapki.pki.settings import PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import CurrentCa, Signer
 from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerprint
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -130,19 +130,52 @@ class Plan:
         return out
 
 
-def _leaf_lifetime(desired: Desired, report: SetReport) -> timedelta:
-    """How long a leaf signed now lives: --days for the local CA, which signs for that
-    long; for a remote signer, whose profile decides, the longest leaf on disk (a
-    28-day profile must not be judged as a 365-day one), else --days."""
-    days = timedelta(days=desired.settings.days)
-    if desired.current is None or desired.current.anchors:
-        return days
-    lives = [
-        valid_until(s.leaf) - valid_from(s.leaf)
-        for s in report.roles.values()
+def leaf_lifetime(desired: Desired, report: SetReport, role: RoleName) -> timedelta:
+    """How long the role's leaf signed now lives: the settings' lifetime for the local
+    CA, which signs for that long; a remote signer's profile's (cfssl's `info` reports
+    its `expiry`); when the signer did not say, the longest leaf of the role on disk (a
+    28-day profile must not be judged as a 365-day one), else the settings'."""
+    wanted = desired.settings.lifetime(role)
+    current = desired.current
+    if current is None or current.anchors:
+        return wanted
+    if (profile := current.lifetimes.get(role)) is not None:
+        return profile
+    lives = {
+        r: valid_until(s.leaf) - valid_from(s.leaf)
+        for r, s in report.roles.items()
         if s.leaf is not None and valid_until(s.leaf) > valid_from(s.leaf)
-    ]
-    return max(lives, default=days)
+    }
+    return lives.get(role) or max(lives.values(), default=wanted)
+
+
+def _ca_refusal(desired: Desired, report: SetReport, role: RoleName, now: datetime) -> str | None:
+    """Why the role's leaf must not be signed now because of its CA's end, or None.
+
+    The local CA clamps its leaf to its own end (local.leaf_not_after) and refuses once
+    that leaf would already be due for renewal; a remote signer's profile decides the
+    lifetime and cfssl signs past its CA's end, so such a leaf is refused when it would
+    outlive its CA (issuance.verify_issued refuses the same leaf)."""
+    current = desired.current
+    assert current is not None
+    ca_end = valid_until(current.cert)
+    name = current.cert.subject.rfc4514_string()
+    lifetime = leaf_lifetime(desired, report, role)
+    profile = current.lifetimes.get(role) if not current.anchors else None
+    if profile is not None:
+        if now + profile <= ca_end:
+            return None
+        return (
+            f"{desired.paths.bundle}: CA {name} expires {ca_end:%Y-%m-%d}: a {role.value} "
+            f"leaf issued now ({describe_duration(profile)}, the signer's profile) would "
+            "outlive it. Rotate the CA first (docs/rotation.md)"
+        )
+    if ca_end - now > desired.settings.renew_window(lifetime):
+        return None
+    return (
+        f"{desired.paths.bundle}: CA {name} expires {ca_end:%Y-%m-%d}: a leaf issued now "
+        "would already be due for renewal. Rotate the CA first (docs/rotation.md)"
+    )
 
 
 def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool = False) -> Plan:
@@ -218,15 +251,10 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
     if wanted is None and not report.ok:
         # Judged by its own bundle only: every problem is a step nobody here can take.
         steps += [Step(p.scope, p.path, "report", p.message) for p in report.problems]
-    signing = any(s.signs for s in steps)
-    if signing and current is not None:
-        # A leaf signed now would already be inside its renewal window (local.leaf_not_after).
-        window = desired.settings.renew_window(_leaf_lifetime(desired, report))
-        if valid_until(current.cert) - now <= window:
-            refusals.append(
-                f"{paths.bundle}: CA {current.cert.subject.rfc4514_string()} expires "
-                f"{valid_until(current.cert):%Y-%m-%d}: a leaf issued now would already be "
-                "due for renewal. Rotate the CA first (docs/rotation.md)"
-            )
+    if current is not None:
+        for step in steps:
+            if step.signs and (why := _ca_refusal(desired, report, RoleName(step.scope), now)):
+                refusals.append(why)
+                break
     unconfirmed = current.note if current is not None and not current.confirmed else None
     return Plan(tuple(steps), tuple(refusals), report, unconfirmed)

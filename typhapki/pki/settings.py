@@ -20,11 +20,16 @@ from typhapki.errors import UsageError
 DEFAULT_TYPHA_CN = "calico-typha"
 DEFAULT_FELIX_CN = "calico-node"
 DEFAULT_LEAF_DAYS = 365
+DEFAULT_LEAF_LIFETIME = timedelta(days=DEFAULT_LEAF_DAYS)
 DEFAULT_CA_DAYS = 3650
 MAX_CN_LENGTH = 64  # RFC 5280 ub-common-name
 
 # Share of the renewal window across which nodes' renewal moments are spread.
 RENEWAL_SPREAD = 0.5
+# A cluster's pki_renew_seconds counts only while it is shorter than this share of the
+# lifetime: the fleet's 11 days suit a 28-day leaf, and would renew a 24-hour staging
+# leaf on every run (docs/issuance.md, "Lifetimes and renewal").
+CLUSTER_RENEW_SHARE = 0.5
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 MAX_DURATION_SECONDS = 36500 * 86400  # 100 years, as for --days
@@ -204,9 +209,15 @@ class PkiSettings:
     typha: Identity = field(default_factory=lambda: Identity(DEFAULT_TYPHA_CN, None))
     felix: Identity = field(default_factory=lambda: Identity(DEFAULT_FELIX_CN, None))
     key_type: KeyType = KeyType.ECDSA_P256
-    days: int = DEFAULT_LEAF_DAYS
+    # How long the local CA (`issue --ca-dir`, `sign`) signs each role's leaf for; a
+    # remote signer's profile decides its own (CurrentCa.lifetimes).
+    typha_lifetime: timedelta = DEFAULT_LEAF_LIFETIME
+    felix_lifetime: timedelta = DEFAULT_LEAF_LIFETIME
     # None: renew once two thirds of a certificate's lifetime have passed.
     renew_before: timedelta | None = None
+    # The cluster's pki_renew_seconds (hiera): honoured while shorter than half the
+    # lifetime, else ignored (renew_window).
+    cluster_renew: timedelta | None = None
     key_files: KeyFileOwnership = field(default_factory=KeyFileOwnership)
     # The node whose renewal moment is spread across the window (None: window start).
     node_name: str | None = None
@@ -214,10 +225,20 @@ class PkiSettings:
     def identity(self, role: RoleName) -> Identity:
         return self.typha if role is RoleName.TYPHA else self.felix
 
+    def lifetime(self, role: RoleName) -> timedelta:
+        """How long the local CA signs this role's leaf for."""
+        return self.typha_lifetime if role is RoleName.TYPHA else self.felix_lifetime
+
     def renew_window(self, lifetime: timedelta) -> timedelta:
-        """How long before not-after a certificate of this lifetime is due for renewal."""
+        """How long before not-after a certificate of this lifetime is due for renewal.
+
+        --renew-before (typha.renew_before) wins; else the cluster's pki_renew_seconds
+        while it is shorter than half the lifetime; else the last third of it.
+        """
         if self.renew_before is not None:
             return self.renew_before
+        if self.cluster_renew is not None and self.cluster_renew < lifetime * CLUSTER_RENEW_SHARE:
+            return self.cluster_renew
         return lifetime / 3
 
     def renewal_moment(self, not_before: datetime, not_after: datetime) -> datetime:
@@ -245,6 +266,24 @@ def validate_node_name(name: str) -> str:
     if not name.strip() or len(name) > 253 or any(c.isspace() or ord(c) < 0x20 for c in name):
         raise UsageError(f"--node-name: expected a host name, got {name!r}")
     return name
+
+
+def check_renewal(settings: PkiSettings, lifetime: timedelta, what: str) -> None:
+    """A renewal window as long as the lifetime would renew on every run: refused."""
+    if settings.renew_before is not None and settings.renew_before >= lifetime:
+        raise UsageError(
+            f"renew-before ({describe_duration(settings.renew_before)}) must be shorter than "
+            f"{what} ({describe_duration(lifetime)}), or every certificate is due at once"
+        )
+
+
+def describe_duration(value: timedelta) -> str:
+    """``28d``, ``24h``, ``90m`` or ``3601s``: the largest unit that divides it."""
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def validate_days(days: int, what: str = "days") -> int:

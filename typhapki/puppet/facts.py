@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhapki import __version__
 from typhapki.pki.certinfo import describe
@@ -33,6 +33,9 @@ from typhapki.pki.verify import (
 )
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.puppet import FACT_NAME  # its one place; re-exported here
+
+if TYPE_CHECKING:
+    from typhapki.settings.signer import SignerOptions
 
 
 def _iso(when: datetime) -> str:
@@ -57,6 +60,8 @@ class FactRequest:
     # The node's cluster (the node configuration's `cluster`), named at the top level for
     # the fleet view: workers have no ferm block that would name it.
     cluster: str | None = None
+    # cfssl mode: judged against the CA `check` and `issue` cached; cfssl is never asked.
+    signer: SignerOptions | None = None
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -228,7 +233,14 @@ def _set_fact(
 
     assert request.out is not None
     report, signing, error = judge_set(
-        request.out, settings, request.roles, request.ca_dir, request.trust, now
+        request.out,
+        settings,
+        request.roles,
+        request.ca_dir,
+        request.trust,
+        now,
+        request.signer,
+        request.state_dir,
     )
     if error is not None:
         errors.append(error)  # still describe the set, judged without the CA

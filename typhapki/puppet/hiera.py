@@ -95,6 +95,8 @@ class TyphaSettings:
     felix_uri_san: str | None = None
     key_type: str | None = None
     days: int | None = None
+    typha_lifetime: str | None = None
+    felix_lifetime: str | None = None
     renew_before: str | None = None
     key_owner: str | None = None
     key_group: str | None = None
@@ -112,6 +114,9 @@ class TyphaSettings:
     # (the fleet's intermediate for this cluster), checked only when cfssl signs.
     pki_intermediate_base: object = None
     pki_intermediate_base_where: str = ""
+    # The cluster's own renewal window in seconds (the fleet's 952200: 11 days plus a
+    # Puppet run), honoured while shorter than half a leaf's lifetime (pki/settings.py).
+    pki_renew_seconds: int | None = None
     # ferm rule
     port: int | None = None
     mode: str | None = None
@@ -479,6 +484,14 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
         typha = replace(
             typha, pki_intermediate_base=base.value, pki_intermediate_base_where=base.where
         )
+    renew = settings.get("pki_renew_seconds")
+    if renew is not None and renew.value is not None:
+        value = renew.value
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_RENEW:
+            raise ConfigError(
+                f"{renew.where}: expected a positive number of seconds, got {shown(value)}"
+            )
+        typha = replace(typha, pki_renew_seconds=value)
     return Cluster(
         group=group,
         name=name,
@@ -533,7 +546,13 @@ _SIGNERS = ("local", "cfssl")
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
 _CFSSL_NAMES = ("cfssl_label", "cfssl_profile_typha", "cfssl_profile_felix")
 # TyphaSettings fields set from the cluster's own keys, never written under typha:.
-_CLUSTER_FIELDS = ("pki_intermediate_base", "pki_intermediate_base_where", "sources")
+_CLUSTER_FIELDS = (
+    "pki_intermediate_base",
+    "pki_intermediate_base_where",
+    "pki_renew_seconds",
+    "sources",
+)
+MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
 _SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
@@ -592,7 +611,7 @@ def _typha_value(key: str, item: YNode) -> Any:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
         raise ConfigError(f"{item.where}: expected a positive number of days, got {shown(value)}")
-    if key == "renew_before":
+    if key in ("renew_before", "typha_lifetime", "felix_lifetime"):  # durations
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
         return _expect_str(item)

@@ -34,6 +34,7 @@ def pki_options_of(typha: TyphaSettings) -> PkiOptions:
     names = options.hiera_keys("pki")
     return PkiOptions(
         **{name: getattr(typha, name) for name in names},
+        cluster_renew=typha.pki_renew_seconds,
         sources={n: f"hiera {typha.sources[n]}" for n in names if n in typha.sources},
     )
 
@@ -58,8 +59,8 @@ def _merged_pki(
 ) -> PkiOptions:
     if typha is None:
         return flags
-    merged = flags.merged_over(pki_options_of(typha))
     try:
+        merged = flags.merged_over(pki_options_of(typha))
         build_settings(merged)
     except UsageError as exc:
         try:
@@ -83,7 +84,7 @@ def merge_cluster(
     if typha is None:
         return pki, signer
     merged_pki = _merged_pki(pki, typha, hiera, cluster)
-    return merged_pki, _merged_signer(signer, typha)
+    return merged_pki, merged_signer(signer, typha)
 
 
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
@@ -100,10 +101,10 @@ def with_cluster_signer(
     typha = load_typha_settings(hiera, cluster)
     if typha is None:
         return flags
-    return _merged_signer(flags, typha)
+    return merged_signer(flags, typha)
 
 
-def _merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
+def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     """The signer flags over the cluster's ``typha:``; with cfssl and no label from
     either, the cluster's ``pki_intermediate_base`` names the label: the fleet runs
     one intermediate per cluster, under that name (docs/issuance.md)."""

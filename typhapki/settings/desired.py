@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.pki.settings import check_renewal
 from typhapki.settings.cluster import load_typha_settings, merge_cluster
-from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
 if TYPE_CHECKING:
@@ -86,6 +87,14 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
             raise UsageError(f"{given[0]} needs --signer cfssl")
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
-    signer = build_signer(signer_opts, request.ca_dir, settings)
+    # A renewal window as long as the lifetime would renew on every run: the local CA
+    # signs for the settings' lifetimes, a remote signer for its profile's.
+    if request.ca_dir is not None:
+        check_local_renewal(settings, roles, pki)
+    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
     current = signer.current_ca() if ask_signer else None
+    if current is not None and not current.anchors:
+        for role, lifetime in current.lifetimes.items():
+            if role in roles:
+                check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
     return Desired(request.out, roles, settings, signer, current, trusted)

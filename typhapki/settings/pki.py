@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from typhapki.errors import UsageError
 from typhapki.pki.settings import (
     DEFAULT_FELIX_CN,
-    DEFAULT_LEAF_DAYS,
+    DEFAULT_LEAF_LIFETIME,
     DEFAULT_TYPHA_CN,
     KeyFileOwnership,
     KeyType,
     PkiSettings,
     RoleName,
+    check_renewal,
     make_identity,
     parse_duration,
     parse_key_mode,
@@ -25,6 +28,9 @@ from typhapki.pki.settings import (
 )
 
 T = TypeVar("T")
+# Options that set a leaf's lifetime: --days sets both roles', each of the others one.
+LIFETIME_OPTIONS = ("days", "typha_lifetime", "felix_lifetime")
+
 LOCALHOST_NAMES = frozenset({"localhost", "localhost4", "localhost6", "ip6-localhost"})
 
 
@@ -46,13 +52,7 @@ def default_node_name() -> str:
 
 @dataclass(frozen=True)
 class PkiOptions:
-    """Certificate options as given; None means not given.
-
-    `sources` remembers where each given value came from, for the error about a bad
-    one: a flag (`--renew-before`), the node configuration file
-    (`/etc/typhapki/typhapki.yaml, defaults.renew_before`) or hiera (`hiera FILE:LINE:
-    KEY`); a value it does not name is a flag's (or the default).
-    """
+    """Certificate options as given on the command line; None means not given."""
 
     typha_cn: str | None = None
     felix_cn: str | None = None
@@ -60,30 +60,64 @@ class PkiOptions:
     felix_uri_san: str | None = None
     key_type: str | None = None
     days: int | None = None
+    typha_lifetime: str | None = None
+    felix_lifetime: str | None = None
     renew_before: str | None = None
     key_owner: str | None = None
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None  # never from hiera: it is this node's own
+    # Not an option: the cluster's pki_renew_seconds from hiera (kubernetes::clusters).
+    cluster_renew: int | None = None
+    # Where each value came from ("--days", "/etc/typhapki/typhapki.yaml: ...", "hiera
+    # FILE:LINE: KEY"); a value without an entry came from its own flag.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    def lifetimes(self) -> tuple[str | None, str | None]:
+        """Typha's and Felix's lifetime as given (--days stands for both); None: not
+        given. --days with a per-role lifetime is a usage error naming both."""
+        if self.days is not None:
+            for name in ("typha_lifetime", "felix_lifetime"):
+                if getattr(self, name) is not None:
+                    raise UsageError(
+                        f"{self.source('days')} and {self.source(name)} exclude each "
+                        "other: --days sets both lifetimes"
+                    )
+            return f"{self.days}d", f"{self.days}d"
+        return self.typha_lifetime, self.felix_lifetime
+
     def merged_over(self, base: PkiOptions) -> PkiOptions:
-        """These options, falling back to `base` (e.g. hiera) where not given."""
-        values: dict[str, Any] = {}
+        """These options, falling back to `base` (e.g. hiera) where not given.
+
+        Lifetimes merge per role: a flag's --felix-lifetime wins over hiera's days for
+        Felix, and Typha keeps hiera's.
+        """
+        merged: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for name in OPTION_NAMES:
+            if name in LIFETIME_OPTIONS:
+                continue
             chosen = self if getattr(self, name) is not None else base
-            values[name] = getattr(chosen, name)
+            merged[name] = getattr(chosen, name)
             if name in chosen.sources:
                 sources[name] = chosen.sources[name]
-        return PkiOptions(**values, sources=sources)
+        mine, theirs = self.lifetimes(), base.lifetimes()
+        for i, name in enumerate(("typha_lifetime", "felix_lifetime")):
+            chosen = self if mine[i] is not None else base
+            merged[name] = mine[i] if mine[i] is not None else theirs[i]
+            given = name if getattr(chosen, name) is not None else "days"
+            if getattr(chosen, given) is not None:
+                sources[name] = chosen.source(given)
+        return PkiOptions(**merged, sources=sources)
 
     def source(self, name: str) -> str:
         """Where the value of `name` came from: its own flag unless `sources` says."""
         return self.sources.get(name, "--" + name.replace("_", "-"))
 
 
-OPTION_NAMES = tuple(f for f in PkiOptions.__dataclass_fields__ if f != "sources")
+OPTION_NAMES = tuple(
+    f for f in PkiOptions.__dataclass_fields__ if f not in ("sources", "cluster_renew")
+)
 
 
 def _named(opts: PkiOptions, names: Sequence[str], check: Callable[[], T]) -> T:
@@ -99,21 +133,42 @@ def _named(opts: PkiOptions, names: Sequence[str], check: Callable[[], T]) -> T:
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:
-    settings = _build_settings(opts)
-    if settings.renew_before is not None and settings.renew_before.days >= settings.days:
-        days = f" (from {opts.source('days')})" if opts.days is not None else ""
-        raise UsageError(
-            f"renew_before {opts.renew_before!r} (from {opts.source('renew_before')}): "
-            f"renew-before ({settings.renew_before.days} days) must be shorter than the leaf "
-            f"lifetime ({settings.days} days{days}), or every certificate is due at once"
-        )
-    return settings
+    """The options validated into settings. A renewal window as long as a lifetime is
+    refused where the signer is known (`check_local_renewal`, settings.desired.resolve):
+    cfssl's profile decides its lifetime, not these settings' defaults."""
+    return _build_settings(opts)
+
+
+def check_local_renewal(
+    settings: PkiSettings, roles: Sequence[RoleName], opts: PkiOptions | None = None
+) -> None:
+    """Where the local CA signs (`issue --ca-dir`, `sign`): --renew-before must be
+    shorter than each role's lifetime, or every certificate is due at once (exit 2).
+    With `opts`, the error names where renew_before came from."""
+    for role in roles:
+        lifetime, what = settings.lifetime(role), f"the {role.value} lifetime"
+        if opts is None or opts.renew_before is None:
+            check_renewal(settings, lifetime, what)
+        else:
+            _named(opts, ["renew_before"], partial(check_renewal, settings, lifetime, what))
+
+
+def _lifetime(value: str | int | None, flag: str) -> timedelta:
+    if value is None:
+        return DEFAULT_LEAF_LIFETIME
+    if isinstance(value, str) and value.endswith("d") and value[:-1].isdigit():
+        validate_days(int(value[:-1]), flag)  # --days' own bounds and words
+    return parse_duration(value, flag)
 
 
 def _build_settings(opts: PkiOptions) -> PkiSettings:
     def named(check: Callable[[], T], *names: str) -> T:
         return _named(opts, [n for n in names if getattr(opts, n) is not None], check)
 
+    if opts.days is not None:
+        named(partial(validate_days, opts.days), "days")
+    typha_lifetime, felix_lifetime = opts.lifetimes()
+    cluster_renew = opts.cluster_renew
     return PkiSettings(
         typha=named(
             lambda: make_identity(opts.typha_cn, opts.typha_uri_san, DEFAULT_TYPHA_CN, "typha"),
@@ -129,15 +184,22 @@ def _build_settings(opts: PkiOptions) -> PkiSettings:
             lambda: KeyType.parse(opts.key_type) if opts.key_type else KeyType.ECDSA_P256,
             "key_type",
         ),
-        days=named(
-            lambda: validate_days(opts.days if opts.days is not None else DEFAULT_LEAF_DAYS),
-            "days",
+        typha_lifetime=named(
+            lambda: _lifetime(typha_lifetime, "--typha-lifetime"), "typha_lifetime", "days"
+        ),
+        felix_lifetime=named(
+            lambda: _lifetime(felix_lifetime, "--felix-lifetime"), "felix_lifetime", "days"
         ),
         renew_before=named(
             lambda: (
                 parse_duration(opts.renew_before, "renew-before") if opts.renew_before else None
             ),
             "renew_before",
+        ),
+        cluster_renew=(
+            parse_duration(cluster_renew, "pki_renew_seconds")
+            if cluster_renew is not None
+            else None
         ),
         key_files=KeyFileOwnership(
             uid=named(lambda: resolve_uid(opts.key_owner, "key owner"), "key_owner"),

@@ -73,7 +73,13 @@
 # @param key_type
 #   Key type of the leaves; undef: the cluster's `typha:` setting or the CLI's default.
 # @param days
-#   Leaf lifetime in days; undef: as above.
+#   Both leaves' lifetime in days (local CA and `sign`); undef: as above. Excludes the
+#   per-role lifetimes.
+# @param typha_lifetime
+#   Typha's leaf lifetime (`28d`), local CA and `sign`; with cfssl the profile's `expiry`
+#   decides; undef: as above.
+# @param felix_lifetime
+#   Felix's leaf lifetime (`24h`), as for `typha_lifetime`; undef: as above.
 # @param renew_before
 #   Renew this long before expiry (`30d`); undef: as above.
 # @param key_owner
@@ -116,6 +122,8 @@ class typhapki::certs (
   Optional[Typhapki::CfsslName] $cfssl_label = undef,
   Optional[Typhapki::KeyType] $key_type = undef,
   Optional[Integer[1]] $days = undef,
+  Optional[Typhapki::Lifetime] $typha_lifetime = undef,
+  Optional[Typhapki::Lifetime] $felix_lifetime = undef,
   Optional[Typhapki::RenewBefore] $renew_before = undef,
   Optional[String[1]] $key_owner = undef,
   Optional[String[1]] $key_group = undef,
@@ -174,13 +182,15 @@ class typhapki::certs (
   # What typhapki::config writes into the node configuration file's defaults: the mode's
   # own entries, and those of every mode.
   $config_defaults = getvar("${mode_class}::config_defaults") + {
-    'trust'        => $trust_files.empty ? { true => undef, default => $trust_files },
-    'key_type'     => $key_type,
-    'days'         => $days,
-    'renew_before' => $renew_before,
-    'key_owner'    => $key_owner,
-    'key_group'    => $key_group,
-    'key_mode'     => $key_mode,
+    'trust'          => $trust_files.empty ? { true => undef, default => $trust_files },
+    'key_type'       => $key_type,
+    'days'           => $days,
+    'typha_lifetime' => $typha_lifetime,
+    'felix_lifetime' => $felix_lifetime,
+    'renew_before'   => $renew_before,
+    'key_owner'      => $key_owner,
+    'key_group'      => $key_group,
+    'key_mode'       => $key_mode,
   }
 
   $trust_certs.each |$index, $pem| {

@@ -119,3 +119,21 @@ def test_a_role_key_that_cannot_be_used_names_the_role(tmp_path: Path, role: Rol
     )
     # Its own key for the role, the shared one for the other.
     assert signer._auth_keys == {r: b"\x0a\x0b" if r is role else b"\x00\xff" for r in RoleName}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("672h", 672 * 3600), ("24h", 86400), ("1h30m", 5400), ("8760h", 8760 * 3600),
+     ("90m", 5400), ("3600s", 3600), ("1.5h", 5400), ("", None), ("28d", None),
+     ("-1h", None), ("0s", None), ("h", None), ("1h ", None), ("900000000h", None)],
+)  # fmt: skip
+def test_a_profiles_expiry_is_read_as_go_writes_durations(text: str, seconds: int | None) -> None:
+    """cfssl's `info` reports a profile's `expiry` as its config has it: a Go duration."""
+    parsed = client.parse_go_duration(text)
+    assert (parsed.total_seconds() if parsed is not None else None) == seconds
+
+
+@given(hours=st.integers(1, 10**5), minutes=st.integers(0, 59))
+def test_go_durations_round_trip(hours: int, minutes: int) -> None:
+    parsed = client.parse_go_duration(f"{hours}h{minutes}m")
+    assert parsed is not None and parsed.total_seconds() == hours * 3600 + minutes * 60

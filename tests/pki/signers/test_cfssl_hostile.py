@@ -52,7 +52,7 @@ def signer(url: str, **config: object) -> CfsslSigner:
 
 def ask_info(client: CfsslSigner) -> object:
     """The info API itself: current_ca() would let a cached CA stand in for a failure."""
-    return client._fetch_ca()
+    return client._fetch_ca("")
 
 
 def assert_one_clean_line(exc: SignerError, url: str) -> None:

@@ -22,6 +22,7 @@ from tests.support.multirootca import Multirootca
 from typhapki.errors import EXIT_SIGNER
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
+from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
 
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
@@ -237,3 +238,44 @@ def test_a_label_that_is_no_cfssl_label_is_exit_2_naming_the_key(
     )  # fmt: skip
     assert_one_line_error(flagged, 2, "--cfssl-label", "word characters only")
     assert not node.exists()
+
+
+def test_the_profiles_expiry_is_the_leaf_lifetime(multirootca: Multirootca, tmp_path: Path) -> None:
+    """cfssl 1.2 signs for its profile's `expiry` (typha 672h, felix 24h here), which
+    `info` reports: the cache keeps it per profile, the plan judges by it, and a local
+    default that differs (--days 365) refuses nothing. A renewal window as long as a
+    profile's lifetime is a usage error naming the role, from check and issue alike."""
+    import json
+    import os
+
+    from typhapki.pki.x509compat import valid_from, valid_until
+
+    key = write_auth_key(tmp_path / "auth.key")
+    out = tmp_path / "kube7101"
+    first = run("issue", out, multirootca, key, OLD)
+    assert first.returncode == 0, first.stderr
+    paths = SetPaths(out)
+    lives = {}
+    for role in ("typha", "felix"):
+        leaf = load_certs(paths.cert(RoleName(role)), role)[0]
+        lives[role] = (valid_until(leaf) - valid_from(leaf)).total_seconds()
+    # cfssl backdates not-before by up to 5 minutes
+    assert 672 * 3600 <= lives["typha"] <= 672 * 3600 + 600
+    assert 24 * 3600 <= lives["felix"] <= 24 * 3600 + 600
+    entries = {}
+    for path in (Path(os.environ["TYPHAPKI_STATE_DIR"]) / "signer-ca").glob("*.json"):
+        doc = json.loads(path.read_text())
+        entries[doc["profile"]] = doc["expiry"]
+    assert entries == {"typha": 672 * 3600, "felix": 24 * 3600}
+    assert run("check", out, multirootca, key, OLD).returncode == 0
+    again = run_cli(
+        "issue", "--out", out, "--signer", "cfssl", "--cfssl-url", multirootca.url,
+        "--cfssl-auth-key", key, "--cfssl-label", OLD, "--node-name", out.name, "--days", "365",
+    )  # fmt: skip
+    assert again.returncode == 0 and "nothing changed" in again.stdout, again.stderr
+    for verb in ("check", "issue"):
+        result = run_cli(
+            verb, "--out", out, "--signer", "cfssl", "--cfssl-url", multirootca.url,
+            "--cfssl-auth-key", key, "--cfssl-label", OLD, "--renew-before", "2d",
+        )  # fmt: skip
+        assert_one_line_error(result, 2, "renew-before (2d)", "felix lifetime (cfssl")

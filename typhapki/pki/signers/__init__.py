@@ -13,7 +13,9 @@ restricts it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Protocol
 
 from cryptography import x509
@@ -32,6 +34,9 @@ class CurrentCa:
     through a rotation stage (`--trust`), or, on an empty OUT, when `first_anchor`.
     `first_anchor`: the CA came over a channel good enough for a node's first trust
     anchor (TLS pinned by --cfssl-ca-file, or loopback).
+    `lifetimes`: how long a remote signer's leaf lives, per role, as its profile says
+    (cfssl's `info` reports the profile's `expiry`); empty for the local CA, which signs
+    for the settings' lifetimes, and for a signer that did not say.
     """
 
     cert: x509.Certificate
@@ -40,6 +45,7 @@ class CurrentCa:
     note: str | None = None
     anchors: bool = True
     first_anchor: bool = True
+    lifetimes: Mapping[RoleName, timedelta] = field(default_factory=dict)
 
 
 class Signer(Protocol):

@@ -1,4 +1,5 @@
-"""A remote signer's current CA, cached on disk per signer URL and label.
+"""A remote signer's current CA and profile expiry, cached on disk per signer URL,
+label and profile.
 
 `check` runs on every node every Puppet run. Asking cfssl's `info` API each time would
 cost the PKI one request per node per run; the cache costs it one per node per TTL
@@ -7,9 +8,15 @@ a fifth of it, from a hash of the node's name, so a fleet's entries do not all e
 in the same minute; after a failed refresh a node waits its own share of a quarter
 TTL before asking again, so nodes do not all ask at once when cfssl comes back.
 
-    STATE_DIR/signer-ca/<sha256(url, label)>.json
-    {"version": 1, "url": ..., "label": ..., "ca_pem": "...", "fetched_at": UNIX,
-     "fresh_until": UNIX, "retry_after": UNIX}
+    STATE_DIR/signer-ca/<sha256(url, label, profile)>.json
+    {"version": 2, "url": ..., "label": ..., "profile": ..., "ca_pem": "...",
+     "expiry": SECONDS or null, "fetched_at": UNIX, "fresh_until": UNIX,
+     "retry_after": UNIX}
+
+`expiry` is the profile's, as cfssl's `info` reports it (cfssl 1.2 signs for that
+long whatever is asked: the leaf lifetime in cfssl mode, typhapki/pki/plan.py).
+`facts` and `metrics` read these entries (`lookup`) and never ask the signer; only
+`check` and `issue` refresh them.
 
 An entry that does not parse, names another signer, or whose times are impossible
 (in the future, out of order) is ignored: the CA is asked for again.
@@ -30,11 +37,12 @@ from typhapki.errors import ConfigError, TyphapkiError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import renewal_spread
 
-VERSION = 1
+VERSION = 2
 SUBDIR = "signer-ca"
 MAX_BYTES = 64 * 1024
 FRESH_JITTER = 0.2  # share of the TTL a node's entry may expire early
 RETRY_SHARE = 0.25  # share of the TTL across which nodes retry after a failure
+MAX_EXPIRY = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 CLOCK_SLACK = 300  # seconds a timestamp may lie ahead (clock steps) before it is corrupt
 
 
@@ -46,10 +54,11 @@ class CachedCa:
     fetched_at: int
     fresh_until: int
     retry_after: int
+    expiry: int | None = None  # seconds: the profile's leaf lifetime, when cfssl said
 
 
-def cache_path(state_dir: Path, url: str, label: str) -> Path:
-    digest = hashlib.sha256(f"{url}\0{label}".encode()).hexdigest()[:32]
+def cache_path(state_dir: Path, url: str, label: str, profile: str = "") -> Path:
+    digest = hashlib.sha256(f"{url}\0{label}\0{profile}".encode()).hexdigest()[:32]
     return state_dir / SUBDIR / f"{digest}.json"
 
 
@@ -65,7 +74,7 @@ def retry_pause(ttl: timedelta, node_name: str, url: str, attempt_at: int) -> in
     return attempt_at + max(1, math.floor(ttl.total_seconds() * RETRY_SHARE * share))
 
 
-def read(path: Path, url: str, label: str, now: float) -> CachedCa | None:
+def read(path: Path, url: str, label: str, now: float, profile: str = "") -> CachedCa | None:
     """The entry, or None when there is none or it cannot be trusted to be one."""
     from typhapki.safeio import read_regular
 
@@ -79,7 +88,12 @@ def read(path: Path, url: str, label: str, now: float) -> CachedCa | None:
         return None
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         return None
-    if doc.get("url") != url or doc.get("label") != label:
+    if doc.get("url") != url or doc.get("label") != label or doc.get("profile") != profile:
+        return None
+    expiry = doc.get("expiry")
+    if expiry is not None and (
+        not isinstance(expiry, int) or isinstance(expiry, bool) or not 0 < expiry <= MAX_EXPIRY
+    ):
         return None
     times = [doc.get(k) for k in ("fetched_at", "fresh_until", "retry_after")]
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in times):
@@ -100,10 +114,10 @@ def read(path: Path, url: str, label: str, now: float) -> CachedCa | None:
         return None
     if len(certs) != 1:
         return None
-    return CachedCa(certs[0], fetched_at, fresh_until, retry_after)
+    return CachedCa(certs[0], fetched_at, fresh_until, retry_after, expiry)
 
 
-def write(path: Path, url: str, label: str, entry: CachedCa) -> None:
+def write(path: Path, url: str, label: str, entry: CachedCa, profile: str = "") -> None:
     """Record the entry atomically; a cache that cannot be written is no error."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -113,7 +127,9 @@ def write(path: Path, url: str, label: str, entry: CachedCa) -> None:
         "version": VERSION,
         "url": url,
         "label": label,
+        "profile": profile,
         "ca_pem": entry.cert.public_bytes(Encoding.PEM).decode("ascii"),
+        "expiry": entry.expiry,
         "fetched_at": entry.fetched_at,
         "fresh_until": entry.fresh_until,
         "retry_after": entry.retry_after,

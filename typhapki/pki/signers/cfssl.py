@@ -24,12 +24,13 @@ import io
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,21 +43,22 @@ from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.signers import CurrentCa
 from typhapki.pki.signers.csr import csr_pem
-from typhapki.pki.verify import is_ca
+from typhapki.pki.verify import fingerprint, is_ca
 from typhapki.safeio import read_regular
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
 RETRY_PAUSE = 1.0  # seconds before the second attempt, doubled after that
-# One run asks cfssl at most three things (info, a sign per role). The run as a whole
-# waits at most for one of them to use all its attempts and pauses, and for the
+# One run asks cfssl at most four things (info and a sign per role). The run as a
+# whole waits at most for one of them to use all its attempts and pauses, and for the
 # others to use one attempt each: RUN_SLACK more attempts' time.
-RUN_SLACK = 2
+RUN_SLACK = 3
 MAX_ANSWER = 1024 * 1024  # a certificate answer is a few kB
 MAX_JSON_DEPTH = 16  # cfssl's answers nest 3 levels
 MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
 AUTH_HINT = "(wrong or missing --cfssl-auth-key for this profile?)"
 AUTH_KEY_LIMIT = 4096
+MAX_EXPIRY_SECONDS = 36500 * 86400  # a profile's expiry beyond 100 years is not taken
 
 SIGN = "/api/v1/cfssl/sign"
 AUTHSIGN = "/api/v1/cfssl/authsign"
@@ -86,6 +88,30 @@ class CfsslConfig:
     state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
     allow_http: bool = False  # --cfssl-allow-http: plain http:// beyond loopback
     run_timeout: float | None = None  # None: run_budget(timeout, attempts)
+    # The roles this node holds: their profiles' CA and expiry are asked for (info).
+    roles: tuple[RoleName, ...] = (RoleName.TYPHA, RoleName.FELIX)
+
+
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+             "m": 60.0, "h": 3600.0}  # fmt: skip
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> timedelta | None:
+    """A Go duration as cfssl's config writes a profile's `expiry` (``672h``, ``1h30m``,
+    ``8760h``); None when `text` is not one, or not a positive lifetime under 100 years."""
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    pos, seconds = 0, 0.0
+    while pos < len(text):
+        match = _GO_PART.match(text, pos)
+        if match is None:
+            return None
+        seconds += float(match.group(1)) * _GO_UNITS[match.group(2)]
+        pos = match.end()
+    if not 1 <= seconds <= MAX_EXPIRY_SECONDS:
+        return None
+    return timedelta(seconds=int(seconds))
 
 
 def run_budget(timeout: float, attempts: int) -> float:
@@ -390,22 +416,25 @@ class CfsslSigner:
 
     # -- the Signer protocol -----------------------------------------------------------
 
-    def _cache_path(self) -> Path:
+    def _cache_path(self, profile: str) -> Path:
         from typhapki.firewall.state import state_dir
         from typhapki.pki.signers.ca_cache import cache_path
 
-        return cache_path(state_dir(self.config.state_dir), self.url, self.config.label)
+        return cache_path(state_dir(self.config.state_dir), self.url, self.config.label, profile)
 
-    def _fetch_ca(self) -> x509.Certificate:
+    def _fetch_ca(self, profile: str) -> tuple[x509.Certificate, int | None]:
+        """The CA and the profile's expiry (seconds; None when cfssl did not say)."""
         url = self.url + INFO
-        body = {"label": self.config.label, "profile": ""}
+        body = {"label": self.config.label, "profile": profile}
         try:
-            certs = self._certificates(url, self._post(INFO, body))
+            result = self._post(INFO, body)
+            certs = self._certificates(url, result)
             if not is_ca(certs[0]):
                 raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
         except SignerError as exc:
             raise SignerError(f"{self._ca_what}: {exc}") from None
-        return certs[0]
+        expiry = parse_go_duration(result.get("expiry", ""))
+        return certs[0], int(expiry.total_seconds()) if expiry is not None else None
 
     @property
     def _label_text(self) -> str:
@@ -431,45 +460,66 @@ class CfsslSigner:
         )
 
     def current_ca(self, refresh: bool = False) -> CurrentCa:
-        """The CA cfssl signs with: from the on-disk cache while it is fresh, else from
-        cfssl's info API. When cfssl does not answer, a stale cached CA stands in,
-        unconfirmed; with no cached CA at all the failure is the signer's (exit 5).
+        """The CA cfssl signs with, and each role's profile `expiry` (the leaf lifetime):
+        from the on-disk cache while it is fresh, else from cfssl's info API, once per
+        profile this node's roles use. When cfssl does not answer, a stale cached entry
+        stands in, unconfirmed; with none at all the failure is the signer's (exit 5).
         `refresh` asks cfssl whatever the cache says (a signed leaf named another CA).
         """
         if self._current is not None and not refresh:
             return self._current
+        profiles = list(dict.fromkeys(self.config.profiles[r] for r in self.config.roles))
+        found = {p: self._profile_ca(p, refresh) for p in profiles}
+        if len({fingerprint(f.cert) for f in found.values()}) > 1 and not refresh:
+            found = {p: self._profile_ca(p, True) for p in profiles}  # one was cached before a move
+        if len({fingerprint(f.cert) for f in found.values()}) > 1:
+            raise SignerError(f"{self._ca_what}: profiles {', '.join(profiles)} name different CAs")
+        first = found[profiles[0]]
+        unconfirmed = next((f for f in found.values() if not f.confirmed), None)
+        lifetimes = {
+            role: expiry
+            for role in self.config.roles
+            if (expiry := found[self.config.profiles[role]].lifetimes.get(role)) is not None
+        }
+        self._current = replace(
+            unconfirmed or first,
+            lifetimes=lifetimes,
+            first_anchor=first.first_anchor and unconfirmed is None,
+        )
+        return self._current
+
+    def _profile_ca(self, profile: str, refresh: bool) -> CurrentCa:
+        """One profile's cache entry, fresh or refreshed, as a CurrentCa whose lifetimes
+        hold the profile's expiry for every role."""
         from typhapki.pki.signers import ca_cache
 
-        path = self._cache_path()
+        path = self._cache_path(profile)
         label = self.config.label
         now = int(time.time())
-        cached = ca_cache.read(path, self.url, label, now)
+        cached = ca_cache.read(path, self.url, label, now, profile)
         channel = self._trust_channel()
         if cached is not None and not refresh and now < cached.fresh_until:
-            self._current = CurrentCa(
-                cached.cert, self._source, anchors=False, first_anchor=channel
-            )
-            return self._current
+            return self._entry(cached.cert, cached.expiry, channel)
         if cached is not None and not refresh and now < cached.retry_after:
-            self._current = self._stale(cached, "not asked again before its retry time")
-            return self._current
+            return self._stale(cached, "not asked again before its retry time")
         try:
-            cert = self._fetch_ca()
+            cert, expiry = self._fetch_ca(profile)
         except SignerError as exc:
             if cached is None:
                 raise
             pause = ca_cache.retry_pause(self.config.ca_ttl, self.config.node_name, self.url, now)
-            ca_cache.write(
-                path, self.url, label, ca_cache.CachedCa(
-                    cached.cert, cached.fetched_at, cached.fresh_until, pause
-                ),
-            )  # fmt: skip
-            self._current = self._stale(cached, str(exc))
-            return self._current
+            ca_cache.write(path, self.url, label, replace(cached, retry_after=pause), profile)
+            return self._stale(cached, str(exc))
         fresh = ca_cache.fresh_for(self.config.ca_ttl, self.config.node_name, self.url)
-        ca_cache.write(path, self.url, label, ca_cache.CachedCa(cert, now, now + fresh, now))
-        self._current = CurrentCa(cert, self._source, anchors=False, first_anchor=channel)
-        return self._current
+        entry = ca_cache.CachedCa(cert, now, now + fresh, now, expiry)
+        ca_cache.write(path, self.url, label, entry, profile)
+        return self._entry(cert, expiry, channel)
+
+    def _entry(self, cert: x509.Certificate, expiry: int | None, channel: bool) -> CurrentCa:
+        return CurrentCa(
+            cert, self._source, anchors=False, first_anchor=channel,
+            lifetimes=_lifetimes(expiry),
+        )  # fmt: skip
 
     def _stale(self, cached: Any, why: str) -> CurrentCa:
         fetched = datetime.fromtimestamp(cached.fetched_at, UTC)
@@ -479,7 +529,7 @@ class CfsslSigner:
         )
         return CurrentCa(
             cached.cert, self._source, confirmed=False, note=note, anchors=False,
-            first_anchor=False,
+            first_anchor=False, lifetimes=_lifetimes(cached.expiry),
         )  # fmt: skip
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
@@ -521,6 +571,13 @@ class CfsslSigner:
         """Which request failed: ``typha certificate (cfssl profile P, label L)``."""
         profile = self.config.profiles[role]
         return f"{role.value} certificate (cfssl profile {profile}, {self._label_text})"
+
+
+def _lifetimes(expiry: int | None) -> dict[RoleName, timedelta]:
+    """A profile's expiry as every role's lifetime (current_ca keeps each role's own)."""
+    if expiry is None:
+        return {}
+    return dict.fromkeys(RoleName, timedelta(seconds=expiry))
 
 
 class _Retryable(Exception):

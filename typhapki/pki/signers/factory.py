@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typhapki.errors import UsageError
 from typhapki.pki.settings import PkiSettings, RoleName, parse_duration
-from typhapki.pki.signers import Signer
+from typhapki.pki.signers import CurrentCa, Signer
 from typhapki.settings.signer import SignerOptions
 
 DEFAULT_CA_TTL = timedelta(hours=1)
@@ -23,6 +23,7 @@ def build_signer(
     settings: PkiSettings,
     now: datetime | None = None,
     state_dir: Path | None = None,
+    roles: tuple[RoleName, ...] = (RoleName.TYPHA, RoleName.FELIX),
 ) -> Signer:
     """The local CA (`--ca-dir`) or a cfssl client, as the options say.
 
@@ -83,5 +84,69 @@ def build_signer(
         node_name=settings.node_name or "",
         state_dir=state_dir,
         allow_http=opts.cfssl_allow_http,
+        roles=roles,
     )
     return CfsslSigner(config)
+
+
+def cached_ca(
+    opts: SignerOptions,
+    roles: tuple[RoleName, ...],
+    state_dir: Path | None = None,
+    now: float | None = None,
+) -> CurrentCa:
+    """cfssl's CA and its profiles' expiry as `check` and `issue` last cached them,
+    without asking cfssl: `facts` and `metrics` run on every node every few minutes and
+    must never add to the PKI's load, nor wait for it (typhapki/pki/signers/ca_cache.py).
+
+    `confirmed` is False once an entry is past its freshness (its `note` says since
+    when); with no entry at all, SignerError: nothing has asked cfssl yet.
+    """
+    import time
+    from datetime import UTC
+    from datetime import datetime as dt
+
+    from typhapki.errors import SignerError
+    from typhapki.firewall.state import state_dir as default_state_dir
+    from typhapki.pki.signers import ca_cache
+    from typhapki.pki.signers.cfssl import INFO, validate_url
+    from typhapki.pki.verify import fingerprint
+
+    if not opts.cfssl_url:
+        raise UsageError("--signer cfssl needs --cfssl-url (or cfssl_url in hiera)")
+    url = validate_url(opts.cfssl_url, opts.cfssl_allow_http)
+    label = opts.cfssl_label or ""
+    profiles = {
+        RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
+        RoleName.FELIX: opts.cfssl_profile_felix or "felix",
+    }
+    when = time.time() if now is None else now
+    directory = default_state_dir(state_dir)
+    entries = {}
+    for role in roles:
+        profile = profiles[role]
+        path = ca_cache.cache_path(directory, url, label, profile)
+        entry = ca_cache.read(path, url, label, when, profile)
+        if entry is None:
+            raise SignerError(
+                f"cfssl {url}: no cached CA for profile {profile} "
+                f"({'label ' + label if label else 'the default label'}) in {directory}: "
+                "`check` or `issue` has not asked cfssl yet"
+            )
+        entries[role] = entry
+    first = entries[roles[0]]
+    if len({fingerprint(e.cert) for e in entries.values()}) > 1:
+        raise SignerError(f"cfssl {url}: the cached profiles name different CAs")
+    stale = [e for e in entries.values() if when >= e.fresh_until]
+    note = None
+    if stale:
+        fetched = dt.fromtimestamp(min(e.fetched_at for e in stale), UTC)
+        note = f"cfssl {url}: CA not confirmed (cached {fetched:%Y-%m-%dT%H:%M:%SZ})"
+    lifetimes = {
+        role: timedelta(seconds=e.expiry) for role, e in entries.items() if e.expiry is not None
+    }
+    label_text = f" label {label}" if label else ""
+    return CurrentCa(
+        first.cert, f"{url}{INFO}{label_text}", confirmed=not stale, note=note,
+        anchors=False, first_anchor=False, lifetimes=lifetimes,
+    )  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography import x509
@@ -15,13 +15,16 @@ from typhapki.pki.signers import CurrentCa
 from typhapki.pki.x509compat import valid_until
 
 
-def leaf_not_after(issuer: Issuer, settings: PkiSettings, now: datetime) -> datetime:
-    """Clamp the leaf to its CA, and refuse when even that would be due at once."""
-    wanted = now + timedelta(days=settings.days)
+def leaf_not_after(
+    issuer: Issuer, settings: PkiSettings, now: datetime, role: RoleName
+) -> datetime:
+    """The role's lifetime (--typha-lifetime, --felix-lifetime, --days) from now, clamped
+    to its CA; refused when even that would be due for renewal at once."""
+    wanted = now + settings.lifetime(role)
     ca_end = valid_until(issuer.cert)
     not_after = min(wanted, ca_end)
     lifetime = not_after - now
-    window = settings.renew_window(timedelta(days=settings.days))
+    window = settings.renew_window(settings.lifetime(role))
     if lifetime <= window:
         left = (ca_end - now).total_seconds() / 86400
         raise RefusedError(
@@ -94,7 +97,7 @@ class LocalSigner:
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
         issuer = self.issuer
         now = self.now or datetime.now(UTC)
-        not_after = leaf_not_after(issuer, self.settings, now)
+        not_after = leaf_not_after(issuer, self.settings, now, role)
         public = csr.public_key()
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
 

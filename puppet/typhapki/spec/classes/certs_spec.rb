@@ -45,6 +45,11 @@ describe 'typhapki' do
         it { is_expected.to contain_file('/etc/typhapki/ca').with(ensure: 'directory', mode: '0700') }
         it { is_expected.to contain_file('/etc/typhapki/ca/typhaca.crt').with_mode('0644').that_comes_before('Exec[typhapki-issue]') }
 
+        it 'gives issue and check the per-role lifetimes through the node configuration' do
+          expect(node_config(catalogue)['defaults']).to include('typha_lifetime' => '28d', 'felix_lifetime' => '24h')
+          expect(node_config(catalogue)['defaults']).not_to have_key('days')
+        end
+
         it 'ships the CA key as Sensitive, never diffed nor backed up' do
           is_expected.to contain_file('/etc/typhapki/ca/typhaca.key')
             .with(mode: '0600', show_diff: false, backup: false)

@@ -18,6 +18,7 @@ require 'spec_helper'
   ],
   'Typhapki::CfsslName' => [['cluster2025', 'typha', 'staging_eqiad', 'A1_b'], ['cluster-2025', 'typha.eqiad', 'a b', "a\n", '', 1]],
   'Typhapki::RenewBefore' => [['30d', '12h', '90m', '2w', '3600', '3600s'], ['0d', '30 d', '-1d', '30y', 'd', '']],
+  'Typhapki::Lifetime' => [['28d', '24h', '90m', '2w', '86400', '3600s'], ['0h', '24 h', '-1d', '1y', 'h', '']],
 }.each do |type, (good, bad)|
   describe type do
     good.each do |value|
