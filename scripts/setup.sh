@@ -12,6 +12,8 @@ SYSTEM_PACKAGES=(
   puppet-agent facter git golang-go
   # central issuance, monitoring, the Puppet module, the Debian package
   golang-cfssl prometheus prometheus-node-exporter systemd
+  # the PKI front of docs/issuance.md (mod_ssl, mod_proxy_http): tests/support/pkifront.py
+  apache2
   puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools

@@ -1,0 +1,214 @@
+"""The fleet's PKI front: a real Apache (mod_ssl, mod_proxy_http) before multirootca.
+
+`PkiFront` runs Debian's apache2 with its own ServerRoot, PidFile and logs under a
+temporary directory on a free loopback port, never /etc/apache2's instance. The
+virtual host is docs/issuance.md's, read from the document ("The front: Apache with
+the Puppet CA and its CRL") with its paths and ports replaced: `SSLVerifyClient
+require` against the Puppet CA, the Puppet CRL with `SSLCARevocationCheck chain`, and
+a proxy to multirootca on loopback. `reload_crl` writes a new CRL and reloads Apache
+gracefully, as the documented path unit does.
+
+The Puppet side (`puppet_ca`, `revoke`, `fetch_crl`) uses the CA API of the session's
+puppetserver (tests/support/puppetserver.py) with the server's own certificate, which
+the default auth.conf allows to change a certificate's status.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.support import docblocks
+from tests.support.puppetserver import PuppetServer, free_port
+
+MODULES = Path("/usr/lib/apache2/modules")
+START_TIMEOUT = 30.0
+# What docs/issuance.md's virtual host names, and what the test puts there instead.
+DOC_PORT = "8443"
+DOC_UPSTREAM = "http://127.0.0.1:8888/"
+DOC_CERT = "/var/lib/puppet/ssl/certs/pki.example.org.pem"
+DOC_KEY = "/var/lib/puppet/ssl/private_keys/pki.example.org.pem"
+DOC_CA = "/var/lib/puppet/ssl/certs/ca.pem"
+DOC_CRL = "/var/lib/puppet/ssl/crl.pem"
+
+
+def documented_vhost() -> str:
+    """docs/issuance.md's Apache configuration for the front, as written."""
+    for block in docblocks.blocks(Path("docs/issuance.md")):
+        if block.lang == "apache" and "SSLCARevocationCheck chain" in block.text:
+            return block.text
+    raise AssertionError("docs/issuance.md: the PKI front's Apache configuration is gone")
+
+
+@dataclass(frozen=True)
+class PuppetCa:
+    """What the front needs from the Puppet CA, and the server's own credentials."""
+
+    server: PuppetServer
+    ssldir: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.ssldir / "certs" / "ca.pem"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.ssldir / "certs" / "localhost.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.ssldir / "private_keys" / "localhost.pem"
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        context.load_cert_chain(self.server_cert, self.server_key)
+        return context
+
+    def _call(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        request = urllib.request.Request(
+            f"https://localhost:{self.server.port}/puppet-ca/v1/{path}",
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "*/*"},
+        )
+        with urllib.request.urlopen(request, context=self._context(), timeout=60) as answer:
+            return bytes(answer.read())
+
+    def revoke(self, certname: str) -> None:
+        """Revoke a node's agent certificate, as `puppetserver ca revoke` does."""
+        self._call(
+            "PUT",
+            f"certificate_status/{certname}",
+            json.dumps({"desired_state": "revoked"}).encode(),
+        )
+
+    def crl(self) -> bytes:
+        """The CA's current CRLs (the intermediate's and the root's), PEM."""
+        return self._call("GET", "certificate_revocation_list/ca")
+
+
+def puppet_ca(server: PuppetServer) -> PuppetCa:
+    """The Puppet CA of the session's puppetserver (its ssldir under its confdir)."""
+    return PuppetCa(server, server.confdir / "ssl")
+
+
+class PkiFront:
+    """One apache2 process tree serving the documented front on a loopback port."""
+
+    def __init__(self, directory: Path, ca: PuppetCa, upstream: str) -> None:
+        require("apache2")
+        self.directory = directory
+        self.ca = ca
+        self.upstream = upstream.rstrip("/") + "/"
+        self.crl_file = directory / "crl.pem"
+        self.conf = directory / "apache2.conf"
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://localhost:{self.port}"
+
+    def _write_conf(self) -> None:
+        vhost = documented_vhost()
+        for placeholder, value in (
+            (DOC_PORT, str(self.port)),
+            (DOC_UPSTREAM, self.upstream),
+            (DOC_CERT, str(self.ca.server_cert)),
+            (DOC_KEY, str(self.ca.server_key)),
+            (DOC_CA, str(self.ca.ca_cert)),
+            (DOC_CRL, str(self.crl_file)),
+        ):
+            assert placeholder in vhost, (placeholder, "docs/issuance.md's front changed")
+            vhost = vhost.replace(placeholder, value)
+        vhost = vhost.replace("Listen ", "Listen 127.0.0.1:")
+        d = self.directory
+        modules = ("mpm_event", "authz_core", "socache_shmcb", "ssl", "proxy", "proxy_http")
+        loads = "".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so\n" for m in modules)
+        self.conf.write_text(
+            f"ServerRoot {d}\nDefaultRuntimeDir {d}\nPidFile {d}/apache2.pid\n"
+            f"Mutex file:{d} default\nErrorLog {d}/error.log\nLogLevel info ssl:info\n"
+            f"ServerName localhost\nUser www-data\nGroup www-data\n{loads}"
+            f"SSLSessionCache shmcb:{d}/ssl_scache(512000)\n{vhost}"
+        )
+
+    def _apache(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["apache2", "-f", str(self.conf), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"},
+        )
+
+    def start(self) -> None:
+        self.crl_file.write_bytes(self.ca.crl())
+        for _ in range(5):  # another process may take the free port first
+            self.port = free_port()
+            self._write_conf()
+            started = self._apache("-k", "start")
+            if started.returncode == 0 and self._wait(self._answers):
+                return
+            self.stop()
+        log = (self.directory / "error.log").read_text(errors="replace")[-3000:]
+        pytest.fail(f"apache2 did not start: {started.stderr}\n{log}")
+
+    def _pid(self) -> int | None:
+        try:
+            return int((self.directory / "apache2.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _answers(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.ca.ca_cert))
+        context.load_cert_chain(self.ca.server_cert, self.ca.server_key)
+        body = json.dumps({"label": "", "profile": ""}).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/cfssl/info", data=body)
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+                return bool(json.loads(answer.read()).get("success"))
+        except OSError:
+            return False
+
+    @staticmethod
+    def _wait(condition: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def reload_crl(self) -> None:
+        """The Puppet CA's current CRL in place, then a graceful reload (the path unit)."""
+        generation = (
+            (self.directory / "error.log")
+            .read_text(errors="replace")
+            .count("resuming normal operations")
+        )
+        self.crl_file.write_bytes(self.ca.crl())
+        reloaded = self._apache("-k", "graceful")
+        assert reloaded.returncode == 0, reloaded.stderr
+
+        def resumed() -> bool:
+            log = (self.directory / "error.log").read_text(errors="replace")
+            return log.count("resuming normal operations") > generation
+
+        assert self._wait(resumed), "apache2 did not come back from the graceful reload"
+
+    def stop(self) -> None:
+        if self._pid() is None:
+            return
+        self._apache("-k", "stop")
+        deadline = time.monotonic() + 30
+        while self._pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
