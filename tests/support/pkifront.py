@@ -97,8 +97,16 @@ class PuppetCa:
 
 
 def puppet_ca(server: PuppetServer) -> PuppetCa:
-    """The Puppet CA of the session's puppetserver (its ssldir under its confdir)."""
-    return PuppetCa(server, server.confdir / "ssl")
+    """The Puppet CA of the session's puppetserver, by its ssldir: the one whose
+    `certs/localhost.pem` is the certificate the server presents. As root, Debian's
+    Puppet keeps it at /var/lib/puppet/ssl whatever the confdir; else `$confdir/ssl`."""
+    presented = ssl.get_server_certificate(("127.0.0.1", server.port)).strip()
+    candidates = (Path("/var/lib/puppet/ssl"), server.confdir / "ssl", server.root / "var" / "ssl")
+    for ssldir in candidates:
+        cert = ssldir / "certs" / "localhost.pem"
+        if cert.exists() and cert.read_text().strip() == presented:
+            return PuppetCa(server, ssldir)
+    raise AssertionError(f"no ssldir holds the certificate puppetserver {server.root} presents")
 
 
 class PkiFront:

@@ -10,8 +10,9 @@ Puppet's own rules for these few settings.
 - puppet.conf: `$TYPHAPKI_PUPPET_CONF` when set, else Debian's `/etc/puppet/puppet.conf`,
   else Puppet's own packages' `/etc/puppetlabs/puppet/puppet.conf`.
 - Sections: `[main]`, then `[agent]` over it (the agent's run mode).
-- Defaults: Debian's `ssldir = /var/lib/puppet/ssl` (`/etc/puppetlabs/puppet/ssl` with
-  Puppet's packages), `certdir = $ssldir/certs`, `privatekeydir = $ssldir/private_keys`,
+- Defaults: `ssldir` Debian's `/var/lib/puppet/ssl` (for root, whatever the confdir),
+  `$confdir/ssl` with Puppet's own packages; `certdir = $ssldir/certs`,
+  `privatekeydir = $ssldir/private_keys`,
   `hostcert = $certdir/$certname.pem`, `hostprivkey = $privatekeydir/$certname.pem`,
   `localcacert = $certdir/ca.pem`, `certname` = the FQDN, lowercased.
 - Values may use `$name` or `${name}` of these settings and of `confdir` and `vardir`.
@@ -95,14 +96,14 @@ def resolve(
     confdir = str(path.parent)
     known = {
         "confdir": confdir,
-        "vardir": "/opt/puppetlabs/puppet/cache" if aio else "/var/lib/puppet",
+        "vardir": "/opt/puppetlabs/puppet/cache" if aio else "/var/cache/puppet",
     }
     known["vardir"] = settings.get("vardir", known["vardir"])
     for name, default in DEFAULTS:
         if name == "certname":
             default = (fqdn if fqdn is not None else socket.getfqdn()).lower()
         elif name == "ssldir":
-            default = "$confdir/ssl" if aio else "$vardir/ssl"
+            default = "$confdir/ssl" if aio else "/var/lib/puppet/ssl"
         known[name] = _expand(settings.get(name, default), known, path, name)
     for name in ("hostcert", "hostprivkey", "localcacert"):
         if not os.path.isabs(known[name]):
