@@ -8,7 +8,9 @@ require` against the Puppet CA, the Puppet CRL with `SSLCARevocationCheck chain`
 a proxy to multirootca on loopback. `reload_crl` writes a new CRL and reloads Apache
 gracefully, as the documented path unit does.
 
-The Puppet side (`puppet_ca`, `revoke`, `fetch_crl`) uses the CA API of the session's
+`PuppetLikeCa` is a CA of Puppet 7's shape made here (no SAN on its client
+certificates), for what needs no puppetserver. The real Puppet side (`puppet_ca`,
+`revoke`, `crl`) uses the CA API of the session's
 puppetserver (tests/support/puppetserver.py) with the server's own certificate, which
 the default auth.conf allows to change a certificate's status.
 """
@@ -22,13 +24,20 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.conftest import require
 from tests.support import docblocks
 from tests.support.puppetserver import PuppetServer, free_port
+from typhapki.pki.pem import load_certs
 
 MODULES = Path("/usr/lib/apache2/modules")
 START_TIMEOUT = 30.0
@@ -109,10 +118,125 @@ def puppet_ca(server: PuppetServer) -> PuppetCa:
     raise AssertionError(f"no ssldir holds the certificate puppetserver {server.root} presents")
 
 
+class FrontCa(Protocol):
+    """What the front trusts and shows: a CA file, a CRL, its own certificate and key."""
+
+    @property
+    def ca_cert(self) -> Path: ...
+    @property
+    def server_cert(self) -> Path: ...
+    @property
+    def server_key(self) -> Path: ...
+    def crl(self) -> bytes: ...
+
+
+class PuppetLikeCa:
+    """A CA shaped as Puppet 7's (a root and an intermediate, a CRL for each), made here,
+    for tests that need the front without a puppetserver; its client certificates carry
+    no SAN, as older Puppet CAs issued them and the fleet's agents hold them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        now = datetime.now(UTC)
+        self._root = _make(_cn("Puppet Root CA: lab"), None, now, ca=True)
+        self._inter = _make(_cn("Puppet CA: lab"), self._root, now, ca=True)
+        (directory / "ca.pem").write_bytes(_pem(self._inter[0]) + _pem(self._root[0]))
+        server = _make(_cn("localhost"), self._inter, now, san="localhost")
+        _write_pair(server, directory / "server.pem", directory / "server.key")
+        self._revoked: list[int] = []
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.directory / "server.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.directory / "server.key"
+
+    def client(self, certname: str) -> tuple[Path, Path]:
+        """A node's agent certificate (CN only, no SAN) and key, as files."""
+        pair = _make(_cn(certname), self._inter, datetime.now(UTC))
+        paths = (self.directory / f"{certname}.pem", self.directory / f"{certname}.key")
+        _write_pair(pair, *paths)
+        return paths
+
+    def revoke(self, cert: Path) -> None:
+        self._revoked.append(load_certs(cert, "client")[0].serial_number)
+
+    def crl(self) -> bytes:
+        now = datetime.now(UTC)
+        out = b""
+        for (cert, key), serials in ((self._inter, self._revoked), (self._root, [])):
+            builder = (
+                x509.CertificateRevocationListBuilder()
+                .issuer_name(cert.subject)
+                .last_update(now - timedelta(minutes=5))
+                .next_update(now + timedelta(days=1))
+            )
+            for serial in serials:
+                builder = builder.add_revoked_certificate(
+                    x509.RevokedCertificateBuilder()
+                    .serial_number(serial)
+                    .revocation_date(now - timedelta(minutes=1))
+                    .build()
+                )
+            out += builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+        return out
+
+
+_Pair = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+
+
+def _cn(name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _make(
+    subject: x509.Name, issuer: _Pair | None, now: datetime, ca: bool = False, san: str = ""
+) -> _Pair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    signer = issuer if issuer is not None else (None, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(signer[0].subject if signer[0] is not None else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+    )
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), False)
+    return builder.sign(signer[1], hashes.SHA256()), key
+
+
+def _write_pair(pair: _Pair, cert: Path, key: Path) -> None:
+    cert.write_bytes(_pem(pair[0]))
+    key.write_bytes(
+        pair[1].private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+
+
 class PkiFront:
     """One apache2 process tree serving the documented front on a loopback port."""
 
-    def __init__(self, directory: Path, ca: PuppetCa, upstream: str) -> None:
+    def __init__(self, directory: Path, ca: FrontCa, upstream: str) -> None:
         require("apache2")
         self.directory = directory
         self.ca = ca

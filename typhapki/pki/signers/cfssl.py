@@ -255,24 +255,31 @@ class CfsslSigner:
         cert, key = self.config.client_cert, self.config.client_key
         if cert is None or key is None:
             return
-        parse_certs(read_regular(cert, "cfssl client certificate"), str(cert))
-        read_regular(key, "cfssl client key")
+        leaf = parse_certs(read_regular(cert, "cfssl client certificate"), str(cert))[0]
+        data = read_regular(key, "cfssl client key")
         if os.stat(key).st_mode & stat.S_IROTH:
             raise ConfigError(f"cfssl client key {key}: readable by everyone; chmod o-r it")
-
-        def no_passphrase() -> bytes:
-            raise ConfigError(f"cfssl client key {key}: encrypted; typhapki takes no passphrase")
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
 
         try:
-            context.load_cert_chain(cert, key, password=no_passphrase)
-        except ssl.SSLError as exc:
-            if "KEY_VALUES_MISMATCH" in str(exc):
-                raise ConfigError(f"cfssl client key {key}: not the key of {cert}") from None
+            private = serialization.load_pem_private_key(data, password=None)
+        except TypeError:
             raise ConfigError(
-                f"cfssl client key {key}: not a usable key for {cert} ({exc.reason or exc})"
+                f"cfssl client key {key}: encrypted; typhapki takes no passphrase"
             ) from None
-        except OSError as exc:
-            raise ConfigError(f"cfssl client key {key}: {exc.strerror or exc}") from None
+        except (ValueError, UnsupportedAlgorithm):
+            raise ConfigError(f"cfssl client key {key}: not a PEM private key") from None
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        if private.public_key().public_bytes(
+            serialization.Encoding.DER, spki
+        ) != leaf.public_key().public_bytes(serialization.Encoding.DER, spki):
+            raise ConfigError(f"cfssl client key {key}: not the key of {cert}")
+        try:
+            context.load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as exc:
+            text = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"cfssl client key {key}: not usable for {cert} ({text})") from None
 
     @property
     def name(self) -> str:
