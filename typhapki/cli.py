@@ -596,6 +596,30 @@ def restarted_cmd(
     run(lambda: restarted(out, component))
 
 
+@app.command("restart-typha")
+def restart_typha_cmd(
+    out: Path = OUT,
+    kubeconfig: Path = typer.Option(
+        ..., "--kubeconfig", help="Kubeconfig allowed to list pods and create pods/eviction."
+    ),
+    namespace: str = typer.Option(
+        "kube-system", "--namespace", help="Typha's namespace (calico-system under the operator)."
+    ),
+    node: Optional[str] = typer.Option(
+        None, "--node", help="This node's Kubernetes name (default: the host name)."
+    ),
+    context: Optional[str] = typer.Option(
+        None, "--context", help="Kubeconfig context (default: its current-context)."
+    ),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds for all API requests."),
+) -> None:
+    """Evict this node's Typha pod while OUT/.restart-typha is set, as the
+    PodDisruptionBudget allows (exit 6: refused for now, the marker stays)."""
+    from typhapki.commands.restart_typha import restart_typha
+
+    run(lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout))
+
+
 @app.command("metrics")
 @with_pki_options
 def metrics_cmd(

@@ -52,6 +52,8 @@ EXIT_STATUS = (
     ("3", "Refused: e.g. replacing a CA without --force, a skipped rotation stage."),
     ("4", "Filesystem error: a file could not be read or written."),
     ("5", "The signer failed: e.g. cfssl down, slow or refusing (the live set untouched)."),
+    ("6", "restart-typha deferred: the PodDisruptionBudget refused the eviction (retried)."),
+    ("7", "restart-typha: the Kubernetes API unreachable, untrusted, refusing or broken."),
     ("130", "Interrupted."),
 )
 

@@ -13,6 +13,8 @@ EXIT_USAGE = 2  # bad option, bad configuration or input file
 EXIT_REFUSED = 3  # refused for safety: would overwrite a CA, CA about to expire, stage order
 EXIT_IO = 4  # the filesystem said no: unwritable directory, lock held too long
 EXIT_SIGNER = 5  # the signer (cfssl) is down, slow, broken or refused the request
+EXIT_DEFERRED = 6  # restart-typha: the PodDisruptionBudget refused the eviction; retry later
+EXIT_KUBE_API = 7  # restart-typha: the Kubernetes API unreachable, untrusted, refused or broken
 
 
 class TyphapkiError(Exception):
@@ -58,3 +60,19 @@ class SignerError(TyphapkiError):
     """
 
     exit_code = EXIT_SIGNER
+
+
+class RestartDeferredError(TyphapkiError):
+    """A Typha restart may not happen now: the PodDisruptionBudget refused the eviction,
+    or this node's Typha pod is still terminating (exit 6). The restart marker stays, so
+    the next run tries again."""
+
+    exit_code = EXIT_DEFERRED
+
+
+class KubeApiError(TyphapkiError):
+    """The Kubernetes API could not be used: unreachable, slow, a TLS certificate not
+    from the kubeconfig's CA, credentials refused, or an answer that is not what the API
+    gives (exit 7). The restart marker stays."""
+
+    exit_code = EXIT_KUBE_API

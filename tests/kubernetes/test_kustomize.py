@@ -374,3 +374,61 @@ def test_option_misuse_is_one_line(wired_set: Path, args: list[str], needle: str
 def test_typha_pod_defaults_are_the_operators() -> None:
     """10001:10001, as tigera-operator runs Typha: outside Debian's system ranges."""
     assert TyphaPod() == TyphaPod.parse(None, None) == TyphaPod(10001, 10001)
+
+
+# --- Typha's PodDisruptionBudget (restart-typha evicts through it) -------------------------
+
+PDB = ("PodDisruptionBudget", "calico-typha")
+
+
+def _chart_without_pdb() -> str:
+    parts = [d for _, d in _split_stream(CHART.read_text()) if d.strip()]
+    kept = [d for d in parts if "kind: PodDisruptionBudget" not in d]
+    assert len(kept) == len(parts) - 1
+    return "".join(f"---\n{d}" for d in kept)
+
+
+def _assert_typha_pdb(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    assert obj["apiVersion"] == "policy/v1"
+    assert obj["spec"] == {
+        "maxUnavailable": 1, "selector": {"matchLabels": {"k8s-app": "calico-typha"}},
+    }  # fmt: skip
+    assert obj["metadata"]["namespace"] == "kube-system"  # the Deployment's
+
+
+def test_kustomize_adds_a_typha_pdb_only_where_the_base_has_none(
+    kubectl: Path, wired_set: Path, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "typha-tls"
+    overlay.mkdir()
+    (overlay / "calico.yaml").write_text(_chart_without_pdb())
+    args = ("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+            "--kustomize-base", "calico.yaml")  # fmt: skip
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert f"{overlay / 'typha-pdb.yaml'}: written" in first.stdout
+    built = _kustomize(kubectl, overlay)
+    _assert_typha_pdb(built[PDB])
+    assert [k for k in built if k[0] == "PodDisruptionBudget"] == [PDB]
+    # The chart's own budget: no second one (two budgets over one pod fail every eviction).
+    shutil.copy(CHART, overlay / "calico.yaml")
+    (overlay / "typha-pdb.yaml").unlink()
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert not (overlay / "typha-pdb.yaml").exists()
+    built = _kustomize(kubectl, overlay)
+    assert [k for k in built if k[0] == "PodDisruptionBudget"] == [PDB]
+    assert built[PDB] == _chart()[PDB]
+
+
+def test_post_renderer_adds_a_typha_pdb_only_where_the_chart_has_none(
+    patches: list[WiringPatch],
+) -> None:
+    rendered = post_render(_chart_without_pdb(), patches)
+    docs = _by_kind_name(list(yaml.safe_load_all(rendered)))
+    _assert_typha_pdb(docs[PDB])
+    assert rendered.count("kind: PodDisruptionBudget") == 1
+    with_pdb = post_render(CHART.read_text(), patches)
+    assert with_pdb.count("kind: PodDisruptionBudget") == 1
+    assert _by_kind_name(list(yaml.safe_load_all(with_pdb)))[PDB] == _chart()[PDB]

@@ -1,4 +1,6 @@
-"""Restart markers: only the component whose files changed is marked (docs/kubernetes.md)."""
+"""Restart markers: only Typha, and only when its files changed (docs/kubernetes.md).
+
+Felix re-reads its pair and the bundle on every reconnect: no file change marks it."""
 
 from __future__ import annotations
 
@@ -39,17 +41,17 @@ def _clear(out: Path) -> None:
 
 @given(st.sets(st.sampled_from(sorted(READERS))))
 @settings(max_examples=30, deadline=None)
-def test_a_component_restarts_iff_it_reads_a_changed_scope(scopes: set[str]) -> None:
+def test_only_typha_restarts_and_only_for_its_files(scopes: set[str]) -> None:
     wanted = components_to_restart(scopes)
     assert (Component.TYPHA in wanted) == bool(scopes & {"bundle", "typha"})
-    assert (Component.FELIX in wanted) == bool(scopes & {"bundle", "felix"})
+    assert Component.FELIX not in wanted
 
 
 def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
     out = tmp_path / "out"
     first = _issue(ca_dir, out)
-    assert first["restart"] == ["typha", "felix"]
-    assert pending_restarts(out) == [Component.TYPHA, Component.FELIX]
+    assert first["restart"] == ["typha"]
+    assert pending_restarts(out) == [Component.TYPHA]
     marker = (out / ".restart-typha").read_text()
     assert marker.strip() == max(
         g for g in (current_generation(out / "calico-typha-ca"),
@@ -61,12 +63,12 @@ def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
     assert _issue(ca_dir, out)["restart"] == []
     assert pending_restarts(out) == []
 
-    # Felix-only renewal (a new Felix identity): Typha is left alone.
+    # Felix-only reissue (even a new Felix identity): nothing restarts; Felix loads it
+    # on its next reconnect.
     felix_only = _issue(ca_dir, out, "--felix-cn", "calico-node-2")
     assert [c["scope"] for c in felix_only["changes"]] == ["felix"]
-    assert felix_only["restart"] == ["felix"]
-    assert pending_restarts(out) == [Component.FELIX]
-    _clear(out)
+    assert felix_only["restart"] == []
+    assert pending_restarts(out) == []
 
     # Only the key's mode: no restart at all.
     perms = _issue(ca_dir, out, "--felix-cn", "calico-node-2", "--key-mode", "0640")
@@ -82,28 +84,26 @@ def test_markers_follow_what_changed(tmp_path: Path, ca_dir: Path) -> None:
         "--trust", other / "typhaca.crt",
     )  # fmt: skip
     assert [c["scope"] for c in bundle["changes"]] == ["bundle"]
-    assert bundle["restart"] == ["typha", "felix"]
-    assert pending_restarts(out) == [Component.TYPHA, Component.FELIX]
+    assert bundle["restart"] == ["typha"]
+    assert pending_restarts(out) == [Component.TYPHA]
 
 
-def test_a_worker_gets_no_typha_marker(tmp_path: Path, ca_dir: Path) -> None:
-    """A node without Typha: a bundle change marks Felix only, never an orphan
-    `.restart-typha` that no restart would ever clear."""
+def test_a_worker_gets_no_marker_at_all(tmp_path: Path, ca_dir: Path) -> None:
+    """A node without Typha: neither its first set nor a bundle change marks anything,
+    never an orphan `.restart-typha` that no restart would ever clear."""
     out = tmp_path / "out"
-    assert _issue(ca_dir, out, "--role", "felix")["restart"] == ["felix"]
-    _clear(out)
+    assert _issue(ca_dir, out, "--role", "felix")["restart"] == []
     other = tmp_path / "other-ca"
     assert run_cli("ca", "init", "--ca-dir", other).returncode == 0
     bundle = _issue(ca_dir, out, "--role", "felix", "--trust", other / "typhaca.crt")
     assert [c["scope"] for c in bundle["changes"]] == ["bundle"]
-    assert bundle["restart"] == ["felix"]
-    assert pending_restarts(out) == [Component.FELIX]
-    assert not (out / ".restart-typha").exists()
+    assert bundle["restart"] == []
+    assert pending_restarts(out) == []
 
 
 def test_restarted_clears_one_marker(tmp_path: Path, issued: Path) -> None:
     (issued / ".restart-typha").write_text("..x\n")
-    (issued / ".restart-felix").write_text("..x\n")
+    (issued / ".restart-felix").write_text("..x\n")  # as an older typhapki left it
     result = run_cli("restarted", "--out", issued, "--component", "typha")
     assert result.returncode == 0
     assert "removed" in result.stdout
@@ -121,12 +121,12 @@ def test_a_failed_publish_leaves_no_new_marker(tmp_path: Path) -> None:
     out = tmp_path / "out"
     for role in RoleName:  # a node that holds both sets
         SetPaths(out).role_dir(role).mkdir(parents=True)
-    (out / ".restart-felix").write_text("..older\n")  # a restart already pending
-    with pytest.raises(RuntimeError), restarts_recorded(out, ["bundle"]):
+    (out / ".restart-felix").write_text("..older\n")  # left by an older typhapki
+    with pytest.raises(RuntimeError), restarts_recorded(out, ["bundle", "felix"]):
         assert (out / ".restart-typha").read_text() == "pending\n"
         raise RuntimeError("publish failed")
     assert not (out / ".restart-typha").exists()
-    assert (out / ".restart-felix").read_text() == "..older\n"
+    assert (out / ".restart-felix").read_text() == "..older\n"  # untouched either way
     with restarts_recorded(out, ["typha"]) as components:
         assert components == [Component.TYPHA]
     assert (out / ".restart-typha").read_text() == "unknown\n"  # no generation on disk

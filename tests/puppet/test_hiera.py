@@ -6,9 +6,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from typhapki.errors import ConfigError
+from typhapki.pki.layout import CaPaths, SetPaths
+from typhapki.pki.settings import RoleName
 from typhapki.puppet.hiera import (
     TyphaSettings,
     check_host_entries,
@@ -322,3 +325,48 @@ def test_host_entries_and_collected_problems(tmp_path: Path) -> None:
     assert any("cluster_nodes[2]: duplicate node 'a.example.test'" in p for p in problems)
     assert any("other.solo.cluster_nodes: is empty" in p for p in problems)
     assert any("other.third.cluster_nodes: is missing" in p for p in problems)
+
+
+def _trust_hiera(path: Path, entries: object) -> Path:
+    data = {
+        "kubernetes::clusters": {
+            "main": {"staging": {"cluster_nodes": ["a.example.test"], "typha": {"trust": entries}}}
+        }
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_typha_trust_holds_pem_ca_certificates(tmp_path: Path, ca_dir: Path) -> None:
+    """A rotation's stage is a hiera change (docs/rotation.md): the CAs are PEM texts."""
+    pem = CaPaths(ca_dir).cert.read_text()
+    typha = load_cluster(_trust_hiera(tmp_path / "h.yaml", [pem, pem]), "staging").typha
+    assert typha.trust == (pem, pem)
+    assert load_cluster(_trust_hiera(tmp_path / "h.yaml", None), "staging").typha.trust == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("ca", "typha.trust: expected a list of PEM CA certificates, got str"),
+        (["leaf"], "typha.trust[0]: CN=calico-typha is not a CA certificate"),
+        (["hello"], "typha.trust[0]: no PEM certificate found"),
+        (["ca", 7], "typha.trust[1]: expected a string"),
+        (["ca", "-----BEGIN CERTIFICATE-----\nAAAA\n"], "typha.trust[1]: corrupt PEM"),
+    ],
+)
+def test_bad_typha_trust_names_the_entry(
+    tmp_path: Path, issued: Path, ca_dir: Path, entry: str | list[object], needle: str
+) -> None:
+    pems = {
+        "ca": CaPaths(ca_dir).cert.read_text(),
+        "leaf": SetPaths(issued).cert(RoleName.TYPHA).read_text(),
+    }
+
+    def pem_of(e: object) -> object:
+        return pems.get(e, e) if isinstance(e, str) else e
+
+    value = pem_of(entry) if isinstance(entry, str) else [pem_of(e) for e in entry]
+    message = error_of(_trust_hiera(tmp_path / "h.yaml", value))
+    assert message.startswith(f"{tmp_path / 'h.yaml'}:"), message
+    assert f"kubernetes::clusters.main.staging.{needle}" in message, message

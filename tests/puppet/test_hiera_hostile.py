@@ -33,7 +33,7 @@ BOUND = 30
 
 TYPHA_KEYS = [
     "mode", "style", "port", "networks", "network_variable", "prefix_v4", "prefix_v6",
-    "dns_gate", "ferm_output", "typha_cn", "days", "key_mode", "typha_address",
+    "dns_gate", "ferm_output", "typha_cn", "days", "key_mode", "typha_address", "trust",
 ]  # fmt: skip
 CLUSTER_KEYS = ["cluster_nodes", "control_plane_nodes", "ipv6dualstack", "typha"]
 scalars = st.one_of(
@@ -47,6 +47,7 @@ scalars = st.one_of(
             "0.0.0.0/0", "10.0.0.0/8", "10.250.0.0/16", "fd00::/16", "fd00::/64",
             "strict", "relaxed", "plain", "function", "enforce", "warn", "$NETS",
             "bad host;", "a\nb", "1" * 5000,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
         ]
     ),
 )  # fmt: skip

@@ -8,12 +8,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import ConfigError, UsageError
-from typhapki.pki.layout import SetPaths
+from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.verify import subject_cn
@@ -194,3 +195,42 @@ def test_the_label_is_the_flag_then_typha_then_the_intermediate_base(
     merged = with_cluster_signer(flags, hiera, "staging-eqiad")
     expected = flag if flag is not None else label if label is not None else None
     assert merged.cfssl_label == (base if used_base else expected)
+
+
+def test_typha_trust_from_hiera_joins_the_bundle(tmp_path: Path, ca_dir: Path) -> None:
+    """Stage 1 of a rotation as a hiera change: the cluster's typha.trust joins the
+    bundle, leaves stay; without it the next issue drops the extra CA again."""
+    new = tmp_path / "ca-new"
+    assert run_cli("ca", "init", "--ca-dir", new).returncode == 0
+    hiera = tmp_path / "h.yaml"
+    cluster = {"cluster_nodes": ["kubestage1001.eqiad.wmnet"]}
+    out = tmp_path / "out"
+    flags = ("--ca-dir", ca_dir, "--out", out, "--hiera", hiera, "--cluster", "c")
+
+    def bundle() -> list[str]:
+        return [c.subject.rfc4514_string() for c in load_certs(SetPaths(out).bundle, "bundle")]
+
+    def at(trust: list[str]) -> None:
+        typha = {"trust": trust} if trust else {}
+        data = {"kubernetes::clusters": {"main": {"c": {**cluster, "typha": typha}}}}
+        hiera.write_text(yaml.safe_dump(data))
+
+    at([])
+    assert run_cli("issue", *flags).returncode == 0
+    leaf = SetPaths(out).cert(RoleName.FELIX).read_bytes()
+    old_cn, new_cn = (
+        load_certs(CaPaths(d).cert, "ca")[0].subject.rfc4514_string() for d in (ca_dir, new)
+    )
+    assert bundle() == [old_cn]
+
+    at([CaPaths(new).cert.read_text()])
+    assert run_cli("check", "--quiet", *flags).returncode == 1
+    assert run_cli("issue", *flags).returncode == 0
+    assert bundle() == [old_cn, new_cn]
+    assert SetPaths(out).cert(RoleName.FELIX).read_bytes() == leaf
+    assert run_cli("check", "--quiet", *flags).returncode == 0
+
+    at([])
+    assert run_cli("check", "--quiet", *flags).returncode == 1
+    assert run_cli("issue", *flags).returncode == 0
+    assert bundle() == [old_cn]

@@ -55,6 +55,9 @@ class PuppetNode:
     root: Path
     example: str  # examples/<example>.pp with examples/hieradata/<example>.yaml
     data: dict[str, Any] = field(default_factory=dict)
+    # Puppet code applied instead of examples/<example>.pp (the example's hiera stays),
+    # e.g. a worker's `class { 'typhapki': role => 'felix', ... }`.
+    manifest: str | None = None
 
     @property
     def out(self) -> Path:
@@ -157,6 +160,10 @@ class PuppetNode:
         self.prepare()
         p = self.root.parent / f"puppet-{self.root.name}"
         hiera = self.hiera_config(p / "hiera")
+        code = EXAMPLES / f"{self.example}.pp"
+        if self.manifest is not None:
+            code = p / "site.pp"
+            code.write_text(self.manifest)
         proc = subprocess.run(
             [
                 "puppet",
@@ -170,7 +177,7 @@ class PuppetNode:
                 f"--rundir={p / 'run'}",
                 f"--hiera_config={hiera}",
                 f"--modulepath={modulepath(p / 'modules')}",
-                str(EXAMPLES / f"{self.example}.pp"),
+                str(code),
             ],
             capture_output=True,
             text=True,

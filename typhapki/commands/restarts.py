@@ -1,6 +1,6 @@
 """The components to restart after a change, as `issue --json` and `install --json` name them.
 
-The marker files themselves (`OUT/.restart-typha`, `OUT/.restart-felix`) are written by
+The marker file itself (`OUT/.restart-typha`; Felix needs none) is written by
 the pki layer (`typhapki.pki.restarts.record_restarts`) in the same locked run that
 published the files (docs/kubernetes.md).
 """
@@ -14,8 +14,8 @@ from typhapki.pki.changes import Change
 
 
 def components(out: Path, changes: Sequence[Change]) -> list[str]:
-    """Typha reads its set and the bundle; Felix reads its set and the bundle; only the
-    components whose set OUT holds."""
+    """Typha, when its set or the bundle changed and OUT holds Typha's set; never Felix,
+    which re-reads its files on every reconnect (typhapki/pki/restarts.py)."""
     from typhapki.pki.restarts import components_held
 
     return [c.value for c in components_held(out, (ch.scope for ch in changes if ch.restarts))]

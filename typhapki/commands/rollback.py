@@ -35,5 +35,5 @@ def rollback(out: Path, role: str | None, bundle: bool) -> int:
         for directory in dirs:
             generation = rollback_dir(directory)
             print(f"{directory}: rolled back to {generation}")
-    print("restart Typha and calico-node so they load the rolled-back files")
+    print("restart Typha so it loads the rolled-back files (Felix reads them on reconnect)")
     return 0

@@ -26,7 +26,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from typhapki.errors import ConfigError, UsageError
-from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
+from typhapki.kubernetes.manifests import (
+    NODE_WORKLOAD,
+    TYPHA_PDB_FILE,
+    TYPHA_WORKLOAD,
+    WiringPatch,
+    has_typha_pdb,
+    typha_pdb,
+)
 
 KUSTOMIZATION = "kustomization.yaml"
 # kustomize looks for these names in a directory, in this order.
@@ -189,19 +196,31 @@ def kustomization_files(
             f"--kustomize-dir {kustomize_dir}: already holds {others[0]}; typhapki writes "
             f"{KUSTOMIZATION} there (use a directory of its own)"
         )
-    workloads = find_workloads(list(base_documents(target)), str(target))
-    field = "resources" if target.is_file() else "bases"
-    spec = {
+    documents = list(base_documents(target))
+    workloads = find_workloads(documents, str(target))
+    # Typha's PodDisruptionBudget, unless the base has one (restart-typha evicts through it).
+    pdb: list[str] = [] if has_typha_pdb(documents) else [TYPHA_PDB_FILE]
+    spec: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        field: [str(relative)],
-        "patchesStrategicMerge": [p.file_name for p in patches],
     }
+    if target.is_file():
+        spec["resources"] = [str(relative), *pdb]
+    else:
+        spec["bases"] = [str(relative)]
+        if pdb:
+            spec["resources"] = pdb
+    spec["patchesStrategicMerge"] = [p.file_name for p in patches]
     files = {
         KUSTOMIZATION: dump_yaml(
             [("typhapki: the Typha TLS wiring over Calico's manifests (kubectl kustomize)", spec)]
         )
     }
+    if pdb:
+        typha = workloads[TYPHA_WORKLOAD]
+        files[TYPHA_PDB_FILE] = dump_yaml(
+            [("Typha's PodDisruptionBudget (the base has none)", typha_pdb(typha.namespace))]
+        )
     for p in patches:
         workload = workloads[(p.api_version, p.kind, p.name)]
         meta = {"name": p.name}
@@ -272,7 +291,8 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     parts = _split_stream(text)
     loaded = [_load_yaml_stream(doc, f"{where}: document {n + 1}") for n, (_, doc) in
               enumerate(parts)]  # fmt: skip
-    find_workloads([doc for docs in loaded for doc in docs], where)
+    documents = [doc for docs in loaded for doc in docs]
+    workloads = find_workloads(documents, where)
     by_key = {(p.api_version, p.kind, p.name): p for p in patches}
     out = []
     for (sep, document), docs in zip(parts, loaded, strict=True):
@@ -284,4 +304,11 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
                 body = yaml.safe_dump(patched, sort_keys=False, default_flow_style=False)
                 document = _leading_comments(document) + body
         out.append(sep + document)
+    if not has_typha_pdb(documents):  # restart-typha evicts through it
+        pdb = typha_pdb(workloads[TYPHA_WORKLOAD].namespace)
+        tail = "" if not out or out[-1].endswith("\n") else "\n"
+        out.append(
+            f"{tail}---\n# Source: typhapki (Typha's PodDisruptionBudget: none in the chart)\n"
+            + yaml.safe_dump(pdb, sort_keys=False, default_flow_style=False)
+        )
     return "".join(out)

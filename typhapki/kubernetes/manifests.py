@@ -465,6 +465,39 @@ def _pod_patch(
     return patch
 
 
+TYPHA_PDB_FILE = "typha-pdb.yaml"
+TYPHA_SELECTOR = {"k8s-app": "calico-typha"}
+
+
+def typha_pdb(namespace: str | None) -> dict[str, Any]:
+    """Typha's PodDisruptionBudget, as Calico's own manifests and chart carry it:
+    at most one Typha pod of the cluster down at a time. `typhapki restart-typha` evicts
+    through it, so renewals on many nodes restart their Typhas one by one."""
+    meta: dict[str, Any] = {"name": "calico-typha", "labels": dict(TYPHA_SELECTOR)}
+    if namespace:
+        meta["namespace"] = namespace
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta,
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(TYPHA_SELECTOR)}},
+    }
+
+
+def has_typha_pdb(documents: Sequence[Any]) -> bool:
+    """Whether the manifests hold a PodDisruptionBudget for Typha's pods already (a
+    second one would make every eviction fail: the API refuses a pod under two)."""
+    for doc in documents:
+        if not isinstance(doc, dict) or doc.get("kind") != "PodDisruptionBudget":
+            continue
+        spec = doc.get("spec")
+        selector = spec.get("selector") if isinstance(spec, dict) else None
+        labels = selector.get("matchLabels") if isinstance(selector, dict) else None
+        if isinstance(labels, dict) and labels.get("k8s-app") == "calico-typha":
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class WiringPatch:
     """A strategic-merge patch for one workload, and the command that applies it."""

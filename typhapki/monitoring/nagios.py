@@ -156,7 +156,6 @@ def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> Nagios
         warn.append(f"renewal overdue for {', '.join(sorted(overdue))}")
 
     typha = status.restarts.get(Component.TYPHA)
-    felix = status.restarts.get(Component.FELIX)
     if status.probe is not None:
         if not status.probe.accepted:
             crit.append(f"probe of Typha at {status.probe.address} failed: {status.probe.error}")
@@ -164,8 +163,6 @@ def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> Nagios
             crit.append("Typha serves a stale certificate (not the one on disk): restart Typha")
     elif typha is not None and typha.pending:
         crit.append("Typha serves a stale certificate (started before the live set): restart Typha")
-    if felix is not None and felix.pending:
-        warn.append("Felix started before the live set: restart calico-node")
     for source, message in sorted(status.errors.items()):
         if source in ("settings", "processes", "probe"):
             details.append(f"{source}: {message}")

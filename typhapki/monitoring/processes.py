@@ -1,9 +1,10 @@
 """Restart pending: is a component's process older than the certificates it should use?
 
-Typha reads its certificate, key and CA bundle once, at start; Felix (the
-`calico-node -felix` process) reads its own at start and on reconnect. A component
-whose process started before the live generation of its files was published still
-uses the previous ones. Processes are found through /proc, so this sees pods'
+Typha reads its certificate, key and CA bundle once, at start: a Typha process that
+started before the live generation of its files was published still uses the previous
+ones. Felix (the `calico-node -felix` process) reads its own on every reconnect, so it
+is never pending: which scope needs a restart of which component is decided once, by
+`READERS` in typhapki/pki/restarts.py. Processes are found through /proc, so this sees pods'
 processes too when it runs on the host.
 """
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
+from typhapki.pki.restarts import READERS
+from typhapki.pki.restarts import Component as Reader
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, generation_published_at, previous_generation
 from typhapki.safeio import read_regular
@@ -178,10 +181,15 @@ def restart_status(out: Path, component: Component, processes: Sequence[Process]
     """Whether `component`'s process on this node started before its files changed."""
     paths = SetPaths(out)
     role_dir = paths.role_dir(COMPONENT_ROLE[component])
-    times = [
-        t for t in (content_published_at(role_dir), content_published_at(paths.bundle_dir)) if t
-    ]
+    scopes = {COMPONENT_ROLE[component].value: role_dir, "bundle": paths.bundle_dir}
+    published_in = {scope: content_published_at(d) for scope, d in scopes.items()}
+    times = [t for t in published_in.values() if t]
     published = max(times) if times else None
+    # Only files the component loads at start only can leave it on stale ones.
+    restart_times = [
+        t for scope, t in published_in.items() if t and Reader(component.value) in READERS[scope]
+    ]
+    must_load = max(restart_times) if restart_times else None
     mine = component_processes(component, processes)
     first = min(mine, key=lambda p: p.started_at, default=None)
     # /proc gives a start time truncated to a clock tick (10 ms): the process started
@@ -190,8 +198,8 @@ def restart_status(out: Path, component: Component, processes: Sequence[Process]
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     pending = (
         first is not None
-        and published is not None
-        and first.started_at + tick <= published.timestamp()
+        and must_load is not None
+        and first.started_at + tick <= must_load.timestamp()
     )
     return RestartStatus(
         component=component,

@@ -1,7 +1,7 @@
 """What `issue`, `install` and `rotate-ca` report they changed, and whom to restart.
 
 Typha reads its certificate only at start; Felix re-reads its files on every reconnect
-(docs/faq.md), hence one hint per role.
+(docs/faq.md, typhapki/pki/restarts.py), hence one hint per role.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typhapki.pki.settings import RoleName
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
-    RoleName.FELIX: "Felix picks it up on its next reconnect (restart calico-node to force it)",
+    RoleName.FELIX: "Felix picks it up on its next reconnect to Typha: no restart",
 }
-BUNDLE_HINT = "restart Typha and calico-node to load the new CA bundle"
+BUNDLE_HINT = "restart Typha to load the new CA bundle (Felix reads it on reconnect)"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from typhapki.pki.verify import (
     fingerprint,
     is_ca,
     judge_role,
+    trusted_cas,
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -139,14 +140,7 @@ def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
     """Extra CAs for the bundle (a CA being rotated in or out)."""
     out: list[x509.Certificate] = []
     for path in files:
-        for cert in load_certs(path, "trusted CA certificate"):
-            if not is_ca(cert):
-                raise ConfigError(
-                    f"{path}: {cert.subject.rfc4514_string()} is not a CA certificate"
-                )
-            if (why := ca_unfit(cert)) is not None:
-                raise ConfigError(f"{path}: CA {cert.subject.rfc4514_string()} {why}")
-            out.append(cert)
+        out += trusted_cas(load_certs(path, "trusted CA certificate"), str(path))
     return out
 
 

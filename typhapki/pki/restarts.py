@@ -1,16 +1,28 @@
 """Restart markers: which component must restart to load files a run changed.
 
-Typha reads its own pair and the CA bundle once, at start; Felix reads its own pair and
-the bundle on every reconnect (a restart forces it). When `issue`, `install` or
-`rotate-ca` changes a file a component reads, it records `OUT/.restart-typha` and/or
-`OUT/.restart-felix` here, atomically, holding one line: the live generation's name
-(the newest generation among the directories that component reads). The marker stays
-until the restart happened and `typhapki restarted --out OUT --component C` (or
-`rm -f`) removes it, so a restart that failed is retried by the next Puppet run:
+Typha reads its own pair and the CA bundle once, at start, and never again: a change to
+either needs a Typha restart. Felix (and confd, with the same client code) reads its own
+pair and the bundle on every connection to Typha, and Typha never re-checks a live
+connection: a renewed Felix leaf, a new key type or a new CA in the bundle is picked up
+by the next reconnect, and a restart of calico-node would only make every Felix resync.
+What Felix reads at start only comes from its environment (`FELIX_TYPHACN`,
+`FELIX_TYPHAURISAN`, the file paths), which the DaemonSet's spec sets and Kubernetes
+rolls; no file typhapki writes is among it. So no change of files ever marks Felix
+(docs/kubernetes.md, "Restarts after renewal").
+
+When `issue`, `install` or `rotate-ca` changes a file Typha reads, it records
+`OUT/.restart-typha` here, atomically, holding one line: the live generation's name
+(the newest generation among the directories Typha reads). The marker stays until the
+restart happened and `typhapki restart-typha` (an eviction that honours the
+PodDisruptionBudget), `typhapki restarted --out OUT --component typha` or `rm -f`
+removes it, so a restart that failed or was refused is retried by the next Puppet run:
 
     exec { 'typhapki-restart-typha':
-      command => "${restart_typha} && typhapki restarted --out ${out} --component typha",
+      command => "typhapki restart-typha --kubeconfig ${kubeconfig}",
       onlyif  => "test -e ${out}/.restart-typha", ... }
+
+`OUT/.restart-felix` is never written any more; `typhapki restarted --component felix`
+still removes one that an older typhapki left.
 
 Every writer calls `record_restarts` with the scopes it changed, so the rule of who
 reads what lives here only.
@@ -44,11 +56,13 @@ class Component(Enum):
             raise UsageError(f"--component must be typha or felix, not {value!r}") from None
 
 
-# Which components read the files of each scope a Change names.
+# Which components must restart to load the files of each scope a Change names: those
+# that read them only at start. Felix re-reads its pair and the bundle on every
+# reconnect, so it is in no entry (the module docstring says why).
 READERS: dict[str, frozenset[Component]] = {
-    "bundle": frozenset({Component.TYPHA, Component.FELIX}),
+    "bundle": frozenset({Component.TYPHA}),
     RoleName.TYPHA.value: frozenset({Component.TYPHA}),
-    RoleName.FELIX.value: frozenset({Component.FELIX}),
+    RoleName.FELIX.value: frozenset(),
 }
 
 _ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
@@ -59,7 +73,8 @@ def marker_path(out: Path, component: Component) -> Path:
 
 
 def components_to_restart(scopes: Iterable[str]) -> list[Component]:
-    """The components that read any of `scopes` ("bundle", "typha", "felix"), in order."""
+    """The components that must restart to load any of `scopes` ("bundle", "typha",
+    "felix"), in order: Typha for its pair or the bundle, never Felix."""
     wanted: set[Component] = set()
     for scope in scopes:
         wanted |= READERS[scope]

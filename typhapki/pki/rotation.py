@@ -12,7 +12,8 @@ stage  name        CA bundle              leaves signed by
 A node at stage k talks to a node at stage k-1 or k+1: every leaf either side
 presents is signed by a CA the other side's bundle holds. Two stages apart it breaks
 (a stage-1 leaf against a stage-3 bundle), so a stage must be complete on every node,
-and Typha and calico-node restarted (Typha never reloads), before the next begins.
+and every Typha restarted (Typha never reloads; Felix re-reads on reconnect), before
+the next begins.
 Go's TLS client in Felix only presents a client certificate whose issuer is in the
 acceptable-CA list Typha sends, which is one more reason stage 1 must be everywhere
 before any leaf is reissued.

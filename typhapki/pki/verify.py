@@ -212,6 +212,17 @@ def signature_hash_name(cert: x509.Certificate) -> str | None:
     return algorithm.name if algorithm is not None else None
 
 
+def trusted_cas(certs: Sequence[x509.Certificate], source: str) -> list[x509.Certificate]:
+    """Extra CAs for a bundle, from `source` (a file, or a hiera key's place): each must
+    be a CA that can sign what Go accepts, else a ConfigError naming `source`."""
+    for cert in certs:
+        if not is_ca(cert):
+            raise ConfigError(f"{source}: {cert.subject.rfc4514_string()} is not a CA certificate")
+        if (why := ca_unfit(cert)) is not None:
+            raise ConfigError(f"{source}: CA {cert.subject.rfc4514_string()} {why}")
+    return list(certs)
+
+
 def ca_unfit(ca: x509.Certificate) -> str | None:
     """Why `ca` cannot sign certificates that Go (Typha, Felix) accepts; None when it can.
 

@@ -105,6 +105,9 @@ class TyphaSettings:
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None
     cfssl_label: str | None = None
+    # Extra CAs for the bundle, PEM texts (certificates are public): a CA rotation's
+    # stages as hiera changes (docs/rotation.md). Each is checked when read.
+    trust: tuple[str, ...] = ()
     # Not a key of typha: but the cluster's own: the label when typha: names none
     # (the fleet's intermediate for this cluster), checked only when cfssl signs.
     pki_intermediate_base: object = None
@@ -580,6 +583,8 @@ def _typha_value(key: str, item: YNode) -> Any:
         ):
             return str(value)  # a numeric uid/gid
         return _expect_str(item)
+    if key == "trust":
+        return _trusted_pems(item)
     if key == "days":
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -633,6 +638,24 @@ def _typha_value(key: str, item: YNode) -> Any:
             )
         return text
     raise AssertionError(key)  # pragma: no cover - every field is handled above
+
+
+def _trusted_pems(item: YNode) -> tuple[str, ...]:
+    """typha.trust: a list of PEM CA certificates, each parsed and checked here, so
+    lint-hiera and every command name the entry that is wrong."""
+    from typhapki.pki.pem import parse_certs  # cryptography only when the key is there
+    from typhapki.pki.verify import trusted_cas
+
+    if not isinstance(item.value, list):
+        raise ConfigError(
+            f"{item.where}: expected a list of PEM CA certificates, got {_type_name(item.value)}"
+        )
+    pems: list[str] = []
+    for entry in item.value:
+        text = _expect_str(entry)
+        trusted_cas(parse_certs(text.encode(), entry.where), entry.where)
+        pems.append(text)
+    return tuple(pems)
 
 
 def _expect_str(item: YNode) -> str:

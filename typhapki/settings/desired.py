@@ -18,7 +18,10 @@ from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 from typhapki.settings.signer import SignerOptions
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from typhapki.pki.plan import Desired
+    from typhapki.puppet.hiera import TyphaSettings
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,15 @@ class Request:
     hiera: Path | None = None
     cluster: str | None = None
     source: Path | None = None  # shipped mode: `--from DIR`
+
+
+def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
+    """The cluster's ``typha.trust`` CAs (checked when hiera was read), after --trust's."""
+    if typha is None or not typha.trust:
+        return ()
+    from typhapki.pki.pem import parse_certs
+
+    return tuple(c for pem in typha.trust for c in parse_certs(pem.encode(), "typha.trust"))
 
 
 def wants_signer(request: Request, signer: SignerOptions) -> bool:
@@ -73,7 +85,7 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
 
             raise UsageError(f"{given[0]} needs --signer cfssl")
         return Desired(request.out, roles, settings)
-    trusted = tuple(load_trusted(request.trust))
+    trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
     signer = build_signer(signer_opts, request.ca_dir, settings)
     current = signer.current_ca() if ask_signer else None
     return Desired(request.out, roles, settings, signer, current, trusted)

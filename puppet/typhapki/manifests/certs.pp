@@ -4,11 +4,11 @@
 # shipped set), guarded by `typhapki check`: both read the same node configuration
 # file, so they judge the set by the same options. A second run changes nothing.
 #
-# When a component's files change, the CLI leaves a restart marker (`OUT/.restart-typha`,
-# `OUT/.restart-felix`); a restart exec per component runs only while its marker exists,
-# then `typhapki restarted` removes it. So Typha (which reads its certificate only at
-# start) is restarted only when its files changed, and a failed restart is retried on
-# the next run.
+# When Typha's files change, the CLI leaves a restart marker (`OUT/.restart-typha`); the
+# restart exec runs only while the marker exists, then `typhapki restarted` removes it. So
+# Typha (which reads its certificate only at start) is restarted only when its files
+# changed, and a failed or refused restart is retried on the next run. Felix re-reads its
+# files on every reconnect: no renewal marks it.
 #
 # A short dispatcher: it builds the mode's settings from its parameters (the hiera keys
 # fleets bind) and declares the mode's class, `typhapki::certs::local`,
@@ -95,9 +95,13 @@
 # @param key_mode
 #   Mode of the key files (`0640`); undef: as above.
 # @param restart_typha
-#   Shell command that restarts Typha on this node; undef: no restart (the marker stays).
+#   Shell command that restarts Typha on this node (`typhapki restart-typha --kubeconfig
+#   FILE`: one Typha per cluster at a time, as its PodDisruptionBudget allows); undef: no
+#   restart (the marker stays).
 # @param restart_felix
-#   Shell command that restarts Felix (calico-node) on this node; undef: no restart.
+#   Shell command that restarts Felix (calico-node) on this node while an
+#   `OUT/.restart-felix` an older typhapki left exists; undef (the default): none, Felix
+#   re-reads its files on reconnect.
 class typhapki::certs (
   Typhapki::Mode $mode,
   Boolean $paused,

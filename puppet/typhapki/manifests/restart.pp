@@ -10,6 +10,11 @@
 #     command => 'crictl ps --name calico-typha -q | xargs -r crictl stop',
 #   }
 #
+# @example One Typha per cluster at a time, as its PodDisruptionBudget allows
+#   typhapki::restart { 'typha':
+#     command => '/usr/bin/typhapki restart-typha --kubeconfig /etc/kubernetes/kubelet.conf',
+#   }
+#
 # @param command
 #   The shell command that restarts the component on this node.
 # @param component

@@ -41,7 +41,7 @@ describe 'typhapki' do
       context 'mode local, CA from the server' do
         let(:spec_case) { 'local_ca' }
 
-        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
         it { is_expected.to contain_file('/etc/typhapki/ca').with(ensure: 'directory', mode: '0700') }
         it { is_expected.to contain_file('/etc/typhapki/ca/typhaca.crt').with_mode('0644').that_comes_before('Exec[typhapki-issue]') }
 
@@ -61,7 +61,7 @@ describe 'typhapki' do
       end
 
       context 'mode local, a lab CA made on the node' do
-        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
         it do
           is_expected.to contain_exec('typhapki-ca-init')
             .with_command('/usr/bin/typhapki ca init --ca-dir /etc/typhapki/ca')
@@ -73,7 +73,7 @@ describe 'typhapki' do
       context 'mode shipped, a Typha host' do
         let(:spec_case) { 'shipped' }
 
-        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', ['typha', 'felix']
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', ['typha']
 
         {
           'calico-typha-ca/typhaca.crt' => '0644',
@@ -103,7 +103,7 @@ describe 'typhapki' do
       context 'mode shipped, a worker with Felix only' do
         let(:spec_case) { 'shipped_felix' }
 
-        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', ['felix']
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki install --from /etc/typhapki/shipped', []
         it { is_expected.not_to contain_file('/etc/typhapki/shipped/calico-typha-certs') }
         it { is_expected.to contain_file('/etc/typhapki/shipped/calico-node-certs/calico-node.key') }
       end
@@ -111,7 +111,7 @@ describe 'typhapki' do
       context 'mode cfssl' do
         let(:spec_case) { 'cfssl' }
 
-        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha', 'felix']
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
 
         it 'gives issue and check the cfssl settings through the node configuration' do
           expect(node_config(catalogue)['defaults']).to include(
@@ -159,7 +159,21 @@ describe 'typhapki' do
         it { is_expected.to compile.with_all_deps }
         it { is_expected.not_to contain_exec('typhapki-issue') }
         it { is_expected.to contain_exec('typhapki-restart-typha') }
-        it { is_expected.to contain_exec('typhapki-restart-felix') }
+        it { is_expected.not_to contain_exec('typhapki-restart-felix') }
+      end
+
+      context 'Typha restarted through the eviction API' do
+        let(:spec_case) { 'restart_eviction' }
+
+        it { is_expected.to compile.with_all_deps }
+        it 'evicts only while the marker exists, then clears it' do
+          is_expected.to contain_exec('typhapki-restart-typha').with(
+            onlyif: 'test -e /var/lib/typhapki/.restart-typha',
+            command: '/usr/bin/typhapki restart-typha --kubeconfig /etc/kubernetes/kubelet.conf && /usr/bin/typhapki restarted --component typha',
+            environment: env,
+          ).that_requires('Exec[typhapki-issue]')
+        end
+        it { is_expected.not_to contain_exec('typhapki-restart-felix') }
       end
 
       context 'without restart commands' do

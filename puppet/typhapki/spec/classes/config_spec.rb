@@ -11,7 +11,7 @@ describe 'typhapki' do
     it { is_expected.to contain_file('/etc/typhapki/typhapki.yaml').with_content(%r{\A# Managed by Puppet}) }
 
     it 'comes before every exec that reads it' do
-      ['typhapki-issue', 'typhapki-ferm', 'typhapki-restart-typha', 'typhapki-restart-felix'].each do |exec|
+      ['typhapki-issue', 'typhapki-ferm', 'typhapki-restart-typha'].each do |exec|
         is_expected.to contain_exec(exec).that_requires('File[/etc/typhapki/typhapki.yaml]')
       end
     end

@@ -74,7 +74,7 @@ describe 'typhapki' do
 
         it { is_expected.to compile.with_all_deps }
         it { is_expected.not_to contain_class('typhapki::ferm') }
-        it { is_expected.to contain_exec('typhapki-restart-felix') }
+        it { is_expected.not_to contain_exec('typhapki-restart-felix') }
         it { is_expected.not_to contain_exec('typhapki-restart-typha') }
         it { expect(node_config(catalogue)['defaults']['role']).to eq('felix') }
         it { expect(node_config(catalogue)['commands'].keys).to eq(['metrics']) }

@@ -1,0 +1,47 @@
+"""`typhapki restart-typha`: restart this node's Typha through the eviction API, only
+while OUT/.restart-typha says its files changed, and remove the marker once the API
+took the eviction (docs/kubernetes.md, "Restarts after renewal")."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def default_node() -> str:
+    """The kubelet's default node name: the host name, lower-cased."""
+    return socket.gethostname().lower()
+
+
+def restart_typha(
+    out: Path,
+    kubeconfig: Path,
+    namespace: str,
+    node: str | None,
+    context: str | None,
+    timeout: float,
+) -> int:
+    from typhapki.errors import UsageError
+    from typhapki.kubernetes.eviction import KubeApi, restart_on_node, valid_namespace, valid_node
+    from typhapki.kubernetes.kubeconfig import load_kubeconfig
+    from typhapki.pki.restarts import Component, clear_restart, marker_path
+
+    try:
+        namespace = valid_namespace(namespace)
+        node = valid_node(node if node is not None else default_node())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not 0 < timeout <= 600:
+        raise UsageError(f"--timeout: {timeout:g} is not between 0 and 600 seconds")
+    marker = marker_path(out, Component.TYPHA)
+    try:
+        changed_at = os.lstat(marker).st_mtime
+    except FileNotFoundError:
+        print(f"{marker}: no restart pending")
+        return 0
+    access = load_kubeconfig(kubeconfig, context)
+    done = restart_on_node(KubeApi(access, timeout), namespace, node, changed_at)
+    clear_restart(out, Component.TYPHA)
+    print(f"{done}; {marker} removed")
+    return 0
