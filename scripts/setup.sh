@@ -14,6 +14,8 @@ SYSTEM_PACKAGES=(
   golang-cfssl prometheus prometheus-node-exporter systemd
   # the fleet view (issue 23): PuppetDB on its own PostgreSQL cluster, the server's terminus
   puppetdb puppet-terminus-puppetdb postgresql
+  # the PKI front of docs/issuance.md (mod_ssl, mod_proxy_http): tests/support/pkifront.py
+  apache2
   puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools

@@ -118,7 +118,13 @@ OPTIONS: tuple[Opt, ...] = (
         "File holding the Felix profile's own HMAC key (wins over --cfssl-auth-key).",
         "signer", secret=True),
     Opt("cfssl_ca_file", "--cfssl-ca-file", Path,
-        "CA certificate(s) to trust for TLS to cfssl.", "signer"),
+        "CA certificate(s) to trust for TLS to cfssl (default with "
+        "--cfssl-client-cert puppet: Puppet's localcacert).", "signer"),
+    Opt("cfssl_client_cert", "--cfssl-client-cert", str,
+        "This node's certificate for mutual TLS to the PKI front: a FILE, or puppet "
+        "(the Puppet agent's hostcert and hostprivkey, read from puppet.conf).", "signer"),
+    Opt("cfssl_client_key", "--cfssl-client-key", Path,
+        "File holding the key of --cfssl-client-cert FILE.", "signer", secret=True),
     Opt("cfssl_profile_typha", "--cfssl-profile-typha", str,
         "cfssl profile for Typha (typha).", "signer", hiera=True),
     Opt("cfssl_profile_felix", "--cfssl-profile-felix", str,

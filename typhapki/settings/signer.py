@@ -28,6 +28,8 @@ class SignerOptions:
     cfssl_auth_key_typha: Path | None = None  # wins over cfssl_auth_key for Typha
     cfssl_auth_key_felix: Path | None = None  # wins over cfssl_auth_key for Felix
     cfssl_ca_file: Path | None = None
+    cfssl_client_cert: str | None = None  # a file, or "puppet" (typhapki/puppet/agent_ssl.py)
+    cfssl_client_key: Path | None = None  # the key of a client cert file
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None
     cfssl_label: str | None = None

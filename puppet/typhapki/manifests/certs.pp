@@ -62,6 +62,17 @@
 # @param cfssl_ca_cert
 #   cfssl: the CA certificate(s) (PEM) to trust for TLS to an https cfssl_url
 #   (`--cfssl-ca-file`); undef: the system's trust store.
+# @param cfssl_client_cert
+#   cfssl: this node's certificate for mutual TLS to the PKI's HTTPS front
+#   (`--cfssl-client-cert`): `puppet` for the Puppet agent's own certificate and key
+#   (its CA then trusted for the front unless `cfssl_ca_cert` is given), or the path
+#   of a certificate on the node with `cfssl_client_key`.
+# @param cfssl_client_key
+#   cfssl: the path of the key of a `cfssl_client_cert` path (`--cfssl-client-key`).
+# @param puppet_ssldir
+#   cfssl with `cfssl_client_cert: puppet`: the Puppet agent's ssldir on the node
+#   (Debian's `/var/lib/puppet/ssl` in the module's data); the certificate is
+#   `certs/CERTNAME.pem` there, by the node's trusted certname.
 # @param cfssl_profile_typha
 #   cfssl: the profile for Typha's certificate.
 # @param cfssl_profile_felix
@@ -103,6 +114,7 @@ class typhapki::certs (
   Stdlib::Absolutepath $ca_dir,
   Stdlib::Absolutepath $shipped_dir,
   Array[String[1]] $trust_certs,
+  Stdlib::Absolutepath $puppet_ssldir,
   Optional[String[1]] $restart_typha,
   Optional[String[1]] $restart_felix,
   Optional[String[1]] $ca_cert = undef,
@@ -117,6 +129,8 @@ class typhapki::certs (
   Optional[Sensitive[String[1]]] $cfssl_auth_key_typha = undef,
   Optional[Sensitive[String[1]]] $cfssl_auth_key_felix = undef,
   Optional[String[1]] $cfssl_ca_cert = undef,
+  Optional[Variant[Enum['puppet'], Stdlib::Absolutepath]] $cfssl_client_cert = undef,
+  Optional[Stdlib::Absolutepath] $cfssl_client_key = undef,
   Optional[Typhapki::CfsslName] $cfssl_profile_typha = undef,
   Optional[Typhapki::CfsslName] $cfssl_profile_felix = undef,
   Optional[Typhapki::CfsslName] $cfssl_label = undef,
@@ -156,6 +170,8 @@ class typhapki::certs (
     'cfssl_auth_key_typha' => $cfssl_auth_key_typha =~ NotUndef,
     'cfssl_auth_key_felix' => $cfssl_auth_key_felix =~ NotUndef,
     'cfssl_ca_cert'        => $cfssl_ca_cert,
+    'cfssl_client_cert'    => $cfssl_client_cert,
+    'cfssl_client_key'     => $cfssl_client_key,
     'cfssl_profile_typha'  => $cfssl_profile_typha,
     'cfssl_profile_felix'  => $cfssl_profile_felix,
     'cfssl_label'          => $cfssl_label,

@@ -81,6 +81,9 @@ class CfsslConfig:
     auth_key_file: Path | None = None
     auth_key_files: Mapping[RoleName, Path] = field(default_factory=dict)
     ca_file: Path | None = None
+    # This node's identity at an mTLS front (docs/issuance.md): certificate and its key.
+    client_cert: Path | None = None
+    client_key: Path | None = None
     timeout: float = DEFAULT_TIMEOUT
     attempts: int = DEFAULT_ATTEMPTS
     ca_ttl: timedelta = timedelta(hours=1)  # how long the cached CA is relied on
@@ -236,6 +239,11 @@ class CfsslSigner:
                 read[path] = read_auth_key(path, what)
             self._auth_keys[role] = read[path] if path is not None else None
         self._context: ssl.SSLContext | None = None
+        self._client_loaded = False
+        if (config.client_cert is None) != (config.client_key is None):
+            raise UsageError("--cfssl-client-cert FILE and --cfssl-client-key go together")
+        if config.client_cert is not None and not self.url.startswith("https:"):
+            raise UsageError("--cfssl-client-cert needs an https:// --cfssl-url")
         if config.ca_file is not None:
             if not self.url.startswith("https:"):
                 raise UsageError("--cfssl-ca-file needs an https:// --cfssl-url")
@@ -258,7 +266,46 @@ class CfsslSigner:
         `check` that finds cfssl's CA in the cache never pays."""
         if self._context is None and self.url.startswith("https:"):
             self._context = ssl.create_default_context()
+        if self._context is not None and not self._client_loaded:
+            self._load_client(self._context)
+            self._client_loaded = True
         return self._context
+
+    def _load_client(self, context: ssl.SSLContext) -> None:
+        """This node's certificate and key for the front's `SSLVerifyClient require`.
+
+        Read when a request is about to go out, never for a `check` answered from the
+        cache. A missing, unreadable, exposed or encrypted key, or one that is not the
+        certificate's, is the node's configuration at fault (exit 2), before any request.
+        """
+        cert, key = self.config.client_cert, self.config.client_key
+        if cert is None or key is None:
+            return
+        leaf = parse_certs(read_regular(cert, "cfssl client certificate"), str(cert))[0]
+        data = read_regular(key, "cfssl client key")
+        if os.stat(key).st_mode & stat.S_IROTH:
+            raise ConfigError(f"cfssl client key {key}: readable by everyone; chmod o-r it")
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+
+        try:
+            private = serialization.load_pem_private_key(data, password=None)
+        except TypeError:
+            raise ConfigError(
+                f"cfssl client key {key}: encrypted; typhapki takes no passphrase"
+            ) from None
+        except (ValueError, UnsupportedAlgorithm):
+            raise ConfigError(f"cfssl client key {key}: not a PEM private key") from None
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        if private.public_key().public_bytes(
+            serialization.Encoding.DER, spki
+        ) != leaf.public_key().public_bytes(serialization.Encoding.DER, spki):
+            raise ConfigError(f"cfssl client key {key}: not the key of {cert}")
+        try:
+            context.load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as exc:
+            text = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"cfssl client key {key}: not usable for {cert} ({text})") from None
 
     @property
     def name(self) -> str:
@@ -317,7 +364,16 @@ class CfsslSigner:
                 f"{url}: TLS certificate not trusted ({exc.verify_message}); see --cfssl-ca-file"
             ) from None
         except ssl.SSLError as exc:
-            raise SignerError(f"{url}: TLS failed ({exc.reason or exc})") from None
+            reason = str(exc.reason or exc)
+            if "ALERT_" in reason and self.config.client_cert is not None:
+                # The front said no to this node (SSLVerifyClient require, its CRL).
+                alert = reason.rsplit("ALERT_", 1)[1].lower().replace("_", " ")
+                raise SignerError(
+                    f"{url}: the PKI front refused this node's client certificate "
+                    f"{self.config.client_cert} (TLS alert: {alert}; revoked, or not "
+                    "from the CA the front trusts?)"
+                ) from None
+            raise SignerError(f"{url}: TLS failed ({reason})") from None
         except TimeoutError:
             raise _Retryable(f"no complete answer within {within}") from None
         except (http.client.RemoteDisconnected, http.client.IncompleteRead):
@@ -347,9 +403,10 @@ class CfsslSigner:
         parts = urlsplit(self.url)
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
+        context = self._tls  # the client identity's errors come before any connection
         sock = socket.create_connection((host, port), timeout=_left(deadline))
         try:
-            if (context := self._tls) is not None:
+            if context is not None:
                 sock.settimeout(_left(deadline))
                 sock = context.wrap_socket(sock, server_hostname=host)
             head = (

@@ -62,6 +62,7 @@ def build_signer(
             "--cfssl-label: cfssl 1.2 labels are word characters only "
             f"(letters, digits, '_'), got {opts.cfssl_label!r}"
         )
+    client_cert, client_key, ca_file = _client_identity(opts)
     config = CfsslConfig(
         url=opts.cfssl_url,
         profiles={
@@ -78,7 +79,9 @@ def build_signer(
             )
             if path is not None
         },
-        ca_file=opts.cfssl_ca_file,
+        ca_file=ca_file,
+        client_cert=client_cert,
+        client_key=client_key,
         timeout=opts.cfssl_timeout if opts.cfssl_timeout is not None else DEFAULT_TIMEOUT,
         ca_ttl=ttl,
         node_name=settings.node_name or "",
@@ -150,3 +153,33 @@ def cached_ca(
         first.cert, f"{url}{INFO}{label_text}", confirmed=not stale, note=note,
         anchors=False, first_anchor=False, lifetimes=lifetimes,
     )  # fmt: skip
+
+
+def _client_identity(opts: SignerOptions) -> tuple[Path | None, Path | None, Path | None]:
+    """(client certificate, its key, the front's CA file) for mutual TLS to the PKI.
+
+    `--cfssl-client-cert puppet` is the Puppet agent's hostcert and hostprivkey, and its
+    localcacert is the front's trust unless --cfssl-ca-file says otherwise: read from
+    puppet.conf, never by running Puppet (typhapki/puppet/agent_ssl.py).
+    """
+    cert = opts.cfssl_client_cert
+    if cert is None:
+        if opts.cfssl_client_key is not None:
+            raise UsageError("--cfssl-client-key needs --cfssl-client-cert")
+        return None, None, opts.cfssl_ca_file
+    if cert == "puppet":
+        if opts.cfssl_client_key is not None:
+            raise UsageError(
+                "--cfssl-client-key: not with --cfssl-client-cert puppet "
+                "(the key is the Puppet agent's hostprivkey)"
+            )
+        from typhapki.puppet.agent_ssl import agent_ssl
+
+        agent = agent_ssl()
+        ca_file = opts.cfssl_ca_file if opts.cfssl_ca_file is not None else agent.localcacert
+        return agent.hostcert, agent.hostprivkey, ca_file
+    if not cert.strip():
+        raise UsageError("--cfssl-client-cert: expected a file or puppet, got ''")
+    if opts.cfssl_client_key is None:
+        raise UsageError(f"--cfssl-client-cert {cert} needs --cfssl-client-key (the key's file)")
+    return Path(cert), opts.cfssl_client_key, opts.cfssl_ca_file

@@ -33,6 +33,33 @@ class typhapki::certs::cfssl (
   }.filter |$name, $file| { $name in $settings }
   $ca_file = "${config_dir}/cfssl-ca.crt"
 
+  # The node's identity at the PKI front. `puppet` is resolved here into plain paths,
+  # so the CLI reads no puppet.conf on a managed node. Not from `$settings::hostcert`:
+  # in agent mode `$settings::` are the server's settings, not the node's. The
+  # certname is `$trusted['certname']` (the certificate the server verified), the
+  # ssldir `typhapki::certs::puppet_ssldir` (Debian's /var/lib/puppet/ssl by default:
+  # no fact reports the agent's ssldir). Under `puppet apply` all of these are the node's.
+  $client_cert = $settings['cfssl_client_cert']
+  if ($client_cert =~ Stdlib::Absolutepath) != ('cfssl_client_key' in $settings) {
+    fail('typhapki::certs: cfssl_client_key goes with a cfssl_client_cert path (not with puppet)')
+  }
+  $client = $client_cert ? {
+    undef    => {},
+    'puppet' => $typhapki::certs::puppet_ssldir.then |$ssldir| {
+      {
+        'cfssl_client_cert' => "${ssldir}/certs/${trusted['certname']}.pem",
+        'cfssl_client_key'  => "${ssldir}/private_keys/${trusted['certname']}.pem",
+        'cfssl_ca_file'     => $settings['cfssl_ca_cert'].then |$pem| { $ca_file }.lest || {
+          "${ssldir}/certs/ca.pem"
+        },
+      }
+    },
+    default  => {
+      'cfssl_client_cert' => $client_cert,
+      'cfssl_client_key'  => $settings['cfssl_client_key'],
+    },
+  }
+
   $config_defaults = {
     'signer'              => 'cfssl',
     'cfssl_url'           => $settings['cfssl_url'],
@@ -40,7 +67,7 @@ class typhapki::certs::cfssl (
     'cfssl_profile_typha' => $settings['cfssl_profile_typha'],
     'cfssl_profile_felix' => $settings['cfssl_profile_felix'],
     'cfssl_label'         => $settings['cfssl_label'],
-  } + $auth_files.map |$name, $file| { [$name, $file[1]] }.convert_to(Hash)
+  } + $auth_files.map |$name, $file| { [$name, $file[1]] }.convert_to(Hash) + $client
 
   $auth_files.each |$name, $file| {
     file { $file[1]:

@@ -145,6 +145,19 @@ describe 'typhapki' do
         it { is_expected.to contain_file('/etc/typhapki/cfssl-ca.crt').that_comes_before('Exec[typhapki-issue]') }
       end
 
+      context 'mode cfssl, the Puppet agent certificate as the node identity' do
+        let(:spec_case) { 'cfssl_puppet' }
+
+        it 'writes the agent\'s own paths, by its certname, into the node configuration' do
+          certname = catalogue.to_resource.name
+          expect(node_config(catalogue)['defaults']).to include(
+            'cfssl_client_cert' => "/srv/puppet-ssl/certs/#{certname}.pem",
+            'cfssl_client_key' => "/srv/puppet-ssl/private_keys/#{certname}.pem",
+            'cfssl_ca_file' => '/srv/puppet-ssl/certs/ca.pem',
+          )
+        end
+      end
+
       context 'paused (during a CA rotation)' do
         let(:spec_case) { 'paused' }
 

@@ -34,6 +34,18 @@ describe 'typhapki::certs::cfssl' do
     it { is_expected.to contain_file('/etc/typhapki/cfssl-ca.crt').with_mode('0644') }
   end
 
+  context 'with a client key but no client certificate path' do
+    let(:settings) { super().merge('cfssl_client_cert' => 'puppet', 'cfssl_client_key' => '/etc/k.pem') }
+
+    it { is_expected.to compile.and_raise_error(%r{cfssl_client_key goes with a cfssl_client_cert path}) }
+  end
+
+  context 'with a client certificate path but no key' do
+    let(:settings) { super().merge('cfssl_client_cert' => '/etc/pki/node.pem') }
+
+    it { is_expected.to compile.and_raise_error(%r{cfssl_client_key goes with a cfssl_client_cert path}) }
+  end
+
   context 'with a plain-text URL scheme it cannot use' do
     let(:settings) { super().merge('cfssl_url' => 'ftp://cfssl.example.org') }
 

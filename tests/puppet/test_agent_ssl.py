@@ -1,0 +1,133 @@
+"""`--cfssl-client-cert puppet`: the agent's paths from puppet.conf, never from Ruby."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import assert_one_line_error, run_cli
+from typhapki.errors import EXIT_USAGE, ConfigError
+from typhapki.puppet.agent_ssl import AIO_CONF, agent_ssl, parse_conf, resolve
+
+NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z0-9]{1,10}){0,3}", fullmatch=True)
+DIRS = st.from_regex(r"(/[A-Za-z0-9_.-]{1,12}){1,4}", fullmatch=True)
+CONF = Path("/etc/puppet/puppet.conf")
+
+
+@given(certname=NAMES, ssldir=DIRS, fqdn=NAMES)
+def test_hostcert_follows_ssldir_and_certname(certname: str, ssldir: str, fqdn: str) -> None:
+    text = (
+        f"[main]\nssldir = {ssldir}\n[server]\ncertname = puppet\n[agent]\ncertname = {certname}\n"
+    )
+    agent = resolve(parse_conf(text, CONF), CONF, fqdn=fqdn)
+    assert agent.hostcert == Path(ssldir, "certs", f"{certname}.pem")
+    assert agent.hostprivkey == Path(ssldir, "private_keys", f"{certname}.pem")
+    assert agent.localcacert == Path(ssldir, "certs", "ca.pem")
+    # Without a certname, the FQDN in lower case; without an ssldir, Debian's.
+    bare = resolve({}, CONF, fqdn=fqdn.upper())
+    assert bare.hostcert == Path("/var/lib/puppet/ssl/certs", f"{fqdn}.pem")
+    assert resolve({}, AIO_CONF, fqdn=fqdn, aio=True).localcacert == Path(
+        "/etc/puppetlabs/puppet/ssl/certs/ca.pem"
+    )
+
+
+@given(ssldir=DIRS, name=NAMES)
+def test_explicit_settings_and_variables(ssldir: str, name: str) -> None:
+    text = (
+        f"ssldir = {ssldir}\n[agent]\nhostcert = ${{ssldir}}/mine/{name}.crt\n"
+        f"hostprivkey = $privatekeydir/{name}.key\nlocalcacert = $confdir/ca.pem\n"
+    )
+    agent = resolve(parse_conf(text, CONF), CONF, fqdn="node.example")
+    assert agent.hostcert == Path(f"{ssldir}/mine/{name}.crt")
+    assert agent.hostprivkey == Path(f"{ssldir}/private_keys/{name}.key")
+    assert agent.localcacert == Path("/etc/puppet/ca.pem")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[agent]\nhostcert = $environment/x.pem\n", "$environment"),
+        ("[agent]\nhostcert = certs/x.pem\n", "not an absolute path"),
+        ("[agent\n", "malformed section header"),
+        ("[main]\njust words\n", "expected NAME = VALUE"),
+    ],
+)
+def test_what_cannot_be_resolved_names_the_file(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(parse_conf(text, CONF), CONF, fqdn="node.example")
+    assert str(CONF) in str(caught.value) and needle in str(caught.value)
+
+
+def test_the_environment_names_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "puppet.conf"
+    conf.write_text("[agent]\nssldir = /srv/ssl\ncertname = kube1\n")
+    agent = agent_ssl({"TYPHAPKI_PUPPET_CONF": str(conf)})
+    assert (agent.hostcert, agent.source) == (Path("/srv/ssl/certs/kube1.pem"), str(conf))
+
+
+def fake_puppet(bin_dir: Path, marker: Path) -> dict[str, str]:
+    """A `puppet` (and `ruby`) first on PATH that leaves a mark if anything runs it."""
+    bin_dir.mkdir()
+    for name in ("puppet", "ruby", "facter"):
+        exe = bin_dir / name
+        exe.write_text(f"#!/bin/sh\necho {name} >> {marker}\nexit 1\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_check_and_issue_never_run_puppet_and_refuse_a_bad_key(tmp_path: Path) -> None:
+    ssl = tmp_path / "ssl"
+    (ssl / "certs").mkdir(parents=True)
+    (ssl / "private_keys").mkdir()
+    conf = tmp_path / "puppet.conf"
+    conf.write_text(f"[main]\nssldir = {ssl}\ncertname = kube1.example\n")
+    marker = tmp_path / "ran"
+    env = {**fake_puppet(tmp_path / "bin", marker), "TYPHAPKI_PUPPET_CONF": str(conf)}
+    flags = (
+        "--role", "felix", "--signer", "cfssl", "--cfssl-url", "https://127.0.0.1:9",
+        "--cfssl-client-cert", "puppet",
+    )  # fmt: skip
+    # No localcacert yet (the agent never ran): the front's trust is missing, exit 2.
+    for verb in ("check", "issue"):
+        result = run_cli(verb, "--out", tmp_path / "out", *flags, env=env)
+        assert_one_line_error(result, EXIT_USAGE, str(ssl / "certs" / "ca.pem"))
+    assert not marker.exists()
+    # With a CA file and a certificate but no key: the key is named, before any request.
+    (ssl / "certs" / "ca.pem").write_bytes(_a_cert())
+    (ssl / "certs" / "kube1.example.pem").write_bytes(_a_cert())
+    result = run_cli("issue", "--out", tmp_path / "out", *flags, env=env)
+    assert_one_line_error(
+        result, EXIT_USAGE, "cfssl client key", str(ssl / "private_keys" / "kube1.example.pem")
+    )
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not marker.exists()
+
+
+def _a_cert() -> bytes:
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Puppet CA")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
