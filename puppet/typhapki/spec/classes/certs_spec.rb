@@ -29,7 +29,7 @@ describe 'typhapki' do
               onlyif: "test -e /var/lib/typhapki/.restart-#{component}",
               provider: 'shell',
               environment: env,
-            ).with_command(%r{\Acrictl ps --name calico-#{component == 'typha' ? 'typha' : 'node'} -q \| xargs -r crictl stop && /usr/bin/typhapki restarted --component #{component}\z})
+            ).with_command("/usr/bin/typhapki restart-typha --kubeconfig /etc/kubernetes/kubelet.conf && /usr/bin/typhapki restarted --component #{component}")
               .that_requires('Exec[typhapki-issue]')
           end
         end
