@@ -16,6 +16,8 @@ SYSTEM_PACKAGES=(
   puppetdb puppet-terminus-puppetdb postgresql
   # the PKI front of docs/issuance.md (mod_ssl, mod_proxy_http): tests/support/pkifront.py
   apache2
+  # a node's clock moved past its renewal moment (tests/pki/signers/test_pkifront.py)
+  faketime
   puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools

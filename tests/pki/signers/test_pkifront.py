@@ -10,7 +10,9 @@ old set keeps serving, and after the Felix lifetime Typha refuses it.
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.conftest import CliResult, assert_one_line_error, run_cli
+from tests.conftest import CliResult, assert_one_line_error, require, run_cli, typhapki_cmd
 from tests.support import gopeers
 from tests.support import multirootca as multirootca_support
 from tests.support.cfssl import write_auth_key
@@ -79,6 +81,22 @@ def felix_issue(front: PkiFront, out: Path, conf: Path, key: Path, *extra: str |
     )  # fmt: skip
 
 
+def felix_renewal_at(when: str, front: PkiFront, out: Path, conf: Path, key: Path) -> CliResult:
+    """`issue` as Puppet runs it, with the clock at WHEN (faketime: the process's libc
+    clock, which Python reads; a process of its own, as LD_PRELOAD needs)."""
+    proc = subprocess.run(
+        [
+            "faketime", "-f", f"@{when}", *typhapki_cmd(),
+            "issue", "--out", str(out), "--role", "felix", "--signer", "cfssl",
+            "--cfssl-url", front.url, "--cfssl-auth-key", str(key), "--cfssl-label", LABEL,
+            "--cfssl-client-cert", "puppet", "--node-name", out.name,
+        ],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        env={**os.environ, "TYPHAPKI_PUPPET_CONF": str(conf)},
+    )  # fmt: skip
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
 def files_of(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
@@ -109,9 +127,11 @@ def test_a_decommissioned_node_loses_typha_one_felix_lifetime_later(
     puppet_ca(puppetserver).revoke(certname)
     front.reload_crl()
     before = files_of(node)
-    # A new key type makes `issue` ask the PKI at once, as a renewal does (cfssl's
-    # profile sets the lifetime, so a leaf cannot be made due here).
-    renewal = felix_issue(front, node, conf, key, "--key-type", "ecdsa-p384")
+    # Its next Puppet run after the renewal moment: an hour before the leaf expires.
+    require("faketime")
+    felix_cert = load_certs(SetPaths(node).cert(RoleName.FELIX), "felix")[0]
+    due = (valid_until(felix_cert) - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
+    renewal = felix_renewal_at(due, front, node, conf, key)
     assert_one_line_error(
         renewal, EXIT_SIGNER, front.url, "refused this node's client certificate", "revoked"
     )
@@ -119,7 +139,6 @@ def test_a_decommissioned_node_loses_typha_one_felix_lifetime_later(
     assert exchange(go_peers, typha_env(typha), felix_env(node)).accepted  # ...and serves
 
     # One Felix lifetime later, Typha refuses it on the next connection.
-    felix_cert = load_certs(SetPaths(node).cert(RoleName.FELIX), "felix")[0]
     later = (valid_until(felix_cert) + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     refused = exchange(go_peers, typha_env(typha), felix_env(node), typha_args=("-now", later))
     assert not refused.accepted, refused.describe()
