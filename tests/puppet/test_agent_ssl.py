@@ -131,3 +131,24 @@ def _a_cert() -> bytes:
         .sign(key, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def test_fleet_reads_the_agent_identity_without_puppet_and_names_missing_files(
+    tmp_path: Path,
+) -> None:
+    """`fleet --puppetdb-cert puppet` resolves the agent's files as cfssl's `puppet`
+    does (puppet.conf, no Ruby), and a file the agent has not made yet is named."""
+    ssl = tmp_path / "ssl"
+    (ssl / "certs").mkdir(parents=True)
+    (ssl / "private_keys").mkdir()
+    conf = tmp_path / "puppet.conf"
+    conf.write_text(f"[main]\nssldir = {ssl}\ncertname = kube1.example\n")
+    marker = tmp_path / "ran"
+    env = {**fake_puppet(tmp_path / "bin", marker), "TYPHAPKI_PUPPET_CONF": str(conf)}
+    args = ("fleet", "--puppetdb", "https://127.0.0.1:9", "--puppetdb-cert", "puppet")
+    result = run_cli(*args, env=env)
+    assert_one_line_error(result, EXIT_USAGE, "--puppetdb-ca", str(ssl / "certs" / "ca.pem"))
+    (ssl / "certs" / "ca.pem").write_bytes(_a_cert())
+    result = run_cli(*args, env=env)
+    assert_one_line_error(result, EXIT_USAGE, str(ssl / "certs" / "kube1.example.pem"))
+    assert not marker.exists()

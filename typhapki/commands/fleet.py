@@ -56,13 +56,19 @@ class _Progress:
 
 
 def _client(opts: PuppetDBOptions) -> PuppetDB:
-    from typhapki.fleet.puppetdb import PUPPET_SHORTHAND, ClientTls, PuppetDB, puppet_agent_tls
+    from typhapki.fleet.puppetdb import PUPPET_SHORTHAND, ClientTls, PuppetDB
 
     if not opts.puppetdb:
         raise UsageError("--puppetdb URL is required (or --no-puppetdb for `fleet gate`)")
     if opts.puppetdb_cert == PUPPET_SHORTHAND:
-        agent = puppet_agent_tls()
-        tls = ClientTls(agent.cert, opts.puppetdb_key or agent.key, opts.puppetdb_ca or agent.ca)
+        from typhapki.puppet.agent_ssl import agent_ssl
+
+        agent = agent_ssl()  # puppet.conf read as cfssl's `puppet` reads it: no Ruby run
+        tls = ClientTls(
+            agent.hostcert,
+            opts.puppetdb_key or agent.hostprivkey,
+            opts.puppetdb_ca or agent.localcacert,
+        )
     else:
         cert = Path(opts.puppetdb_cert) if opts.puppetdb_cert else None
         tls = ClientTls(cert, opts.puppetdb_key, opts.puppetdb_ca)

@@ -14,7 +14,6 @@ import http.client
 import json
 import socket
 import ssl
-import subprocess
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -36,34 +35,6 @@ class ClientTls:
     cert: Path | None = None
     key: Path | None = None
     ca: Path | None = None
-
-
-def puppet_agent_tls(config_print: list[str] | None = None) -> ClientTls:
-    """The Puppet agent's certificate, key and CA, as `puppet config print` names them."""
-    command = config_print or ["puppet", "config", "print", "--section", "agent"]
-    try:
-        proc = subprocess.run(
-            [*command, "hostcert", "hostprivkey", "localcacert"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"--puppetdb-cert puppet: `puppet config print` failed: {exc}") from None
-    values = {}
-    for line in proc.stdout.splitlines():
-        name, _, value = line.partition(" = ")
-        values[name.strip()] = value.strip()
-    try:
-        return ClientTls(
-            Path(values["hostcert"]), Path(values["hostprivkey"]), Path(values["localcacert"])
-        )
-    except KeyError:
-        raise UsageError(
-            "--puppetdb-cert puppet: `puppet config print` did not name hostcert, "
-            f"hostprivkey and localcacert (exit {proc.returncode})"
-        ) from None
 
 
 def _escaped(text: bytes, limit: int = 160) -> str:
@@ -96,7 +67,13 @@ class PuppetDB:
 
     @staticmethod
     def _context(tls: ClientTls) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
+        try:
+            context = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(
+                f"--puppetdb-ca: {tls.ca}: cannot use it as PuppetDB's CA: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
         if tls.cert is not None:
             try:
                 context.load_cert_chain(str(tls.cert), str(tls.key) if tls.key else None)

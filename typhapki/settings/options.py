@@ -155,7 +155,7 @@ OPTIONS: tuple[Opt, ...] = (
         "PuppetDB's URL, e.g. https://puppetdb.example.org:8081.", "puppetdb"),
     Opt("puppetdb_cert", "--puppetdb-cert", str,
         "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert, "
-        "hostprivkey and localcacert (`puppet config print`).", "puppetdb"),
+        "hostprivkey and localcacert, read from puppet.conf.", "puppetdb"),
     Opt("puppetdb_key", "--puppetdb-key", Path,
         "The client certificate's key (PEM).", "puppetdb", secret=True),
     Opt("puppetdb_ca", "--puppetdb-ca", Path,
