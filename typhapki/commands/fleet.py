@@ -75,13 +75,11 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
     return PuppetDB(opts.puppetdb, tls, opts.puppetdb_timeout)
 
 
-def parse_duration(value: str, flag: str) -> timedelta:
-    """30m, 2h, 1d, or plain seconds."""
-    match = re.fullmatch(r"(\d{1,9})([smhd]?)", value.strip())
-    if not match:
-        raise UsageError(f"{flag}: expected a duration such as 90m, 2h or 1d, got {value!r:.40}")
-    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-    return timedelta(seconds=int(match.group(1)) * unit)
+def _max_age(value: str) -> timedelta:
+    """--max-age: 90m, 2h, 1d or seconds, as every duration option reads it."""
+    from typhapki.pki.settings import parse_duration
+
+    return parse_duration(value, "--max-age")
 
 
 def _nodes(
@@ -109,7 +107,7 @@ def fleet(opts: PuppetDBOptions, cluster: str | None, as_json: bool, max_age: st
     from typhapki.fleet.summary import render_table, summarise
 
     now = datetime.now(UTC)
-    members, nodes = _nodes(opts, cluster, parse_duration(max_age, "--max-age"), now)
+    members, nodes = _nodes(opts, cluster, _max_age(max_age), now)
     clusters = summarise(members, nodes)
     healthy = bool(clusters) and all(c.healthy for c in clusters)
     if as_json:
@@ -167,7 +165,7 @@ def fleet_ready(
         raise UsageError(f"{exc}, got {since!r:.40}") from None
     now = datetime.now(UTC)
     # --since already bounds the facts that count; --max-age still names stale ones.
-    _, nodes = _nodes(opts, cluster, parse_duration(max_age, "--max-age"), now)
+    _, nodes = _nodes(opts, cluster, _max_age(max_age), now)
     verdict = ready(stage, nodes, new_fp, old_fp, since_at)
     if verdict.ready:
         print(f"cluster {shown(cluster)}: all {verdict.members} members reached {stage}")
