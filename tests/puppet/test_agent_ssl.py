@@ -80,14 +80,20 @@ def fake_puppet(bin_dir: Path, marker: Path) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_check_and_issue_never_run_puppet_and_refuse_a_bad_key(tmp_path: Path) -> None:
+def _agent_without_files(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A node whose puppet.conf names an empty ssldir (the agent never ran), with fake
+    puppet/ruby/facter first on PATH: its ssldir, their marker, the environment."""
     ssl = tmp_path / "ssl"
     (ssl / "certs").mkdir(parents=True)
     (ssl / "private_keys").mkdir()
     conf = tmp_path / "puppet.conf"
     conf.write_text(f"[main]\nssldir = {ssl}\ncertname = kube1.example\n")
     marker = tmp_path / "ran"
-    env = {**fake_puppet(tmp_path / "bin", marker), "TYPHAPKI_PUPPET_CONF": str(conf)}
+    return ssl, marker, {**fake_puppet(tmp_path / "bin", marker), "TYPHAPKI_PUPPET_CONF": str(conf)}
+
+
+def test_check_and_issue_never_run_puppet_and_refuse_a_bad_key(tmp_path: Path) -> None:
+    ssl, marker, env = _agent_without_files(tmp_path)
     flags = (
         "--role", "felix", "--signer", "cfssl", "--cfssl-url", "https://127.0.0.1:9",
         "--cfssl-client-cert", "puppet",
@@ -138,13 +144,7 @@ def test_fleet_reads_the_agent_identity_without_puppet_and_names_missing_files(
 ) -> None:
     """`fleet --puppetdb-cert puppet` resolves the agent's files as cfssl's `puppet`
     does (puppet.conf, no Ruby), and a file the agent has not made yet is named."""
-    ssl = tmp_path / "ssl"
-    (ssl / "certs").mkdir(parents=True)
-    (ssl / "private_keys").mkdir()
-    conf = tmp_path / "puppet.conf"
-    conf.write_text(f"[main]\nssldir = {ssl}\ncertname = kube1.example\n")
-    marker = tmp_path / "ran"
-    env = {**fake_puppet(tmp_path / "bin", marker), "TYPHAPKI_PUPPET_CONF": str(conf)}
+    ssl, marker, env = _agent_without_files(tmp_path)
     args = ("fleet", "--puppetdb", "https://127.0.0.1:9", "--puppetdb-cert", "puppet")
     result = run_cli(*args, env=env)
     assert_one_line_error(result, EXIT_USAGE, "--puppetdb-ca", str(ssl / "certs" / "ca.pem"))
