@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import stop
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PUPPETDB_JAR = Path("/usr/share/puppetdb/puppetdb.jar")
 PUPPETDB_CONF = Path("/etc/puppetdb")
@@ -214,12 +216,7 @@ def running_postgres() -> Iterator[int]:
                 subprocess.run([*psql, "-d", db, "-c", sql], check=True, capture_output=True)
             yield port
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     finally:
         shutil.rmtree(data_root, ignore_errors=True)
 
@@ -299,9 +296,4 @@ def running_puppetdb(
                 time.sleep(1)
             yield PuppetDB(root, http_port, ssl_port, time.monotonic() - started)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.processes import stop
 from tests.support.puppet import MODULE, SYSTEM_MODULES, quiet
 from tests.support.puppetdb import PuppetDB, TlsFiles, running_puppetdb
 
@@ -241,9 +242,4 @@ def running_puppetserver(root: Path) -> Iterator[PuppetServer]:
             _wait(root, process, started, lambda: _answers(port))
             yield PuppetServer(port, root, time.monotonic() - started, puppetdb)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
