@@ -25,7 +25,7 @@ import yaml
 from tests.conftest import assert_one_line_error, run_cli
 from tests.support.puppet import PuppetNode
 from tests.support.puppetdb import PuppetDB
-from tests.support.puppetserver import PuppetServer
+from tests.support.puppetserver import PuppetServer, environment_data
 from typhapki.errors import EXIT_PUPPETDB
 from typhapki.pki.layout import CaPaths
 from typhapki.pki.pem import load_certs
@@ -58,11 +58,7 @@ def _converge_real_agent(server: PuppetServer, tmp_path: Path, ca_dir: Path) -> 
         "typhapki::certs::ca_cert": ca.cert.read_text(),
         "typhapki::certs::ca_key": ca.key.read_text(),
     }
-    (env / "data").mkdir(exist_ok=True)
-    (env / "data" / "common.yaml").write_text(yaml.safe_dump(data))
-    (env / "hiera.yaml").write_text(
-        "---\nversion: 5\nhierarchy:\n  - name: common\n    path: common.yaml\n"
-    )
+    environment_data(env, data)
     agent = tmp_path / "agent"
     first = _agent(server, agent)
     assert first.returncode == 2, (first.stdout, first.stderr)

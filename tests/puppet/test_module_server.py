@@ -19,7 +19,7 @@ import yaml
 
 from tests.conftest import run_cli
 from tests.support.puppet import TYPHAPKI, PuppetNode
-from tests.support.puppetserver import PuppetServer
+from tests.support.puppetserver import PuppetServer, environment_data
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
@@ -62,11 +62,7 @@ def test_agent_converges_from_the_server_then_changes_nothing(
         "typhapki::certs::ca_cert": ca.cert.read_text(),
         "typhapki::certs::ca_key": ca.key.read_text(),
     }
-    (env / "data").mkdir(exist_ok=True)
-    (env / "data" / "common.yaml").write_text(yaml.safe_dump(data))
-    (env / "hiera.yaml").write_text(
-        "---\nversion: 5\nhierarchy:\n  - name: common\n    path: common.yaml\n"
-    )
+    environment_data(env, data)
     agent = tmp_path / "agent"
 
     first = _agent(puppetserver, agent)

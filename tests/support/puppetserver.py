@@ -29,6 +29,9 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tests.support.processes import stop
 from tests.support.puppet import MODULE, SYSTEM_MODULES, quiet
@@ -107,6 +110,15 @@ class PuppetServer:
         )
         proc.stderr = quiet(proc.stderr)
         return proc
+
+
+def environment_data(environment: Path, data: dict[str, Any]) -> None:
+    """ENVIRONMENT's hiera: one common.yaml holding DATA (hiera v5)."""
+    (environment / "data").mkdir(exist_ok=True)
+    (environment / "data" / "common.yaml").write_text(yaml.safe_dump(data))
+    (environment / "hiera.yaml").write_text(
+        "---\nversion: 5\nhierarchy:\n  - name: common\n    path: common.yaml\n"
+    )
 
 
 def free_port() -> int:
