@@ -34,11 +34,11 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
+from typhapki.record import field, record
 from typhapki.safeio import read_regular
 from typhapki.settings import options
 
@@ -57,7 +57,7 @@ NO_DEFAULTS = frozenset({("ca", "init")})
 FLAG_ONLY = options.FLAG_ONLY
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeConfig:
     """The file as written: defaults for all commands, then per command."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +23,7 @@ from typhapki.pki.restarts import READERS
 from typhapki.pki.restarts import Component as Reader
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, generation_published_at, previous_generation
+from typhapki.record import record
 from typhapki.safeio import read_regular
 
 
@@ -37,7 +37,7 @@ PROCESS_NAMES = {Component.TYPHA: "calico-typha", Component.FELIX: "calico-node"
 COMPONENT_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Process:
     """A process found in /proc, with its start time."""
 
@@ -48,7 +48,7 @@ class Process:
     started_second: int  # Unix time from the kernel's integer boot time: stable across reads
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RestartStatus:
     """One component on this node: running or not, and whether it uses the live files."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from typhapki.pki.verify import (
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.record import record
 
 
 def default_ca_cn(now: datetime) -> str:
@@ -230,7 +230,7 @@ def verify_issued(
     return leaf
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Signed:
     """A role's new pair, signed and verified before the lock is taken."""
 

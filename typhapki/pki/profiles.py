@@ -8,7 +8,6 @@ crypto/tls checks in Typha (clientAuth on Felix's leaf) and Felix (serverAuth on
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
@@ -18,6 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.pki.settings import Identity, KeyType, RoleName
 from typhapki.pki.x509compat import valid_from
+from typhapki.record import record
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -105,7 +105,7 @@ def build_ca(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Issuer:
     """A CA that signs leaves: its certificate and private key."""
 

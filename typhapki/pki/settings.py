@@ -10,12 +10,12 @@ import grp
 import hashlib
 import pwd
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
 from typhapki.errors import UsageError
+from typhapki.record import field, record
 
 DEFAULT_TYPHA_CN = "calico-typha"
 DEFAULT_FELIX_CN = "calico-node"
@@ -110,7 +110,7 @@ def validate_uri_san(uri: str, what: str) -> str:
     return uri
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Identity:
     """What the other side checks: TYPHA_CLIENTCN/URISAN or FELIX_TYPHACN/URISAN."""
 
@@ -193,7 +193,7 @@ def parse_key_mode(value: str | int) -> int:
     return mode
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KeyFileOwnership:
     """Owner, group and mode of a private key file."""
 
@@ -202,7 +202,7 @@ class KeyFileOwnership:
     mode: int = 0o600
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PkiSettings:
     """Everything `issue` and `check` need to know about the wanted set."""
 

@@ -31,11 +31,11 @@ import stat
 import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from typhapki.errors import RefusedError, StoreError
+from typhapki.record import record
 
 DATA_LINK = "..data"
 PREVIOUS_LINK = "..previous"
@@ -45,7 +45,7 @@ DIR_MODE = 0o755
 _GENERATION_NAME = re.compile(r"\.\.(\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d{6})(?:_\d+)?")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileSpec:
     """One file of a generation: its bytes and who may read them."""
 
@@ -238,7 +238,7 @@ def _generation_name(directory: Path) -> str:
     return name
 
 
-@dataclass
+@record
 class _Prepared:
     """A generation written in full, and the links that will make it live, not yet switched."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +26,7 @@ from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, exposed_previous, link_problem
 from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
+from typhapki.record import field, record
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
 UNTRUSTED_DATA = "..data-untrusted"
@@ -52,7 +52,7 @@ class Fix(StrEnum):
     DROP_PREVIOUS = "drop-previous"  # the generation kept for rollback exposes its key
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Problem:
     """One thing `check` finds wrong, with the file and the fix."""
 
@@ -67,7 +67,7 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-@dataclass
+@record
 class RoleState:
     """One role's certificate and key as found on disk, and their problems."""
 
@@ -84,7 +84,7 @@ class RoleState:
         return self.chain[0] if self.chain else None
 
 
-@dataclass
+@record
 class SetReport:
     """The whole set as `check` judges it: the bundle and every role."""
 

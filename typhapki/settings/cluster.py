@@ -114,9 +114,8 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     base = typha.pki_intermediate_base
     if base is None:
         return merged
-    from dataclasses import replace
-
     from typhapki.puppet.hiera import cfssl_name_problem
+    from typhapki.record import replace
 
     if (problem := cfssl_name_problem(base)) is not None:
         raise ConfigError(

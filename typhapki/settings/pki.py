@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from typhapki.pki.settings import (
     validate_days,
     validate_node_name,
 )
+from typhapki.record import field, fields, record
 
 T = TypeVar("T")
 # Options that set a leaf's lifetime: --days sets both roles', each of the others one.
@@ -50,7 +50,7 @@ def default_node_name() -> str:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PkiOptions:
     """Certificate options as given on the command line; None means not given."""
 
@@ -116,7 +116,7 @@ class PkiOptions:
 
 
 OPTION_NAMES = tuple(
-    f for f in PkiOptions.__dataclass_fields__ if f not in ("sources", "cluster_renew")
+    f.name for f in fields(PkiOptions) if f.name not in ("sources", "cluster_renew")
 )
 
 

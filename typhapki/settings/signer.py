@@ -10,15 +10,15 @@ one for both profiles, or one per role when each profile has its own key
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from typhapki.errors import UsageError
+from typhapki.record import fields, record
 
 SIGNERS = ("local", "cfssl")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SignerOptions:
     """Signer options as given on the command line; None means not given."""
 
@@ -44,7 +44,7 @@ class SignerOptions:
                 name: getattr(self, name)
                 if getattr(self, name) is not None
                 else getattr(base, name)
-                for name in self.__dataclass_fields__
+                for name in _NAMES
             }
         )
 
@@ -59,6 +59,9 @@ class SignerOptions:
         """The --cfssl-* options that were given, as flags (for "needs --signer cfssl")."""
         return [
             f"--{name.replace('_', '-')}"
-            for name in self.__dataclass_fields__
+            for name in _NAMES
             if name.startswith("cfssl_") and getattr(self, name) not in (None, False)
         ]
+
+
+_NAMES = tuple(f.name for f in fields(SignerOptions))

@@ -14,16 +14,16 @@ restricts it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
 from cryptography import x509
 
 from typhapki.pki.settings import RoleName
+from typhapki.record import field, record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CurrentCa:
     """The CA a signer signs with, and how far this run may rely on it.
 
