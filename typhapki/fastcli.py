@@ -20,13 +20,15 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from typhapki.errors import EXIT_IO, TyphapkiError
 from typhapki.record import field, record
 from typhapki.settings import options
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from typhapki.settings.pki import PkiOptions
     from typhapki.settings.signer import SignerOptions
 

@@ -35,12 +35,15 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.record import field, record
 from typhapki.safeio import read_regular
 from typhapki.settings import options
+
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_PATH = Path("/etc/typhapki/typhapki.yaml")
 ENV_VAR = "TYPHAPKI_CONFIG"

@@ -13,7 +13,6 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography import x509
 
@@ -25,6 +24,7 @@ from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerpri
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.record import field, record
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.pki.install import Shipped
 

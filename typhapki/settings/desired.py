@@ -10,7 +10,6 @@ the signer and asks it for its current CA. `check`, `issue` and `install` all ca
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from typhapki.pki.settings import check_renewal
 from typhapki.record import record
@@ -18,6 +17,7 @@ from typhapki.settings.cluster import load_typha_settings, merge_cluster
 from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from cryptography import x509
 

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Protocol
 
 from cryptography import x509
 
 from typhapki.pki.settings import RoleName
 from typhapki.record import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # the interface, for the type checker; a plain base at run time
 
 
 @record(frozen=True)
