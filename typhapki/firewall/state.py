@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -289,7 +288,7 @@ def record_run(
     )
     content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
     path = directory / STATE_FILE
-    tmp = directory / f".{STATE_FILE}.{secrets.token_hex(6)}"
+    tmp = directory / f".{STATE_FILE}.{os.urandom(6).hex()}"
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)

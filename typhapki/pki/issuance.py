@@ -8,7 +8,6 @@ Felix picks up on reconnect). `ensure_set` is the same for a signer and settings
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +51,8 @@ from typhapki.record import record
 
 def default_ca_cn(now: datetime) -> str:
     # Distinct names keep two CAs in one bundle apart for humans during a rotation.
+    import secrets
+
     return f"typhapki-ca-{now:%Y%m%d}-{secrets.token_hex(2)}"
 
 

@@ -7,7 +7,6 @@ rules (CN length, URI syntax, key modes) live in one place.
 from __future__ import annotations
 
 import grp
-import hashlib
 import pwd
 import re
 from datetime import datetime, timedelta
@@ -258,7 +257,13 @@ class PkiSettings:
 
 def renewal_spread(node_name: str) -> float:
     """A node's fixed place in [0, 1), from a hash of its name (case-insensitive, as DNS)."""
-    digest = hashlib.sha256(node_name.strip().rstrip(".").lower().encode()).digest()
+    # cryptography's SHA-256, not hashlib's: cryptography is loaded anyway, hashlib would
+    # add its own OpenSSL binding to every start (bench/bench_facts_check.py).
+    from cryptography.hazmat.primitives import hashes
+
+    sha256 = hashes.Hash(hashes.SHA256())
+    sha256.update(node_name.strip().rstrip(".").lower().encode())
+    digest = sha256.finalize()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
