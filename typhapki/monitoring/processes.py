@@ -116,11 +116,14 @@ def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Pro
         base = f"{proc}/{entry}"
         comm = (_read(f"{base}/comm") or b"").decode("utf-8", "replace").strip()
         raw_argv = _read(f"{base}/cmdline") or b""
-        argv = tuple(a.decode("utf-8", "replace") for a in raw_argv.split(b"\0") if a)
-        arg0 = os.path.basename(argv[0]) if argv else ""
+        # Most processes are not wanted: decode argv[0] alone before all of argv (a node
+        # runs hundreds of processes, and every Puppet run reads them all).
+        first = next((a for a in raw_argv.split(b"\0") if a), b"")
+        arg0 = os.path.basename(first.decode("utf-8", "replace"))
         name = comm if comm in wanted else arg0 if arg0 in wanted else None
         if name is None:
             continue
+        argv = tuple(a.decode("utf-8", "replace") for a in raw_argv.split(b"\0") if a)
         stat = _read(f"{base}/stat")
         if stat is None:
             continue
