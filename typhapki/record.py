@@ -143,30 +143,37 @@ def _build(cls: type, frozen: bool) -> type:
     compared = tuple(f.name for f in all_fields if f.compare)
     shown = tuple(f.name for f in all_fields if f.repr)
     qualname = cls.__qualname__
-    set_field = object.__setattr__
+
+    known = frozenset(names)
+    plain = {f.name: f.default for f in all_fields if f.default is not MISSING}
+    factories = [
+        (f.name, f.default_factory) for f in all_fields if f.default_factory is not MISSING
+    ]
+    required = [f.name for f in all_fields if f.name not in plain and f.default_factory is MISSING]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # Written into the instance's dict at once, past a frozen record's __setattr__ (as
+        # dataclasses do): the option table alone makes some 150 records on every start
+        # (typhapki/settings/options.py).
         if len(args) > len(names):
             raise TypeError(
                 f"{qualname}() takes {len(names)} positional arguments but {len(args)} were given"
             )
-        for name, value in zip(names, args, strict=False):
-            if name in kwargs:
+        for name in kwargs:
+            if name not in known:
+                raise TypeError(f"{qualname}() got an unexpected keyword argument {name!r}")
+            if name in names[: len(args)]:
                 raise TypeError(f"{qualname}() got multiple values for argument {name!r}")
-            set_field(self, name, value)
-        for f in all_fields[len(args) :]:
-            if f.name in kwargs:
-                value = kwargs.pop(f.name)
-            elif f.default is not MISSING:
-                value = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
-                raise TypeError(f"{qualname}() missing required argument: {f.name!r}")
-            set_field(self, f.name, value)
-        if kwargs:
-            unknown = next(iter(kwargs))
-            raise TypeError(f"{qualname}() got an unexpected keyword argument {unknown!r}")
+        values = self.__dict__
+        values.update(plain)
+        values.update(zip(names, args, strict=False))
+        values.update(kwargs)
+        for name, factory in factories:
+            if name not in values:
+                values[name] = factory()
+        for name in required:
+            if name not in values:
+                raise TypeError(f"{qualname}() missing required argument: {name!r}")
 
     def __repr__(self: Any) -> str:
         shown_values = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
