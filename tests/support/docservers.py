@@ -208,3 +208,49 @@ def puppetdb_world(root: Path, server: Any, typhapki: list[str]) -> Endpoint:
     assert text.index(documented) < text.index("    eqiad:"), "hiera_sample changed"
     hiera.write_text(text.replace(documented, f"{documented}        cfssl_label: {NEW_LABEL}\n", 1))
     return Endpoint({PUPPETDB_URL: db.ssl_url}, {"TYPHAPKI_PUPPET_CONF": str(conf)}, server=db)
+
+
+# --- docs/issuance.md: the PKI front (Apache) before the page's cfssl -------------------
+
+FRONT_URL = "https://pki.example.org:8443"
+FRONT_NODE = "kubestage1001.eqiad.wmnet"
+
+
+def pkifront_world(root: Path, scratch: Path, cfssl: CfsslServer) -> Endpoint:
+    """The front of "The node's identity at the PKI": tests/support/pkifront.py's Apache
+    (the page's own virtual host) stands for https://pki.example.org:8443, with a CA of
+    Puppet's shape (`PuppetLikeCa`: no puppetserver needed) and, behind it on loopback,
+    a plain-HTTP `cfssl serve` that signs with the same CA and configuration as the
+    page's cfssl (`cfssl_world`), so the node's set stays the PKI's. `--cfssl-client-cert
+    puppet` reads a puppet.conf ($TYPHAPKI_PUPPET_CONF, the sandbox's
+    /etc/puppet/puppet.conf) whose ssldir holds node FRONT_NODE's agent certificate."""
+    from tests.support.multirootca import restricted_config
+    from tests.support.pkifront import PkiFront, PuppetLikeCa
+
+    upstream = CfsslServer(scratch / "upstream", cfssl.ca_dir, config=restricted_config())
+    (scratch / "upstream").mkdir(parents=True)
+    upstream.start()
+    ca = PuppetLikeCa(scratch / "puppet-ca")
+    cert, key = ca.client(FRONT_NODE)
+    front = PkiFront(scratch / "front", ca, upstream.url)
+    (scratch / "front").mkdir()
+    front.start()
+    ssldir = root / "var" / "lib" / "puppet" / "ssl"
+    for source, target in ((cert, f"certs/{FRONT_NODE}.pem"), (ca.ca_cert, "certs/ca.pem"),
+                           (key, f"private_keys/{FRONT_NODE}.pem")):  # fmt: skip
+        path = ssldir / target
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        path.chmod(0o600)
+    conf = _place(
+        root,
+        "/etc/puppet/puppet.conf",
+        text=f"[main]\nssldir = {ssldir}\ncertname = {FRONT_NODE}\n",
+    )
+    write_auth_key(_place(root, "/etc/typhapki/cfssl-felix.key"), RESTRICTED_KEYS["felix"])
+    return Endpoint(
+        {FRONT_URL: front.url},
+        {"TYPHAPKI_PUPPET_CONF": str(conf)},
+        server=upstream,
+        closers=[front.stop, upstream.stop],
+    )
