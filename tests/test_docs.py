@@ -45,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import LEG, SOURCE, require, typhapki_cmd
 from tests.support import docservers
@@ -63,6 +66,7 @@ from tests.support.docblocks import (
     TESTED_LANGS,
     Block,
     all_blocks,
+    blocks,
     check_typhapki_call,
     documents,
     links,
@@ -529,6 +533,30 @@ def test_every_against_block_has_one_outcome() -> None:
     assert {b.against for b in AGAINST} <= servers
     used = [_outcome(b) for b in AGAINST]
     assert sorted(map(id, used)) == sorted(map(id, OUTCOMES))
+
+
+@given(server=st.from_regex(r"[a-z][a-z-]{0,15}", fullmatch=True))
+def test_a_mark_says_how_its_block_is_tested(server: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = Path(tmp) / "x.md"
+        doc.write_text(
+            f"<!-- docs-test: against: {server} -->\n\n```sh\ntrue\n```\n"
+            f"<!-- docs-test: not-run: {server} is away -->\n```sh\nfalse\n```\n```sh\n:\n```\n"
+        )
+        against, not_run, plain = blocks(doc)
+    assert (against.against, against.not_run) == (server, None)
+    assert (not_run.against, not_run.not_run) == (None, f"{server} is away")
+    assert (plain.against, plain.not_run) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "mark", ["against:", "against: cfssl pair", "against: PuppetDB", "run-against: cfssl"]
+)
+def test_a_malformed_mark_is_refused(tmp_path: Path, mark: str) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text(f"<!-- docs-test: {mark} -->\n```sh\ntrue\n```\n")
+    with pytest.raises(ValueError, match="docs-test"):
+        blocks(doc)
 
 
 # --- the tests -------------------------------------------------------------------------
