@@ -23,16 +23,18 @@
   document's world around it): `puppetdb` (the session's PuppetDB behind the shared
   puppetserver), `kubeapi` (tests/support/kubeapi.py), `cfssl` (Debian's `cfssl serve`
   over TLS, with docs/issuance.md's own configuration), `cfssl-pair` (two of them: the
-  old CA's and the new one's). Before the sandbox rewrite, each documented server URL
+  old CA's and the new one's), `pkifront` (tests/support/pkifront.py's Apache before
+  that cfssl). Before the sandbox rewrite, each documented server URL
   is replaced by the test server's (`Endpoint.replace`, e.g. https://pki.example.org:8888
   -> https://127.0.0.1:PORT); the files the document assumes (auth keys, CAs, a
   kubeconfig, puppet.conf) are placed at their documented paths inside the sandbox, and
   the environment may add what the page calls "the system's" (`Endpoint.env`:
   SSL_CERT_FILE, TYPHAPKI_PUPPET_CONF). Nothing else of the block changes. Each such
   block must match exactly one entry of OUTCOMES below: its exit code, text its output
-  must hold, and a check of what it left (files, the server's record). Blocks against
-  JVM servers (`puppetdb`) are `once` (tests/conftest.py); a block replaying earlier
-  ones skips those in the leg that skips them.
+  must hold, and a check of what it left (files, the server's record); every
+  `typhapki SUBCOMMAND --option` in it must exist, as for a plain block. Blocks against
+  a JVM or Apache (`puppetdb`, `pkifront`) are `once` (tests/conftest.py); a block
+  replaying earlier ones skips those in the leg that skips them.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ _COPY_IGNORE = shutil.ignore_patterns(
 )  # fmt: skip
 
 BLOCKS = [b for b in all_blocks() if b.lang in TESTED_LANGS]
-# `against` servers that are JVMs: their blocks run in one CI leg (`once`).
+# `against` servers that are a JVM or Apache: their blocks run in one CI leg (`once`).
 HEAVY = frozenset({"puppetdb", "pkifront"})
 
 
@@ -609,6 +611,8 @@ def _execute(
         if block.against is not None:
             if not quiet:
                 _judge(sandbox, block, endpoint, result)
+                problems = [p for c in typhapki_invocations(text) for p in check_typhapki_call(c)]
+                assert not problems, f"{where}: {problems}"
             return
         assert quiet or result.returncode == 0, (
             f"{where}: exit {result.returncode}\n--- stdout\n{result.stdout}"
