@@ -90,7 +90,7 @@ def _evaluate(
     )
     settings = settings_factory(pki, hiera, cluster)()  # a bad option: UNKNOWN, not a guess
     if ca_dir is not None:
-        from typhapki.pki.issuance import load_wanted_bundle
+        from typhapki.pki.plan import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
     return evaluate(collect(request, lambda: settings), thresholds)

@@ -156,16 +156,16 @@ def judge_set(
     bundle = signing = None
     error = None
     if ca_dir is not None:
-        from typhapki.pki.issuance import load_wanted_bundle
+        from typhapki.pki.plan import load_wanted_bundle
 
         try:
             signing, bundle = load_wanted_bundle(ca_dir, trust)
         except TyphapkiError as exc:
             error = str(exc)  # still judge the set, without the CA
     elif signer is not None and signer.signer == "cfssl":
-        from typhapki.pki.issuance import load_trusted
         from typhapki.pki.plan import wanted_bundle
         from typhapki.pki.signers.factory import cached_ca
+        from typhapki.pki.verify import load_trusted
 
         try:
             current = cached_ca(signer, tuple(roles), state_dir, now.timestamp())

@@ -228,6 +228,14 @@ def trusted_cas(certs: Sequence[x509.Certificate], source: str) -> list[x509.Cer
     return list(certs)
 
 
+def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
+    """Extra CAs for the bundle (a CA being rotated in or out)."""
+    out: list[x509.Certificate] = []
+    for path in files:
+        out += trusted_cas(load_certs(path, "trusted CA certificate"), str(path))
+    return out
+
+
 def ca_unfit(ca: x509.Certificate) -> str | None:
     """Why `ca` cannot sign certificates that Go (Typha, Felix) accepts; None when it can.
 

@@ -61,9 +61,9 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     the set by its own bundle. `ask_signer` False builds the signer without asking for its
     CA (nothing in the desired state depends on the signer then).
     """
-    from typhapki.pki.issuance import load_trusted
     from typhapki.pki.plan import Desired
     from typhapki.pki.signers.factory import build_signer
+    from typhapki.pki.verify import load_trusted
 
     typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
     pki, signer_opts = merge_cluster(
