@@ -35,6 +35,8 @@ from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from typhapki.settings.signer import SignerOptions
 
 
@@ -62,6 +64,8 @@ class FactRequest:
     cluster: str | None = None
     # cfssl mode: judged against the CA `check` and `issue` cached; cfssl is never asked.
     signer: SignerOptions | None = None
+    # hiera's typha.trust: joins the bundle after the --trust files' CAs, as in `check`.
+    trusted: Sequence[x509.Certificate] = ()
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -241,6 +245,7 @@ def _set_fact(
         now,
         request.signer,
         request.state_dir,
+        request.trusted,
     )
     if error is not None:
         errors.append(error)  # still describe the set, judged without the CA
