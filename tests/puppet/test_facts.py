@@ -130,12 +130,12 @@ def test_no_out_is_an_error() -> None:
 
 
 def test_unexpected_exception_never_escapes(issued: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import typhapki.monitoring.status
+    import typhapki.pki.plan
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(typhapki.monitoring.status, "check_set", boom)  # the shared verdict
+    monkeypatch.setattr(typhapki.pki.plan, "check_set", boom)  # Desired.judge: check's verdict
     fact = _fact(FactRequest(out=issued))
     assert fact["ok"] is False
     assert "RuntimeError: disk on fire" in str(fact["error"])
