@@ -359,3 +359,75 @@ def test_options_that_skip_a_safety_check_are_flags_only(
     config = nodeconfig.load(path)
     with pytest.raises(ConfigError, match=f"{key}: --{option.replace('_', '-')} .*flag only"):
         nodeconfig.default_map(config)
+
+
+# Scalars as a node configuration holds them, and the text json writes for them.
+_scalars = st.one_of(
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=8),
+    st.sampled_from(["~", "null", "Null", "", "0640", "yes", "1e3", "-0", "a: b", "#x"]),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    doc=st.dictionaries(st.sampled_from(["version", "defaults", "commands", "x"]), _values),
+    indent=st.sampled_from([None, 2]),
+    ascii_only=st.booleans(),
+    comments=st.lists(st.sampled_from(["# Managed by Puppet", "", "  # note"]), max_size=3),
+)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_json_reads_as_the_yaml_reader_reads_it(
+    doc: dict[str, object],
+    indent: int | None,
+    ascii_only: bool,
+    comments: list[str],
+    tmp_path: Path,
+) -> None:
+    """The module writes the file as JSON (YAML too); typhapki reads it with json, and
+    must get what PyYAML's BaseLoader gets from the same text, or the same refusal."""
+    text = "\n".join([*comments, json.dumps(doc, indent=indent, ensure_ascii=ascii_only)]) + "\n"
+    path = tmp_path / "typhapki.yaml"
+
+    def read(how: Callable[[str, Path], object]) -> object:
+        try:
+            return ("ok", how(text, path))
+        except ConfigError as exc:
+            return ("error", str(exc))
+
+    by_json = read(nodeconfig._as_json)
+    by_yaml = read(nodeconfig._as_yaml)
+    if by_json == ("ok", nodeconfig._NOT_JSON):  # left to the YAML reader: raw non-ASCII
+        assert not text.isascii() or "\\ud" in text.lower()
+    else:
+        assert by_json == by_yaml
+
+
+def test_the_module_s_json_needs_no_yaml_parser(tmp_path: Path, ca_dir: Path) -> None:
+    """`check` as Puppet runs it, with the file as the module writes it: PyYAML is not
+    loaded (tests/test_entry.py checks the process's imports the same way)."""
+    from tests.conftest import run_cli_process
+
+    config = {"version": 1, "defaults": {"out": str(tmp_path / "out"), "ca_dir": str(ca_dir)}}
+    env = _config(tmp_path, "# Managed by Puppet\n" + json.dumps(config, indent=2) + "\n")
+    assert run_cli("issue", env=env).returncode == 0
+    proc = run_cli_process("check", env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == 0, proc.stderr[-500:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "typhapki.nodeconfig" in imported
+    assert "yaml" not in imported
+
+
+def test_a_deep_json_file_is_one_line(tmp_path: Path) -> None:
+    deep = '{"defaults": ' + "[" * 70 + "]" * 70 + "}"
+    with pytest.raises(ConfigError, match="nested more than 64 levels"):
+        nodeconfig.load(Path(_config(tmp_path, deep)["TYPHAPKI_CONFIG"]))

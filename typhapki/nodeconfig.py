@@ -84,25 +84,15 @@ def load(path: Path | None) -> NodeConfig:
         return NodeConfig()
     if not os.path.lexists(path):
         return NodeConfig()
-    import yaml
-
-    from typhapki.yamllimits import scan_events
-
     check_trusted(path)
     data = read_regular(path, "node configuration file", LIMIT)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        scan_events(text, path, "the node configuration file")
-        # BaseLoader: every scalar is text, converted like a flag's value.
-        doc = _nulls_dropped(yaml.load(text, Loader=yaml.BaseLoader), path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from None
+    doc = _as_json(text, path)
+    if doc is _NOT_JSON:
+        doc = _as_yaml(text, path)
     if doc is None:
         return NodeConfig(path)
     if not isinstance(doc, dict):
@@ -124,6 +114,71 @@ def load(path: Path | None) -> NodeConfig:
 
 
 _NULLS = ("", "~", "null", "Null", "NULL")
+_NOT_JSON = object()
+_JSON_WORDS = {True: "true", False: "false", None: "null"}
+
+
+def _as_yaml(text: str, path: Path) -> Any:
+    import yaml
+
+    from typhapki.yamllimits import scan_events
+
+    try:
+        scan_events(text, path, "the node configuration file")
+        # BaseLoader: every scalar is text, converted like a flag's value.
+        return _nulls_dropped(yaml.load(text, Loader=yaml.BaseLoader), path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from None
+
+
+def _as_json(text: str, path: Path) -> Any:
+    """The document as `_as_yaml` reads it, when the file is JSON after its comment lines
+    (how the typhapki module writes it: YAML is a superset of JSON), else _NOT_JSON.
+
+    Importing PyYAML costs more than the rest of a `check`; the json module, a tenth
+    of it. Every scalar becomes the text YAML's BaseLoader would give (numbers as
+    written, true/false/null as words), then goes through the same null rule and
+    limits; anything json refuses is left to the YAML reader and its errors.
+    """
+    body = "\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("#")
+    ).strip()
+    if not body.startswith("{") or not _plain_ascii(body):
+        return _NOT_JSON
+    import json
+
+    try:
+        doc = json.loads(body, parse_int=str, parse_float=str, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+    from typhapki.yamllimits import MAX_DEPTH
+
+    def words(value: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            return {k: words(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list):
+            return [words(v, depth + 1) for v in value]
+        return _JSON_WORDS.get(value, value) if not isinstance(value, str) else value
+
+    return _nulls_dropped(words(doc, 1), path)
+
+
+def _plain_ascii(text: str) -> bool:
+    """Printable ASCII, tabs and line breaks only, and no surrogate escapes: YAML's
+    reader refuses other control characters, breaks lines at some others (NEL, U+2028)
+    and refuses surrogates, where json would not. Anything else is left to it."""
+    if not text.isascii() or "\x7f" in text or "\\ud" in text.lower():
+        return False  # "\\ud800": PyYAML refuses the surrogates json would pair up
+    return all(c >= " " or c in "\t\n\r" for c in text)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: the YAML reader decides
 
 
 def check_trusted(path: Path) -> None:

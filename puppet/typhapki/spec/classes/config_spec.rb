@@ -21,7 +21,7 @@ describe 'typhapki' do
     let(:facts) { typhapki_os_facts.values.first.merge(typhapki_spec_case: 'key_mode') }
 
     it 'writes values the CLI reads as text: modes keep their leading zero' do
-      is_expected.to contain_file('/etc/typhapki/typhapki.yaml').with_content(%r{^  key_mode: '0640'$})
+      is_expected.to contain_file('/etc/typhapki/typhapki.yaml').with_content(%r{^    "key_mode": "0640",?$})
     end
   end
 end
