@@ -39,6 +39,12 @@ def shown(value: Any) -> str:
     return repr(str(value)) if isinstance(value, Path) else repr(value)
 
 
+def unset(value: object) -> bool:
+    """Whether an option's value means "not given": None, or False for a flag (by
+    identity: a timeout of 0 was given)."""
+    return value is None or value is False
+
+
 class Sourced:
     """What an options class with a `sources` mapping can say about its values."""
 
@@ -49,7 +55,7 @@ class Sourced:
         the value was set, else the default."""
         if name in self.sources:
             return self.sources[name]
-        return DEFAULT if getattr(self, name) in (None, False) else flag_of(name)
+        return DEFAULT if unset(getattr(self, name)) else flag_of(name)
 
     def said(self, name: str) -> str:
         """`name`, its value and its source, as an error names them:

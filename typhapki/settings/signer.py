@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typhapki.settings.provenance import Sourced
+from typhapki.settings.provenance import Sourced, unset
 
 SIGNERS = ("local", "cfssl")
 
@@ -44,12 +44,12 @@ class SignerOptions(Sourced):
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def merged_over(self, base: SignerOptions) -> SignerOptions:
-        """These options, falling back to `base` (e.g. hiera) where not given; each value
-        keeps its source."""
+        """These options, falling back to `base` (e.g. hiera) where not given (None, or
+        False for the one flag); each value keeps its source."""
         merged = {}
         sources = {}
         for name in OPTION_NAMES:
-            chosen = self if getattr(self, name) is not None else base
+            chosen = base if unset(getattr(self, name)) else self
             merged[name] = getattr(chosen, name)
             if name in chosen.sources:
                 sources[name] = chosen.sources[name]
@@ -67,7 +67,7 @@ class SignerOptions(Sourced):
         """Refuse the first cfssl option given without the cfssl signer, naming it and
         where it came from (exit 2)."""
         for name in OPTION_NAMES:
-            if name.startswith("cfssl_") and getattr(self, name) not in (None, False):
+            if name.startswith("cfssl_") and not unset(getattr(self, name)):
                 if self.signer is None:
                     self.refuse(name, "needs --signer cfssl")
                 self.refuse(name, f"needs --signer cfssl, but {self.said('signer')}")
