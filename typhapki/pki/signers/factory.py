@@ -102,9 +102,22 @@ def build_signer(
         state_dir=state_dir,
         allow_http=opts.cfssl_allow_http,
         roles=roles,
-        sources={name: opts.source(name) for name in FILE_OPTIONS},
+        sources=_file_sources(opts),
     )
     return CfsslSigner(config)
+
+
+def _file_sources(opts: SignerOptions) -> dict[str, str]:
+    """Where each file the cfssl client reads was named, for its messages: the option's
+    source, or for `--cfssl-client-cert puppet` the agent's puppet.conf setting."""
+    sources = {name: opts.source(name) for name in FILE_OPTIONS}
+    if opts.cfssl_client_cert == "puppet":
+        via = f"; cfssl_client_cert 'puppet' from {opts.source('cfssl_client_cert')}"
+        sources["cfssl_client_cert"] = f"puppet.conf's hostcert{via}"
+        sources["cfssl_client_key"] = f"puppet.conf's hostprivkey{via}"
+        if opts.cfssl_ca_file is None:
+            sources["cfssl_ca_file"] = f"puppet.conf's localcacert{via}"
+    return sources
 
 
 def cached_ca(
