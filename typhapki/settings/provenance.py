@@ -13,18 +13,21 @@ value was given, in one wording for all of them:
 A value that was set but has no entry came from its own flag (options built in code); a
 value that was not set at all is the default. An error about a value names it, the value
 and its source: ``cfssl_label 'a-b' (from --cfssl-label): ...``, so the user knows which
-place to fix. Stdlib only: this module is on the path of every `check`.
+place to fix. Nothing heavy: this module is on the path of every `check`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+import os
 
 from typhapki.errors import TyphapkiError, UsageError
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, NoReturn, TypeVar
+
+    T = TypeVar("T")
 
 DEFAULT = "the default"
 
@@ -36,7 +39,7 @@ def flag_of(name: str) -> str:
 
 def shown(value: Any) -> str:
     """A value as an error quotes it: text and paths quoted, numbers as they are."""
-    return repr(str(value)) if isinstance(value, Path) else repr(value)
+    return repr(os.fspath(value)) if isinstance(value, os.PathLike) else repr(value)
 
 
 def unset(value: object) -> bool:
