@@ -12,11 +12,14 @@ refusal names the flag, the node configuration file's key or the hiera key that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from typhapki.settings.provenance import Sourced, unset
+
+TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 SIGNERS = ("local", "cfssl")
 
