@@ -67,10 +67,12 @@ HIERA = """kubernetes::clusters:
 """
 
 
-def refusal(case: Bad, value: str, source: str, command: str, base: Path, fast: bool) -> str:
-    """The one error line of `command` with the bad value at `source`."""
+def refusal(
+    case: Bad, value: str, source: str, key: str, command: str, base: Path, fast: bool
+) -> str:
+    """The one error line of `command` with the bad value at `source` (the node
+    configuration file spelling the option `key`)."""
     config, hiera = base / "typhapki.yaml", base / "hiera.yaml"
-    key = case.option
     config.write_text(
         {
             "defaults": f"defaults:\n  {key}: '{value}'\n",
@@ -92,15 +94,21 @@ def refusal(case: Bad, value: str, source: str, command: str, base: Path, fast: 
     return result.stderr.strip()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     case=st.sampled_from(CASES),
     pick=st.integers(0, 4),
     source=st.sampled_from(SOURCES),
     fast=st.booleans(),
+    dashes=st.booleans(),
 )
 def test_a_bad_signer_value_is_refused_naming_its_one_source(
-    tmp_path_factory: pytest.TempPathFactory, case: Bad, pick: int, source: str, fast: bool
+    tmp_path_factory: pytest.TempPathFactory,
+    case: Bad,
+    pick: int,
+    source: str,
+    fast: bool,
+    dashes: bool,
 ) -> None:
     if source == "hiera" and not case.hiera:
         source = "defaults"  # hiera refuses the key itself, naming it (tests/puppet/)
@@ -110,14 +118,15 @@ def test_a_bad_signer_value_is_refused_naming_its_one_source(
     world.chmod(0o644)
     value = case.values[pick % len(case.values)].format(base=base)
     config, hiera = base / "typhapki.yaml", base / "hiera.yaml"
+    key = case.option.replace("_", "-") if dashes else case.option  # the file takes both
     expected = {
         "flag": "--" + case.option.replace("_", "-"),
-        "defaults": f"{config}: defaults.{case.option}",
-        "commands": f"{config}: commands.check.{case.option}",
+        "defaults": f"{config}: defaults.{key}",
+        "commands": f"{config}: commands.check.{key}",
         "hiera": f"hiera {hiera}:6: kubernetes::clusters.main.prod.typha.{case.option}",
     }[source]
     said = case.said.format(value=value)
-    lines = {c: refusal(case, value, source, c, base, fast) for c in ("check", "issue")}
+    lines = {c: refusal(case, value, source, key, c, base, fast) for c in ("check", "issue")}
     line = lines["check"]
     assert line.startswith(f"typhapki: error: {said} (from {expected})"), (line, expected)
     assert line.count("(from ") == 1, line  # that source and no other
