@@ -1,7 +1,7 @@
 """Median wall time of `typhapki facts` and `typhapki check` as fresh processes on a full
 set, the way Facter (facts.d wrapper) and Puppet (exec unless) run them on every agent run.
 
-    python bench/bench_facts_check.py [--runs N] [--typhapki /usr/bin/typhapki]
+    python bench/bench_facts_check.py [--runs N] [--typhapki /usr/bin/typhapki] [--callgrind]
 
 Targets: each under 150 ms median (issue 4); and, in the same run on the same
 interpreter, against `python -c "import cryptography.x509"` (the floor of any
@@ -11,6 +11,11 @@ at least 2x faster than the openssl pipeline of bench/bench_check.py (issue 18, 
 hiera_sample (YAML parsing is the extra cost). --typhapki times another installation,
 e.g. the Debian package's /usr/bin/typhapki (run this script with /usr/bin/python3
 then, so the floor is timed on the interpreter the package uses).
+
+--callgrind also counts the instructions of one run of each under valgrind's callgrind:
+the same ratios, unmoved by other processes on the machine (time also goes to the
+kernel, page faults and caches, which instructions do not show: the targets are on CPU
+time; the counts say whether a change made the work smaller).
 """
 
 from __future__ import annotations
@@ -65,10 +70,25 @@ def timings_ms(cmd: list[str], runs: int, cpu: list[float] | None = None) -> lis
     return times
 
 
+def instructions(cmd: list[str]) -> int:
+    """User-space instructions of one run of `cmd` (valgrind --tool=callgrind)."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+        capture_output=True, text=True, env=ENV,
+    )  # fmt: skip
+    for line in proc.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise SystemExit(f"callgrind counted nothing for {' '.join(cmd)}: {proc.stderr[-500:]!r}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--typhapki", help="The typhapki command to time (default: this venv's).")
+    parser.add_argument(
+        "--callgrind", action="store_true", help="Also count instructions (needs valgrind)."
+    )
     args = parser.parse_args()
     if args.typhapki:
         COMMAND.append(args.typhapki)
@@ -101,6 +121,10 @@ def main() -> int:
             results["check"] += timings_ms(check, 1, cpu["check"])
             baseline["floor"] += timings_ms(floor, 1, cpu["floor"])
             baseline["pipeline"] += timings_ms(pipeline, 1, cpu["pipeline"])
+        counted = {}
+        if args.callgrind:
+            counted = {"floor": instructions(floor), "facts": instructions(facts)}
+            counted["check"] = instructions(check)
         with_hiera = None
         if SAMPLE.is_dir():
             hiera = [*facts, "--hiera", str(SAMPLE), "--cluster", "staging-eqiad"]
@@ -145,6 +169,12 @@ def main() -> int:
         f"openssl pipeline / typhapki check: {speedup:4.2f}x CPU ({wall:4.2f}x wall): "
         f"{'PASS' if passed else 'FAIL'} (>= {PIPELINE_SPEEDUP}x)"
     )
+    for name in ("facts", "check") if counted else ():
+        print(
+            f"typhapki {name:5} / floor in instructions (callgrind): "
+            f"{counted[name] / 1e6:6.1f}M / {counted['floor'] / 1e6:6.1f}M = "
+            f"{counted[name] / counted['floor']:4.2f}x"
+        )
     if with_hiera is not None:
         print(
             f"typhapki facts --hiera hiera_sample, {args.runs} runs: "

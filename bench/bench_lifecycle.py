@@ -23,7 +23,6 @@ Pure simulation: no certificate is made, the clock is arithmetic; it runs in sec
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import heapq
 import math
 import random
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from typhapki.pki.settings import PkiSettings, RoleName, describe_duration
+from typhapki.record import replace
 
 RUN_INTERVAL = 1800  # Puppet's runinterval, seconds
 START = datetime(2026, 1, 5, tzinfo=UTC)
@@ -79,7 +79,7 @@ def simulate(fleet: Fleet, spread: bool, bootstrap: bool) -> Figures:
     end = fleet.days * 86400
     names = [f"kube{i:05d}.eqiad.wmnet" for i in range(fleet.nodes)]
     offsets = [rng.uniform(0, RUN_INTERVAL) for _ in names]
-    settings = [dataclasses.replace(base, node_name=n if spread else None) for n in names]
+    settings = [replace(base, node_name=n if spread else None) for n in names]
     # (when the node's next run renews it, node, role, the leaf's not-after)
     events: list[tuple[float, int, RoleName, float]] = []
 

@@ -18,7 +18,23 @@
   and every `kubectl patch ... --patch-file F` is applied with `kubectl patch --local`
   to a realistic calico-typha Deployment / calico-node DaemonSet
   (tests/kubernetes/objects/): the env must land in the right container.
-- ```yaml / ```json blocks must parse; Markdown links must resolve inside the repository.
+- A block marked `<!-- docs-test: against: SERVER -->` needs a server, and runs for real
+  against one the test suite already starts (tests/support/docservers.py builds each
+  document's world around it): `puppetdb` (the session's PuppetDB behind the shared
+  puppetserver), `kubeapi` (tests/support/kubeapi.py), `cfssl` (Debian's `cfssl serve`
+  over TLS, with docs/issuance.md's own configuration), `cfssl-pair` (two of them: the
+  old CA's and the new one's), `pkifront` (tests/support/pkifront.py's Apache before
+  that cfssl). Before the sandbox rewrite, each documented server URL
+  is replaced by the test server's (`Endpoint.replace`, e.g. https://pki.example.org:8888
+  -> https://127.0.0.1:PORT); the files the document assumes (auth keys, CAs, a
+  kubeconfig, puppet.conf) are placed at their documented paths inside the sandbox, and
+  the environment may add what the page calls "the system's" (`Endpoint.env`:
+  SSL_CERT_FILE, TYPHAPKI_PUPPET_CONF). Nothing else of the block changes. Each such
+  block must match exactly one entry of OUTCOMES below: its exit code, text its output
+  must hold, and a check of what it left (files, the server's record); every
+  `typhapki SUBCOMMAND --option` in it must exist, as for a plain block. Blocks against
+  a JVM or Apache (`puppetdb`, `pkifront`) are `once` (tests/conftest.py); a block
+  replaying earlier ones skips those in the leg that skips them.
 """
 
 from __future__ import annotations
@@ -31,15 +47,20 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tests.conftest import SOURCE, require
+from tests.conftest import LEG, SOURCE, require, typhapki_cmd
+from tests.support import docservers
+from tests.support.cfssl import CfsslServer, start_cfssl
 from tests.support.dns import Dnsmasq, start_dnsmasq
 from tests.support.docblocks import (
     ROOT,
@@ -47,6 +68,7 @@ from tests.support.docblocks import (
     TESTED_LANGS,
     Block,
     all_blocks,
+    blocks,
     check_typhapki_call,
     documents,
     links,
@@ -75,6 +97,8 @@ _COPY_IGNORE = shutil.ignore_patterns(
 )  # fmt: skip
 
 BLOCKS = [b for b in all_blocks() if b.lang in TESTED_LANGS]
+# `against` servers that are a JVM or Apache: their blocks run in one CI leg (`once`).
+HEAVY = frozenset({"puppetdb", "pkifront"})
 
 
 @dataclass
@@ -89,11 +113,14 @@ class Sandbox:
     def cwd(self) -> Path:
         return self.root / "work" / "typhapki"
 
-    def rewrite(self, text: str) -> str:
+    def rewrite(self, text: str, endpoint: docservers.Endpoint | None = None) -> str:
         text = text.replace(DOCS_NAMESERVER, self.dns.arg)
+        for documented, actual in (endpoint.replace if endpoint else {}).items():
+            assert documented in text, f"the block does not name {documented}"
+            text = text.replace(documented, actual)
         return SANDBOXED.sub(lambda m: f"{self.root}{m.group(0)}", text)
 
-    def env(self) -> dict[str, str]:
+    def env(self, endpoint: docservers.Endpoint | None = None) -> dict[str, str]:
         config = self.root / "etc" / "typhapki" / "typhapki.yaml"
         keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TERM", "CI")}
         return {
@@ -107,6 +134,7 @@ class Sandbox:
             "TYPHAPKI_CONFIG": str(config) if config.exists() else "",
             "TYPHAPKI_STATE_DIR": str(self.root / "var" / "lib" / "typhapki-state"),
             "KUBECONFIG": str(self.root / "home" / ".kube" / "config"),
+            **(endpoint.env if endpoint else {}),
         }
 
 
@@ -117,6 +145,7 @@ class Docs:
     base: Path
     dns: Dnsmasq
     sandboxes: dict[Path, Sandbox] = field(default_factory=dict)
+    endpoints: dict[tuple[Path, str], docservers.Endpoint] = field(default_factory=dict)
 
     def sandbox(self, doc: Path) -> Sandbox:
         if doc not in self.sandboxes:
@@ -163,20 +192,25 @@ def _git_checkout(path: Path) -> None:
 def docs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docs]:
     base = tmp_path_factory.mktemp("docs")
     dns = start_dnsmasq(base / "dnsmasq", hosts_file=ROOT / "hiera_sample" / "dns" / "hosts")
-    yield Docs(base, dns)
+    state = Docs(base, dns)
+    yield state
+    for endpoint in state.endpoints.values():
+        endpoint.close()
     dns.stop()
 
 
-def _run_shell(sandbox: Sandbox, block: Block) -> subprocess.CompletedProcess[str]:
+def _run_shell(
+    sandbox: Sandbox, block: Block, endpoint: docservers.Endpoint | None = None
+) -> subprocess.CompletedProcess[str]:
     script = sandbox.root / "tmp" / f"block-{block.line}.sh"
-    script.write_text(sandbox.rewrite(block.text))
+    script.write_text(sandbox.rewrite(block.text, endpoint))
     out, err = script.with_suffix(".out"), script.with_suffix(".err")
     # Files, not pipes: a background job (`dnsmasq ... &`) must not hold the test open.
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
             ["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", str(script)],
             cwd=sandbox.cwd,
-            env=sandbox.env(),
+            env=sandbox.env(endpoint),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -329,20 +363,226 @@ def _puppet_apply(docs: Docs, sandbox: Sandbox, block: Block) -> list[str]:
     return problems
 
 
+# --- blocks against the tests' servers --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docs_cfssl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CfsslServer]:
+    """docs/issuance.md's PKI: `cfssl serve` over TLS with the page's own configuration."""
+    from tests.support.multirootca import restricted_config
+
+    require("cfssl", "openssl")
+    server = start_cfssl(
+        tmp_path_factory.mktemp("docs-cfssl"), tls=True, config=restricted_config()
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def docs_cfssl_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[docservers.CfsslPair]:
+    """docs/rotation.md's two signers over TLS: the old CA's cfssl and the new CA's."""
+    require("cfssl", "openssl")
+    old = start_cfssl(tmp_path_factory.mktemp("docs-cfssl-old"), tls=True)
+    new = start_cfssl(tmp_path_factory.mktemp("docs-cfssl-new"), tls=True)
+    yield docservers.CfsslPair(old, new)
+    old.stop()
+    new.stop()
+
+
+def _endpoint(
+    docs: Docs, sandbox: Sandbox, block: Block, request: pytest.FixtureRequest
+) -> docservers.Endpoint:
+    """The block's server and its document's world, made once per document."""
+    assert block.against is not None
+    key = (block.doc, block.against)
+    if key not in docs.endpoints:
+        root = sandbox.root
+        if block.against == "cfssl":
+            made = docservers.cfssl_world(root, request.getfixturevalue("docs_cfssl"))
+        elif block.against == "cfssl-pair":
+            pair = request.getfixturevalue("docs_cfssl_pair")
+            made = docservers.rotation_world(root, pair, typhapki_cmd())
+        elif block.against == "kubeapi":
+            from typhapki.commands.restart_typha import default_node
+
+            made = docservers.kubeapi_world(root, docs.base / "kubeapi", default_node())
+        elif block.against == "pkifront":
+            scratch = docs.base / "pkifront"
+            made = docservers.pkifront_world(root, scratch, request.getfixturevalue("docs_cfssl"))
+        elif block.against == "puppetdb":
+            server = request.getfixturevalue("puppetserver")
+            made = docservers.puppetdb_world(root, server, typhapki_cmd())
+        else:
+            raise AssertionError(f"{block.id}: no server called {block.against!r}")
+        docs.endpoints[key] = made
+    return docs.endpoints[key]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one `against` block must do; found by its document and a text of the block."""
+
+    doc: str
+    contains: str
+    exit: int | tuple[int, ...]  # the exit code, or the codes that may each be right
+    prints: tuple[str, ...]  # each must be in stdout or stderr
+    after: Callable[[Sandbox, Any], None] | None = None  # (sandbox, the server)
+
+
+def _issued_by(cert: Path, ca: Path) -> bool:
+    from typhapki.pki.pem import load_certs
+
+    return load_certs(cert, "leaf")[0].issuer == load_certs(ca, "CA")[0].subject
+
+
+def _felix_from_cfssl(sandbox: Sandbox, cfssl: CfsslServer) -> None:
+    out = sandbox.root / "srv" / "calico-typha-pki"
+    assert _issued_by(out / "calico-node-certs" / "calico-node.crt", cfssl.ca_cert)
+
+
+def _both_from_cfssl(sandbox: Sandbox, cfssl: CfsslServer) -> None:
+    out = sandbox.root / "srv" / "calico-typha-pki"
+    _felix_from_cfssl(sandbox, cfssl)
+    assert _issued_by(out / "calico-typha-certs" / "typha.crt", cfssl.ca_cert)
+
+
+def _stage_two(sandbox: Sandbox, pair: docservers.CfsslPair) -> None:
+    from typhapki.pki.pem import load_certs
+    from typhapki.pki.verify import fingerprint
+
+    out = sandbox.root / "srv" / "calico-typha-pki"
+    for leaf in ("calico-node-certs/calico-node.crt", "calico-typha-certs/typha.crt"):
+        assert _issued_by(out / leaf, pair.new.ca_cert), f"{leaf} not from the new CA"
+    bundle = {fingerprint(c) for c in load_certs(out / "calico-typha-ca" / "typhaca.crt", "CA")}
+    cas = {fingerprint(load_certs(ca, "CA")[0]) for ca in (pair.old.ca_cert, pair.new.ca_cert)}
+    assert bundle == cas, "the bundle must hold the new CA and the old one (--trust)"
+
+
+def _through_the_front(sandbox: Sandbox, upstream: CfsslServer) -> None:
+    """The front let the node's agent certificate in: cfssl behind it was asked."""
+    _felix_from_cfssl(sandbox, upstream)
+    assert '"POST /api/v1/cfssl/info" 200' in (upstream.directory / "cfssl.log").read_text()
+
+
+def _evicted(sandbox: Sandbox, api: Any) -> None:
+    from typhapki.commands.restart_typha import default_node
+
+    assert not (sandbox.root / "var" / "lib" / "typhapki" / ".restart-typha").exists()
+    mine = {p.name for p in api.cluster.pods.values() if p.node == default_node()}
+    assert [(pod, 201) for pod in sorted(mine)] == api.cluster.evictions
+
+
+OUTCOMES = [
+    Outcome("docs/issuance.md", "--cfssl-auth-key /etc/typhapki/cfssl-felix.key", 0,
+            ("felix: issued", "now trusts CA"), _felix_from_cfssl),
+    Outcome("docs/issuance.md", "--cfssl-auth-key-typha", 0,
+            ("typha: issued",), _both_from_cfssl),
+    Outcome("docs/issuance.md", "--cfssl-client-cert puppet", 0, ("felix set valid and fresh",),
+            _through_the_front),
+    Outcome("docs/rotation.md", "pki-2036.example.org", 0,
+            ("typha: reissued", "felix: reissued", "not by the current CA"), _stage_two),
+    Outcome("docs/kubernetes.md", "typhapki restart-typha", 0,
+            ("evicted", ".restart-typha removed"), _evicted),
+    # The whole fleet: the session's PuppetDB also holds other tests' clusters
+    # (tests/fleet/), which need action: exit 1 then, staging-eqiad healthy all the same.
+    Outcome("docs/fleet.md",
+            "typhapki fleet --puppetdb https://puppetdb.example.org:8081 --puppetdb-cert puppet\n",
+            (0, 1), ("cluster staging-eqiad: 3 members, healthy",)),
+    Outcome("docs/fleet.md", "--cluster staging-eqiad --json", 0,
+            ('"healthy": true', '"members": 3')),
+    Outcome("docs/fleet.md", "typhapki fleet ready", 0,
+            ("cluster staging-eqiad: all 3 members reached reissue",)),
+    Outcome("docs/fleet.md", "typhapki fleet gate", 0,
+            ("cluster staging-eqiad: ", "all 3 members reached trust-new")),
+]  # fmt: skip
+
+
+def _outcome(block: Block) -> Outcome:
+    found = [o for o in OUTCOMES if Path(o.doc) == block.doc and o.contains in block.text]
+    assert len(found) == 1, f"{block.id}: {len(found)} OUTCOMES entries match this block"
+    return found[0]
+
+
+def _judge(
+    sandbox: Sandbox,
+    block: Block,
+    endpoint: docservers.Endpoint | None,
+    result: subprocess.CompletedProcess[str],
+) -> None:
+    outcome = _outcome(block)
+    shown = (
+        f"{block.id}: exit {result.returncode}\n--- stdout\n{result.stdout}"
+        f"\n--- stderr\n{result.stderr}"
+    )
+    exits = outcome.exit if isinstance(outcome.exit, tuple) else (outcome.exit,)
+    assert result.returncode in exits, shown
+    assert "Traceback" not in result.stderr, shown
+    for needle in outcome.prints:
+        assert needle in result.stdout + result.stderr, f"{needle!r} not printed\n{shown}"
+    if outcome.after is not None:
+        assert endpoint is not None
+        outcome.after(sandbox, endpoint.server)
+
+
+AGAINST = [b for b in BLOCKS if b.against is not None]
+
+
+def test_every_against_block_has_one_outcome() -> None:
+    """A block marked `against` names a server this module starts and one OUTCOMES entry;
+    every entry is used (a block rewritten out of its entry would go unjudged)."""
+    servers = {"cfssl", "cfssl-pair", "kubeapi", "pkifront", "puppetdb"}
+    assert {b.against for b in AGAINST} <= servers
+    used = [_outcome(b) for b in AGAINST]
+    assert sorted(map(id, used)) == sorted(map(id, OUTCOMES))
+
+
+@given(server=st.from_regex(r"[a-z][a-z-]{0,15}", fullmatch=True))
+def test_a_mark_says_how_its_block_is_tested(server: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = Path(tmp) / "x.md"
+        doc.write_text(
+            f"<!-- docs-test: against: {server} -->\n\n```sh\ntrue\n```\n"
+            f"<!-- docs-test: not-run: {server} is away -->\n```sh\nfalse\n```\n```sh\n:\n```\n"
+        )
+        against, not_run, plain = blocks(doc)
+    assert (against.against, against.not_run) == (server, None)
+    assert (not_run.against, not_run.not_run) == (None, f"{server} is away")
+    assert (plain.against, plain.not_run) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "mark", ["against:", "against: cfssl pair", "against: PuppetDB", "run-against: cfssl"]
+)
+def test_a_malformed_mark_is_refused(tmp_path: Path, mark: str) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text(f"<!-- docs-test: {mark} -->\n```sh\ntrue\n```\n")
+    with pytest.raises(ValueError, match="docs-test"):
+        blocks(doc)
+
+
 # --- the tests -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
-def test_block(docs: Docs, block: Block) -> None:
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=[pytest.mark.once] if b.against in HEAVY else []) for b in BLOCKS],
+    ids=[b.id for b in BLOCKS],
+)
+def test_block(docs: Docs, block: Block, request: pytest.FixtureRequest) -> None:
     sandbox = docs.sandbox(block.doc)
     earlier = [b for b in BLOCKS if b.doc == block.doc and b.line < block.line]
     for b in earlier:  # run alone (-k), a block still finds what earlier blocks made
+        if b.against in HEAVY and LEG == "newest":
+            continue  # skipped in this leg (`once`): its server is not started here
         if b.line not in sandbox.done:
-            _execute(docs, sandbox, b, quiet=True)
-    _execute(docs, sandbox, block, quiet=False)
+            _execute(docs, sandbox, b, quiet=True, request=request)
+    _execute(docs, sandbox, block, quiet=False, request=request)
 
 
-def _execute(docs: Docs, sandbox: Sandbox, block: Block, quiet: bool) -> None:
+def _execute(
+    docs: Docs, sandbox: Sandbox, block: Block, quiet: bool, request: pytest.FixtureRequest
+) -> None:
     sandbox.done.add(block.line)
     where = f"{block.id}"
     if block.lang == "json":
@@ -364,7 +604,16 @@ def _execute(docs: Docs, sandbox: Sandbox, block: Block, quiet: bool) -> None:
             if not quiet:
                 _patch_locally(sandbox, block.text)
             return
-        result = _run_shell(sandbox, block)
+        endpoint = None
+        if block.against is not None:
+            endpoint = _endpoint(docs, sandbox, block, request)
+        result = _run_shell(sandbox, block, endpoint)
+        if block.against is not None:
+            if not quiet:
+                _judge(sandbox, block, endpoint, result)
+                problems = [p for c in typhapki_invocations(text) for p in check_typhapki_call(c)]
+                assert not problems, f"{where}: {problems}"
+            return
         assert quiet or result.returncode == 0, (
             f"{where}: exit {result.returncode}\n--- stdout\n{result.stdout}"
             f"\n--- stderr\n{result.stderr}"

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -24,6 +25,25 @@ from typhapki import entry
 
 # The libraries only typer's path (and --hiera, ferm, DNS) may pull in.
 HEAVY = frozenset({"typer", "click", "rich", "jinja2", "dns"})
+# Modules the routine commands must not add to what `import cryptography.x509` loads
+# (the floor of bench/bench_facts_check.py): each cost start-up time, none is needed.
+# dataclasses (with inspect, ast, dis): typhapki/record.py; the serialization package
+# (its SSH support imports dataclasses and the ciphers): typhapki/pki/x509compat.py;
+# idna: the FQDN is asked with bytes (typhapki/settings/pki.py); the others are
+# imported where files are written.
+SLOW = frozenset(
+    {
+        "dataclasses",
+        "inspect",
+        "typing",
+        "tempfile",
+        "shutil",
+        "secrets",
+        "encodings.idna",
+        "cryptography.hazmat.primitives.serialization",
+        "cryptography.hazmat.primitives.serialization.ssh",
+    }
+)
 
 
 def imported(stderr: str) -> set[str]:
@@ -34,6 +54,28 @@ def imported(stderr: str) -> set[str]:
             name = line.rsplit("|", 1)[1].strip()
             names.add(name.split(".")[0])
     return names
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Every module an importtime report lists, by its full name."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+@pytest.fixture(scope="module")
+def floor_modules() -> set[str]:
+    """What `import cryptography.x509` loads, on the library set under test."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import cryptography.x509"],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    modules = imported_modules(proc.stderr)
+    assert "cryptography.x509" in modules
+    return modules
 
 
 def _node_config(tmp_path: Path, out: Path) -> dict[str, str]:
@@ -56,7 +98,12 @@ def _node_config(tmp_path: Path, out: Path) -> dict[str, str]:
     ],
 )
 def test_the_routine_commands_import_no_typer(
-    issued: Path, ca_dir: Path, tmp_path: Path, argv: list[str], with_config: bool
+    issued: Path,
+    ca_dir: Path,
+    tmp_path: Path,
+    argv: list[str],
+    with_config: bool,
+    floor_modules: set[str],
 ) -> None:
     args = [a.format(ca=ca_dir) for a in argv]
     env = {"PYTHONPROFILEIMPORTTIME": "1"}
@@ -69,6 +116,9 @@ def test_the_routine_commands_import_no_typer(
     seen = imported(result.stderr)
     assert "cryptography" in seen  # the report is read: the work's own imports are there
     assert seen & HEAVY == set()
+    added = imported_modules(result.stderr) - floor_modules
+    assert "typhapki.record" in added  # typhapki's own modules count
+    assert added & SLOW == set()
 
 
 def test_anything_else_goes_to_typer(issued: Path) -> None:

@@ -15,10 +15,10 @@ typer nor click is imported.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from typhapki import __version__
+from typhapki.record import record
 from typhapki.settings import options
 
 
@@ -61,7 +61,7 @@ EXIT_STATUS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Opt:
     """One option of a command, as the man page and completion show it."""
 
@@ -73,7 +73,7 @@ class Opt:
     path: bool  # the value is a file or directory
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cmd:
     """One command of the table, with its options."""
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from typhapki.errors import EXIT_USAGE, TyphapkiError
 from typhapki.fastcli import CliState, fast_parse
+
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], CliState]:

@@ -19,14 +19,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from typhapki.errors import EXIT_IO, TyphapkiError
+from typhapki.record import field, record
 from typhapki.settings import options
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from typhapki.settings.pki import PkiOptions
     from typhapki.settings.signer import SignerOptions
 
@@ -36,7 +38,7 @@ _SIGNER_NAMES = tuple(o.name for o in options.group("signer"))
 _PUPPETDB_NAMES = tuple(o.name for o in options.group("puppetdb"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CliState:
     """What main() learnt before parsing: the node configuration file's error, if any,
     and where the file sets each value (per command: param name -> `FILE: KEY`)."""

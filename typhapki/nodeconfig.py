@@ -34,13 +34,16 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from typhapki.errors import ConfigError
+from typhapki.record import field, record
 from typhapki.safeio import read_regular
 from typhapki.settings import options
+
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_PATH = Path("/etc/typhapki/typhapki.yaml")
 ENV_VAR = "TYPHAPKI_CONFIG"
@@ -57,7 +60,7 @@ NO_DEFAULTS = frozenset({("ca", "init")})
 FLAG_ONLY = options.FLAG_ONLY
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeConfig:
     """The file as written: defaults for all commands, then per command."""
 

@@ -114,6 +114,7 @@ class CfsslServer:
     tls: bool = False
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    config: dict[str, Any] = field(default_factory=lambda: CFSSL_CONFIG)
 
     @property
     def url(self) -> str:
@@ -131,7 +132,7 @@ class CfsslServer:
     def start(self) -> None:
         require("cfssl")
         cfg = self.directory / "cfssl.json"
-        cfg.write_text(json.dumps(CFSSL_CONFIG))
+        cfg.write_text(json.dumps(self.config))
         # cfssl reads an EC key in SEC1 form; typhapki writes PKCS#8: convert with openssl.
         key = self.directory / "ca-key.pem"
         if not key.exists():
@@ -193,12 +194,16 @@ class CfsslServer:
 
 
 def start_cfssl(
-    directory: Path, key_type: KeyType = KeyType.ECDSA_P256, tls: bool = False
+    directory: Path,
+    key_type: KeyType = KeyType.ECDSA_P256,
+    tls: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> CfsslServer:
-    """A cfssl with a fresh CA of its own under `directory` (call .stop() when done)."""
+    """A cfssl with a fresh CA of its own under `directory` (call .stop() when done),
+    with CFSSL_CONFIG unless another configuration is given."""
     ca_dir = directory / "ca"
     init_ca(ca_dir, key_type, 3650, None, force=False)
-    server = CfsslServer(directory, ca_dir, tls)
+    server = CfsslServer(directory, ca_dir, tls, config=config or CFSSL_CONFIG)
     server.start()
     return server
 

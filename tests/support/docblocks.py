@@ -5,7 +5,9 @@ it is tested (```sh runs, ```puppet compiles, ```yaml and ```json parse). The li
 `<!-- docs-test: not-run: REASON -->` right before a fence (blank lines allowed between)
 marks a block that cannot run as it stands (it needs a live cluster, a node's real
 paths, minutes of benchmarks): it is then checked statically (`bash -n`, every
-`typhapki SUBCOMMAND --option` exists, every repository path it names exists).
+`typhapki SUBCOMMAND --option` exists, every repository path it names exists). The line
+`<!-- docs-test: against: SERVER -->` marks a block that needs a server the test suite
+runs (puppetdb, kubeapi, cfssl, ...): tests/test_docs.py runs it against that server.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Block:
     lang: str
     text: str
     not_run: str | None  # the reason, when marked not-run
+    against: str | None = None  # the server, when marked `against: SERVER`
 
     @property
     def id(self) -> str:
@@ -80,27 +83,41 @@ def blocks(doc: Path) -> list[Block]:
             j += 1
         if j == len(lines):
             raise ValueError(f"{doc}:{i + 1}: fenced block never closed")
-        found.append(Block(doc, i + 1, lang, "\n".join(body) + "\n", _marker_before(lines, i, doc)))
+        what, value = _marker_before(lines, i, doc)
+        found.append(
+            Block(
+                doc,
+                i + 1,
+                lang,
+                "\n".join(body) + "\n",
+                value if what == "not-run" else None,
+                value if what == "against" else None,
+            )
+        )
         i = j + 1
     return found
 
 
-def _marker_before(lines: list[str], fence_index: int, doc: Path) -> str | None:
+def _marker_before(lines: list[str], fence_index: int, doc: Path) -> tuple[str, str | None]:
+    """("not-run", REASON), ("against", SERVER), or ("", None) for an unmarked block."""
     k = fence_index - 1
     while k >= 0 and not lines[k].strip():
         k -= 1
     if k < 0:
-        return None
+        return "", None
     m = _MARKER.match(lines[k])
     if not m:
         if "docs-test" in lines[k]:
             raise ValueError(f"{doc}:{k + 1}: malformed docs-test marker: {lines[k].strip()}")
-        return None
+        return "", None
+    if m["what"] == "against" and m["reason"] and re.fullmatch(r"[a-z][a-z-]*", m["reason"]):
+        return "against", m["reason"]
     if m["what"] != "not-run" or not m["reason"]:
         raise ValueError(
-            f"{doc}:{k + 1}: unknown docs-test marker (use `docs-test: not-run: REASON`)"
+            f"{doc}:{k + 1}: unknown docs-test marker (use `docs-test: not-run: REASON` "
+            "or `docs-test: against: SERVER`)"
         )
-    return m["reason"]
+    return "not-run", m["reason"]
 
 
 def all_blocks() -> Iterator[Block]:

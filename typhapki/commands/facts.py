@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from typhapki.errors import EXIT_OK, UsageError
+from typhapki.record import field, record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RawFactOptions:
     """The facts command line, unparsed: a bad value must end up in the fact, not exit 2."""
 

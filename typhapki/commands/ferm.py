@@ -3,11 +3,11 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.record import record
 
 if TYPE_CHECKING:
     from typhapki.firewall.ferm import Sources
@@ -19,7 +19,7 @@ DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GateOptions:
     """The options every firewall renderer (ferm, nft) hands to `gated_rule`; None means
     "not given": hiera's typha: setting, then the default."""
@@ -43,7 +43,7 @@ class GateOptions:
     skip_mtls_proof: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FermOptions(GateOptions):
     """The gate's options, and how ferm renders the rule."""
 
@@ -51,7 +51,7 @@ class FermOptions(GateOptions):
     templates: Path | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GatedRule:
     """What passed the DNS gate: the cluster, its mode and port, the sources to allow."""
 

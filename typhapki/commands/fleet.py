@@ -13,19 +13,19 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.record import record
 
 if TYPE_CHECKING:
     from typhapki.fleet.nodes import Node
     from typhapki.fleet.puppetdb import PuppetDB
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PuppetDBOptions:
     """The `puppetdb` group of typhapki/settings/options.py."""
 

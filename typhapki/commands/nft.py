@@ -1,17 +1,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from typhapki.commands.ferm import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.errors import ConfigError
+from typhapki.record import record
 
 if TYPE_CHECKING:
     from typhapki.puppet.hiera import Cluster
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NftOptions(GateOptions):
     """The gate's options, and whether to write only the set update."""
 

@@ -26,12 +26,12 @@ import ipaddress
 import secrets
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
 from typhapki.errors import UsageError
 from typhapki.firewall.hostnames import not_a_node, parse_ip, validate_host
+from typhapki.record import field, record
 
 DEFAULT_PORT = 53
 DEFAULT_CONCURRENCY = 200
@@ -55,7 +55,7 @@ class Reason(StrEnum):
     NOT_A_NODE = "not a node address"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostFailure:
     """A cluster node that failed the DNS gate, and why."""
 
@@ -68,7 +68,7 @@ class HostFailure:
         return f"{self.host}: {self.reason.value}{detail}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GateResult:
     """Per host: its addresses (sorted, deduplicated) or why it failed."""
 
@@ -129,7 +129,7 @@ def system_nameservers() -> list[Nameserver]:
     return servers
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Answer:
     """The addresses one query returned, or its failure."""
 

@@ -28,7 +28,6 @@ import ipaddress
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from typhapki.firewall.hostnames import (
     validate_port,
     validate_source_network,
 )
+from typhapki.record import record
 
 MODES = ("strict", "relaxed")
 STYLES = ("plain", "function")
@@ -75,7 +75,7 @@ _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
 _NetworkT = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sources:
     """What the rule allows: a list of addresses/networks, or one ferm variable."""
 

@@ -27,8 +27,9 @@ through the state file, so this module imports nothing heavy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+
+from typhapki.record import record, replace
 
 ENFORCED = "enforced"
 NOT_ENFORCED = "not_enforced"
@@ -45,7 +46,7 @@ UNREACHABLE = "unreachable"  # nothing listens, or no TCP connection within the 
 INCONCLUSIVE = "inconclusive"  # TLS, but no judgement of the certificate was seen
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attempt:
     """One probe's outcome and, in words, why."""
 
@@ -53,7 +54,7 @@ class Attempt:
     detail: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Proof:
     """The probes against one Typha and their verdict (one line for the operator)."""
 
@@ -62,7 +63,7 @@ class Proof:
     line: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProofRecord:
     """What the ferm state keeps of proofs (typhapki/firewall/state.py)."""
 
@@ -87,7 +88,7 @@ class ProofRecord:
         return True if self.fresh(now) else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decision:
     """May the relaxed rule be written, what the state records, what to tell."""
 

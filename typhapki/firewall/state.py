@@ -30,15 +30,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.mtls_proof import VERDICTS, ProofRecord
+from typhapki.record import fields, record
 
 STATE_ENV = "TYPHAPKI_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
@@ -61,7 +60,7 @@ class StateMissing(StateError):
     """No state file: no `ferm` run has reached the DNS gate on this node."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FermState:
     """What `record_run` writes to ferm.json, field by field."""
 
@@ -80,7 +79,7 @@ class FermState:
     mtls_proof_skipped: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["failed_hosts"] = list(self.failed_hosts)
         return data
 
@@ -226,7 +225,7 @@ def recorded_proof(state: FermState, cluster: str) -> ProofRecord:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StateRead:
     """What a reader that must not fail (metrics) found: the state, or why there is none."""
 
@@ -289,7 +288,7 @@ def record_run(
     )
     content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
     path = directory / STATE_FILE
-    tmp = directory / f".{STATE_FILE}.{secrets.token_hex(6)}"
+    tmp = directory / f".{STATE_FILE}.{os.urandom(6).hex()}"
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)

@@ -15,14 +15,14 @@ is asked by the caller.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from typhapki.puppet.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
+from typhapki.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RotationKeys:
     """The values of one cluster that a rotation moves."""
 
@@ -30,7 +30,7 @@ class RotationKeys:
     signer: str | None  # typha.cfssl_label, else pki_intermediate_base
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Advance:
     """A cluster moved to `stage`; `requires` is the stage every member must show."""
 

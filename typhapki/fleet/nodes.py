@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from typhapki.record import record
 
 # A node's one state, in the order the table shows them; the first that applies wins.
 MISSING = "fact missing"
@@ -39,7 +40,7 @@ class BrokenFact(ValueError):
     """The fact is not what typhapki writes; the message says where."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Node:
     """What the fleet view knows of one member."""
 

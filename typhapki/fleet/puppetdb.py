@@ -16,11 +16,11 @@ import socket
 import ssl
 import time
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from typhapki.errors import PuppetDBError, UsageError
+from typhapki.record import record
 
 DEFAULT_TIMEOUT = 60.0
 MAX_ANSWER_BYTES = 512 * 1024 * 1024  # 5,000 nodes' facts are tens of MiB
@@ -28,7 +28,7 @@ _CHUNK = 8 * 1024 * 1024
 PUPPET_SHORTHAND = "puppet"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClientTls:
     """The client certificate PuppetDB requires, and the CA its own certificate is from."""
 

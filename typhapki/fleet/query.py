@@ -16,12 +16,12 @@ a malformed answer (exit 6). The fact values themselves are judged later, per no
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from typhapki.errors import PuppetDBError
 from typhapki.fleet.puppetdb import PuppetDB
 from typhapki.puppet import FACT_NAME
+from typhapki.record import record
 
 NO_CLUSTER = "(no cluster parameter)"
 
@@ -55,7 +55,7 @@ def queries(cluster: str | None) -> dict[str, list[Any]]:
     }
 
 
-@dataclass
+@record
 class FleetData:
     members: dict[str, str]  # certname -> cluster
     facts: dict[str, object]  # certname -> the fact's value

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from typhapki.fleet.nodes import HEALTHY, STATES, Node
+from typhapki.record import field, record
 
 READY_STAGES = ("trust-new", "reissue", "drop-old")
 FIRST_EXPIRIES = 5  # how many of a cluster's earliest expiries the table shows
@@ -28,7 +28,7 @@ def shown(text: str, limit: int = 80) -> str:
     return text[:limit].encode("unicode_escape").decode("ascii")
 
 
-@dataclass
+@record
 class ClusterSummary:
     name: str
     nodes: list[Node] = field(default_factory=list)
@@ -106,7 +106,7 @@ def render_table(clusters: list[ClusterSummary]) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Readiness:
     stage: str
     members: int

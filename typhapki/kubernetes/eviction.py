@@ -24,7 +24,6 @@ import re
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -38,6 +37,7 @@ from typhapki.pki.signers.cfssl import (
     _left,
     server_text,
 )
+from typhapki.record import record
 
 MAX_ANSWER = 4 * 1024 * 1024  # bytes: a node's Typha pods fit in a few KiB
 TYPHA_SELECTOR = "k8s-app=calico-typha"
@@ -59,7 +59,7 @@ def valid_node(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TyphaPod:
     """One Typha pod on this node, as the API lists it."""
 

@@ -17,18 +17,18 @@ import os
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from typhapki.errors import ConfigError
+from typhapki.record import record
 from typhapki.safeio import read_regular
 
 MAX_KUBECONFIG = 1024 * 1024  # bytes: far above any real kubeconfig
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KubeAccess:
     """How to reach and authenticate to one Kubernetes API server."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -34,6 +33,7 @@ from typhapki.kubernetes.manifests import (
     has_typha_pdb,
     typha_pdb,
 )
+from typhapki.record import record
 
 KUSTOMIZATION = "kustomization.yaml"
 # kustomize looks for these names in a directory, in this order.
@@ -52,7 +52,7 @@ _MERGE_KEYS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     """One Calico object found in the manifests: what a patch must name to match it."""
 

@@ -25,7 +25,6 @@ import base64
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -39,6 +38,7 @@ from typhapki.pki.pem import parse_certs, read_file
 from typhapki.pki.profiles import key_type_of
 from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
+from typhapki.record import record
 
 
 class ManifestFormat(StrEnum):
@@ -101,7 +101,7 @@ DEFAULT_TYPHA_GID = 10001
 _MAX_ID = 4294967294  # what the kernel allows as a uid/gid (-1 means "unchanged")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TyphaPod:
     """Where Typha runs and as whom: the part of the wiring that is not TLS."""
 
@@ -172,7 +172,7 @@ def validate_namespace(namespace: str) -> str:
     return namespace
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SetFiles:
     """The bytes of a verified set, and the identity each leaf carries."""
 
@@ -498,7 +498,7 @@ def has_typha_pdb(documents: Sequence[Any]) -> bool:
     return False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WiringPatch:
     """A strategic-merge patch for one workload, and the command that applies it."""
 

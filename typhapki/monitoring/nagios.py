@@ -15,7 +15,6 @@ and `--critical` (time left) replace them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum
 
@@ -25,6 +24,7 @@ from typhapki.monitoring.status import NodeStatus
 from typhapki.pki.settings import parse_duration
 from typhapki.pki.verify import Problem, renewal_due_at
 from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.record import record
 
 RENEWAL_DUE = "due for renewal"  # verify.validity_problem's wording
 
@@ -42,7 +42,7 @@ class NagiosState(IntEnum):
     UNKNOWN = 3
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NagiosResult:
     """One monitoring-plugins result: state, status line, perfdata and details."""
 
@@ -62,7 +62,7 @@ def unknown(reason: str) -> NagiosResult:
     return NagiosResult(NagiosState.UNKNOWN, reason, [], [])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Thresholds:
     """Time left under which a certificate is WARNING / CRITICAL; None: relative to
     the certificate's own lifetime and renewal moment."""
@@ -90,7 +90,7 @@ class Thresholds:
         return Limits(warn, crit)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limits:
     """One certificate's thresholds, as time left."""
 

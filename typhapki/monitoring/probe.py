@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import socket
 import ssl
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import Identity, RoleName
 from typhapki.pki.verify import fingerprint, snapshot_paths
 from typhapki.pki.x509compat import valid_until
+from typhapki.record import record
 from typhapki.safeio import read_regular
 
 DEFAULT_ADDRESS = "127.0.0.1:5473"
@@ -42,7 +42,7 @@ SETTLE_SECONDS = 1.0
 PARTIAL_CHAIN = ssl.VERIFY_X509_PARTIAL_CHAIN
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CertSummary:
     """A certificate as the probe reports it: fingerprint and notAfter."""
 
@@ -60,7 +60,7 @@ class CertSummary:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeResult:
     """What a handshake with the local Typha as this node's Felix found."""
 

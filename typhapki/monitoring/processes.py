@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +23,7 @@ from typhapki.pki.restarts import READERS
 from typhapki.pki.restarts import Component as Reader
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, generation_published_at, previous_generation
+from typhapki.record import record
 from typhapki.safeio import read_regular
 
 
@@ -37,7 +37,7 @@ PROCESS_NAMES = {Component.TYPHA: "calico-typha", Component.FELIX: "calico-node"
 COMPONENT_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Process:
     """A process found in /proc, with its start time."""
 
@@ -48,7 +48,7 @@ class Process:
     started_second: int  # Unix time from the kernel's integer boot time: stable across reads
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RestartStatus:
     """One component on this node: running or not, and whether it uses the live files."""
 
@@ -116,11 +116,14 @@ def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Pro
         base = f"{proc}/{entry}"
         comm = (_read(f"{base}/comm") or b"").decode("utf-8", "replace").strip()
         raw_argv = _read(f"{base}/cmdline") or b""
-        argv = tuple(a.decode("utf-8", "replace") for a in raw_argv.split(b"\0") if a)
-        arg0 = os.path.basename(argv[0]) if argv else ""
+        # Most processes are not wanted: decode argv[0] alone before all of argv (a node
+        # runs hundreds of processes, and every Puppet run reads them all).
+        first = next((a for a in raw_argv.split(b"\0") if a), b"")
+        arg0 = os.path.basename(first.decode("utf-8", "replace"))
         name = comm if comm in wanted else arg0 if arg0 in wanted else None
         if name is None:
             continue
+        argv = tuple(a.decode("utf-8", "replace") for a in raw_argv.split(b"\0") if a)
         stat = _read(f"{base}/stat")
         if stat is None:
             continue

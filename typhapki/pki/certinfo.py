@@ -12,7 +12,7 @@ from cryptography import x509
 
 from typhapki.pki.profiles import key_type_of
 from typhapki.pki.verify import eku_names, fingerprint, is_ca, subject_cn, uri_sans
-from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.pki.x509compat import public_key, valid_from, valid_until
 
 
 def _iso(when: datetime) -> str:
@@ -27,7 +27,7 @@ def describe(cert: x509.Certificate, now: datetime) -> dict[str, Any]:
         ips = [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
     except x509.ExtensionNotFound:
         dns, ips = [], []
-    key_type = key_type_of(cert.public_key())
+    key_type = key_type_of(public_key(cert))
     left = (valid_until(cert) - now).total_seconds() / 86400
     return {
         "subject": cert.subject.rfc4514_string(),
@@ -40,7 +40,7 @@ def describe(cert: x509.Certificate, now: datetime) -> dict[str, Any]:
         "issuer": cert.issuer.rfc4514_string(),
         "serial": format(cert.serial_number, "x"),
         "sha256_fingerprint": fingerprint(cert),
-        "key_type": key_type.value if key_type else type(cert.public_key()).__name__,
+        "key_type": key_type.value if key_type else type(public_key(cert)).__name__,
         "not_before": _iso(valid_from(cert)),
         "not_after": _iso(valid_until(cert)),
         "days_left": round(left, 2),

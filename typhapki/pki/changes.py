@@ -6,10 +6,10 @@ Typha reads its certificate only at start; Felix re-reads its files on every rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from typhapki.pki.settings import RoleName
+from typhapki.record import record
 
 RESTART_HINT = {
     RoleName.TYPHA: "restart Typha: it reads its certificate only at start",
@@ -18,7 +18,7 @@ RESTART_HINT = {
 BUNDLE_HINT = "restart Typha to load the new CA bundle (Felix reads it on reconnect)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Change:
     """One file `issue` changed, and why."""
 

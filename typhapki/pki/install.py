@@ -14,10 +14,8 @@ content, same files: a second run changes nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,12 +40,13 @@ from typhapki.pki.verify import (
     snapshot_paths,
     trusts_line,
 )
+from typhapki.record import record, replace
 from typhapki.safeio import read_regular
 
 STAGING_DIR = ".typhapki-staging"  # inside OUT, 0700; never mounted into a pod
 
 
-@dataclass
+@record
 class Candidate:
     """A bundle or role pair about to be installed, as bytes in their published form."""
 
@@ -92,7 +91,7 @@ def _judge_pair(
     better than what it was given) but said so: the sender must renew it.
     """
     # Judged without the renewal window: only expiry and not-yet-valid refuse here.
-    lenient = dataclasses.replace(settings, renew_before=timedelta(0), node_name=None)
+    lenient = replace(settings, renew_before=timedelta(0), node_name=None)
     state = RoleState(role, cert_source, key_source, chain, key)
     judge_role(state, lenient, bundle, None, now)
     if state.problems:
@@ -191,7 +190,7 @@ def _publish(paths: SetPaths, candidates: Sequence[Candidate]) -> list[Change]:
     return changes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Shipped:
     """A shipped set, read and judged: what `install --from` would publish."""
 

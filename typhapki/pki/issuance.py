@@ -8,9 +8,7 @@ Felix picks up on reconnect). `ensure_set` is the same for a signer and settings
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,10 +46,13 @@ from typhapki.pki.verify import (
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.record import record
 
 
 def default_ca_cn(now: datetime) -> str:
     # Distinct names keep two CAs in one bundle apart for humans during a rotation.
+    import secrets
+
     return f"typhapki-ca-{now:%Y%m%d}-{secrets.token_hex(2)}"
 
 
@@ -230,7 +231,7 @@ def verify_issued(
     return leaf
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Signed:
     """A role's new pair, signed and verified before the lock is taken."""
 

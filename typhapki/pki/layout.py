@@ -6,10 +6,10 @@ hostPath at the path the guide uses (docs/kubernetes.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from typhapki.pki.settings import RoleName
+from typhapki.record import record
 
 CA_CERT_FILE = "typhaca.crt"
 CA_KEY_FILE = "typhaca.key"
@@ -19,7 +19,7 @@ BUNDLE_FILE = "typhaca.crt"
 LOCK_FILE = ".typhapki.lock"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RoleLayout:
     """Where a role's certificate and key live in the output directory."""
 
@@ -37,7 +37,7 @@ ROLES: dict[RoleName, RoleLayout] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SetPaths:
     """The paths of a managed set under an output directory."""
 
@@ -65,7 +65,7 @@ class SetPaths:
         return self.role_dir(role) / ROLES[role].key_file
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CaPaths:
     """The files of a CA directory."""
 

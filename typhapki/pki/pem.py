@@ -16,12 +16,12 @@ import warnings
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from typhapki.errors import ConfigError, TyphapkiError
 from typhapki.pki.profiles import PrivateKey
-from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.pki.x509compat import load_pem_private_key, public_key, valid_from, valid_until
 from typhapki.safeio import UnreadableFileError, read_regular
 
 PEM_CERT_BEGIN = b"-----BEGIN CERTIFICATE-----"
@@ -61,7 +61,7 @@ def touch_everything(cert: x509.Certificate) -> None:
     if cert.serial_number <= 0:  # Go refuses these since 1.23, cryptography will too
         raise ValueError("serial number is not positive")
     _ = valid_from(cert), valid_until(cert)
-    cert.public_key()
+    public_key(cert)
     cert.fingerprint(hashes.SHA256())
 
 
@@ -105,7 +105,7 @@ def parse_certs(data: bytes, source: str) -> list[x509.Certificate]:
 
 def parse_key(data: bytes, source: str) -> PrivateKey:
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        key = load_pem_private_key(data)
     except TypeError:
         raise ConfigError(
             f"{source}: private key is encrypted; typhapki needs it unencrypted"

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography import x509
 
@@ -24,7 +22,9 @@ from typhapki.pki.settings import PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import CurrentCa, Signer
 from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerprint
 from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.record import field, record
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.pki.install import Shipped
 
@@ -42,7 +42,7 @@ def wanted_bundle(
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Desired:
     """The set as it must be. `signer` None: judged only by the bundle on disk
     (`check --out` alone: nothing could issue, so nothing is compared)."""
@@ -74,7 +74,7 @@ class Desired:
         return check_set(self.paths, self.settings, self.roles, now, self.bundle, signing)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Step:
     """One change `issue` would make, and why."""
 
@@ -91,7 +91,7 @@ class Step:
         return f"{self.path}: {self.reason}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """What `issue` would do (steps), or why it must not (refusals, exit 3)."""
 

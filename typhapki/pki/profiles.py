@@ -7,17 +7,22 @@ crypto/tls checks in Typha (clientAuth on Felix's leaf) and Felix (serverAuth on
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from typhapki.pki.settings import Identity, KeyType, RoleName
-from typhapki.pki.x509compat import valid_from
+from typhapki.pki.x509compat import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+    valid_from,
+)
+from typhapki.record import record
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -57,6 +62,8 @@ def key_type_of(key: PrivateKey | PublicKey | object) -> KeyType | None:
 
 def random_serial() -> int:
     """Positive, 159 bits of entropy: fits in 20 octets with the sign bit clear."""
+    import secrets
+
     return secrets.randbits(159) | 1 << 64
 
 
@@ -105,7 +112,7 @@ def build_ca(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Issuer:
     """A CA that signs leaves: its certificate and private key."""
 
@@ -175,15 +182,15 @@ def build_leaf(
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return cert.public_bytes(Encoding.PEM)
 
 
 def key_pem(key: PrivateKey) -> bytes:
     """PKCS#8, unencrypted: Typha and Felix read the key file without a passphrase."""
     return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        Encoding.PEM,
+        PrivateFormat.PKCS8,
+        NoEncryption(),
     )
 
 
@@ -196,7 +203,7 @@ def public_key_der(key: PrivateKey | PublicKey | object) -> bytes:
     if to_bytes is None:
         return b""
     try:
-        der = to_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        der = to_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     except (ValueError, TypeError):
         return b""
     return der if isinstance(der, bytes) else b""

@@ -28,7 +28,6 @@ anything is written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
@@ -42,6 +41,7 @@ from typhapki.pki.pem import load_certs, parse_certs, read_file
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport, check_set, find_issuer, fingerprint, is_ca
 from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.record import record
 
 if TYPE_CHECKING:
     from typhapki.pki.changes import Change
@@ -85,7 +85,7 @@ PREREQUISITE = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RotationCas:
     """The CA being rotated out and the one rotated in (certificates only)."""
 
@@ -121,7 +121,7 @@ def load_rotation_cas(old_dir: Path, new_dir: Path) -> RotationCas:
     return RotationCas(old, new)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Observation:
     """What a node's set says about the rotation."""
 
@@ -250,7 +250,7 @@ def refusal(current: Observation, target: Stage, allow_rollback: bool) -> str | 
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RotationResult:
     """What one `rotate-ca` stage did."""
 

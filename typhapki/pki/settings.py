@@ -7,15 +7,14 @@ rules (CN length, URI syntax, key modes) live in one place.
 from __future__ import annotations
 
 import grp
-import hashlib
 import pwd
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
 from typhapki.errors import UsageError
+from typhapki.record import field, record
 
 DEFAULT_TYPHA_CN = "calico-typha"
 DEFAULT_FELIX_CN = "calico-node"
@@ -110,7 +109,7 @@ def validate_uri_san(uri: str, what: str) -> str:
     return uri
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Identity:
     """What the other side checks: TYPHA_CLIENTCN/URISAN or FELIX_TYPHACN/URISAN."""
 
@@ -193,7 +192,7 @@ def parse_key_mode(value: str | int) -> int:
     return mode
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KeyFileOwnership:
     """Owner, group and mode of a private key file."""
 
@@ -202,7 +201,7 @@ class KeyFileOwnership:
     mode: int = 0o600
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PkiSettings:
     """Everything `issue` and `check` need to know about the wanted set."""
 
@@ -258,7 +257,13 @@ class PkiSettings:
 
 def renewal_spread(node_name: str) -> float:
     """A node's fixed place in [0, 1), from a hash of its name (case-insensitive, as DNS)."""
-    digest = hashlib.sha256(node_name.strip().rstrip(".").lower().encode()).digest()
+    # cryptography's SHA-256, not hashlib's: cryptography is loaded anyway, hashlib would
+    # add its own OpenSSL binding to every start (bench/bench_facts_check.py).
+    from cryptography.hazmat.primitives import hashes
+
+    sha256 = hashes.Hash(hashes.SHA256())
+    sha256.update(node_name.strip().rstrip(".").lower().encode())
+    digest = sha256.finalize()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 

@@ -26,16 +26,14 @@ import errno
 import fcntl
 import os
 import re
-import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from typhapki.errors import RefusedError, StoreError
+from typhapki.record import record
 
 DATA_LINK = "..data"
 PREVIOUS_LINK = "..previous"
@@ -45,7 +43,7 @@ DIR_MODE = 0o755
 _GENERATION_NAME = re.compile(r"\.\.(\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d{6})(?:_\d+)?")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileSpec:
     """One file of a generation: its bytes and who may read them."""
 
@@ -83,6 +81,11 @@ def _write_file(path: Path, spec: FileSpec, durable: bool = True) -> None:
         os.close(fd)
 
 
+def _token() -> str:
+    """A unique part for a temporary name (what secrets.token_hex(6) returns)."""
+    return os.urandom(6).hex()
+
+
 def _replace_symlink(directory: Path, name: str, target: str) -> None:
     """Point directory/name at target in one atomic rename."""
     link = directory / name
@@ -91,7 +94,7 @@ def _replace_symlink(directory: Path, name: str, target: str) -> None:
             return
     except OSError:
         pass
-    tmp = directory / f"{_TMP_PREFIX}link_{secrets.token_hex(6)}"
+    tmp = directory / f"{_TMP_PREFIX}link_{_token()}"
     os.symlink(target, tmp)
     try:
         os.replace(tmp, link)
@@ -130,7 +133,7 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644, durable: bo
             same = False  # larger, unreadable or not a regular file behind a link
         if same and stat.S_IMODE(os.stat(path).st_mode) == mode:
             return False
-    tmp = path.parent / f".{path.name}.{_TMP_PREFIX}{secrets.token_hex(6)}"
+    tmp = path.parent / f".{path.name}.{_TMP_PREFIX}{_token()}"
     try:
         _write_file(tmp, FileSpec(content, mode), durable)
         os.replace(tmp, path)
@@ -238,7 +241,7 @@ def _generation_name(directory: Path) -> str:
     return name
 
 
-@dataclass
+@record
 class _Prepared:
     """A generation written in full, and the links that will make it live, not yet switched."""
 
@@ -251,7 +254,7 @@ class _Prepared:
 
 
 def _temp_link(directory: Path, target: str) -> str:
-    name = f"{_TMP_PREFIX}link_{secrets.token_hex(6)}"
+    name = f"{_TMP_PREFIX}link_{_token()}"
     os.symlink(target, directory / name)
     return name
 
@@ -270,6 +273,8 @@ def _prepare(directory: Path, files: Mapping[str, FileSpec], keep_old: bool) -> 
     temporary links), so the switch afterwards is renames only. On any error the
     partial generation and links are removed before the error propagates.
     """
+    import tempfile  # here: `check` and `facts` import this module and never write
+
     ensure_dir(directory)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=directory))
     prepared: _Prepared | None = None

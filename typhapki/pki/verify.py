@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +25,13 @@ from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, exposed_previous, link_problem
-from typhapki.pki.x509compat import valid_from, valid_until, verify_directly_issued_by
+from typhapki.pki.x509compat import (
+    public_key,
+    valid_from,
+    valid_until,
+    verify_directly_issued_by,
+)
+from typhapki.record import field, record
 
 # Where a file behind an untrusted ..data is "read" from: nowhere, so it counts as missing.
 UNTRUSTED_DATA = "..data-untrusted"
@@ -52,7 +57,7 @@ class Fix(StrEnum):
     DROP_PREVIOUS = "drop-previous"  # the generation kept for rollback exposes its key
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Problem:
     """One thing `check` finds wrong, with the file and the fix."""
 
@@ -67,7 +72,7 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-@dataclass
+@record
 class RoleState:
     """One role's certificate and key as found on disk, and their problems."""
 
@@ -84,7 +89,7 @@ class RoleState:
         return self.chain[0] if self.chain else None
 
 
-@dataclass
+@record
 class SetReport:
     """The whole set as `check` judges it: the bundle and every role."""
 
@@ -239,7 +244,7 @@ def ca_unfit(ca: x509.Certificate) -> str | None:
         usage = None
     if usage is not None and not usage.key_cert_sign:
         return "has a keyUsage without keyCertSign, so Go refuses every certificate it signs"
-    public = ca.public_key()
+    public = public_key(ca)
     if isinstance(public, rsa.RSAPublicKey) and public.key_size < MIN_RSA_BITS:
         return f"has an RSA key of {public.key_size} bits; at least {MIN_RSA_BITS} are needed"
     if isinstance(public, ec.EllipticCurvePublicKey):
@@ -537,9 +542,9 @@ def judge_role(
     def add(path: Path, msg: str, fix: Fix = Fix.REISSUE) -> None:
         state.problems.append(Problem(role.value, path, msg, fix))
 
-    if state.key is not None and public_key_der(state.key) != public_key_der(leaf.public_key()):
+    if state.key is not None and public_key_der(state.key) != public_key_der(public_key(leaf)):
         add(state.key_path, f"private key does not match {state.cert_path.name}")
-    have_type = key_type_of(leaf.public_key())
+    have_type = key_type_of(public_key(leaf))
     if have_type is not settings.key_type:
         add(
             state.cert_path,

@@ -8,9 +8,27 @@ test suite), older ones lack their replacements; these helpers pick what exists.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography import __version__, x509
+from cryptography.hazmat.primitives._serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+# The PEM and DER enums above are those of cryptography.hazmat.primitives.serialization,
+# imported from the module that defines them (cryptography >= 35), which
+# cryptography.x509 imports anyway. The public package's __init__ also imports its SSH
+# key support, and with it dataclasses, inspect and the cipher modules: about 8 ms of
+# every `check` and `facts` on cryptography 50, for nothing they use.
+# tests/pki/test_x509compat.py asserts that these are the public objects.
+__all__ = ["Encoding", "NoEncryption", "PrivateFormat", "PublicFormat"]
+# Since cryptography 42 the public load_pem_private_key *is* this Rust function
+# (serialization/base.py assigns it); before, it went through the OpenSSL backend.
+_RUST_KEY_LOADER = int(__version__.split(".")[0]) >= 42
 
 _PEM_BLOCK_END = b"-----END CERTIFICATE-----"
 
@@ -45,6 +63,29 @@ def load_pem_certificates(data: bytes) -> list[x509.Certificate]:
     return certs
 
 
+@lru_cache(maxsize=64)
+def public_key(cert: x509.Certificate) -> object:
+    """`cert.public_key()`, parsed once per certificate (equal certificates share it).
+
+    cryptography 38 parses the key anew through its OpenSSL backend on every call, about
+    as costly as reading the certificate; `check` and `facts` ask each certificate for
+    its key several times (parsing, the chain, the key match, the fact)."""
+    return cert.public_key()
+
+
+def load_pem_private_key(data: bytes) -> object:
+    """`serialization.load_pem_private_key(data, password=None)`, without importing the
+    serialization package where the function it would call can be reached directly."""
+    if _RUST_KEY_LOADER:
+        from cryptography.hazmat.bindings._rust import openssl as rust_openssl
+
+        key: object = rust_openssl.keys.load_pem_private_key(data, None)
+        return key
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    return load_pem_private_key(data, password=None)
+
+
 def verify_directly_issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> None:
     """Raise unless `issuer`'s key signed `cert` and the names chain (cryptography >= 40
     has this built in). ECDSA and RSA PKCS#1 v1.5 signatures, the ones typhapki makes."""
@@ -57,10 +98,12 @@ def verify_directly_issued_by(cert: x509.Certificate, issuer: x509.Certificate) 
     algorithm = cert.signature_hash_algorithm
     if algorithm is None:
         raise TypeError("unsupported signature algorithm")
-    key = issuer.public_key()
+    key = public_key(issuer)
     if isinstance(key, ec.EllipticCurvePublicKey):
         key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(algorithm))
     elif isinstance(key, rsa.RSAPublicKey):
+        from cryptography.hazmat.primitives.asymmetric import padding  # 2 ms on cryptography 38
+
         key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), algorithm)
     else:
         raise TypeError("unsupported issuer key type")

@@ -24,10 +24,10 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from typhapki.errors import ConfigError
+from typhapki.record import record
 from typhapki.safeio import read_regular
 
 ENV_VAR = "TYPHAPKI_PUPPET_CONF"
@@ -47,7 +47,7 @@ DEFAULTS = (
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AgentSsl:
     """The agent's certificate, key and CA certificate(s), and where that was read."""
 

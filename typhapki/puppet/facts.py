@@ -12,11 +12,9 @@ the time it was generated, so PuppetDB does not store a new fact set on every ru
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +31,7 @@ from typhapki.pki.verify import (
 )
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.puppet import FACT_NAME  # its one place; re-exported here
+from typhapki.record import field, record, replace
 
 if TYPE_CHECKING:
     from typhapki.settings.signer import SignerOptions
@@ -42,7 +41,7 @@ def _iso(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
+@record
 class FactRequest:
     """What the facts script was asked to describe; built from the command line."""
 
@@ -101,7 +100,7 @@ def _role_fact(state: RoleState, settings: PkiSettings, now: datetime) -> dict[s
                 # This node's own moment (spread by node name inside the window).
                 "renewal_due_at": _iso(due),
                 "renewal_window_start": _iso(
-                    dataclasses.replace(settings, node_name=None).renewal_moment(
+                    replace(settings, node_name=None).renewal_moment(
                         valid_from(leaf), valid_until(leaf)
                     )
                 ),

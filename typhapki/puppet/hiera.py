@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from typhapki.firewall.hostnames import (
     validate_port,
     validate_source_network,
 )
+from typhapki.record import field, fields, record, replace
 from typhapki.settings import options
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
@@ -69,7 +69,7 @@ _STYLES = ("plain", "function")
 _DNS_GATES = ("enforce", "warn")
 
 
-@dataclass
+@record
 class YNode:
     """One YAML value with where it came from."""
 
@@ -84,7 +84,7 @@ class YNode:
         return f"{self.file}:{self.line}: {self.path}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TyphaSettings:
     """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set."""
 
@@ -134,7 +134,7 @@ class TyphaSettings:
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cluster:
     """One cluster of `kubernetes::clusters`, defaults merged, every host validated."""
 
@@ -148,7 +148,7 @@ class Cluster:
     where: str = ""  # file:line: key path of the cluster, for messages
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HieraDoc:
     """The united top-level keys of the hiera files."""
 
@@ -160,7 +160,7 @@ class HieraDoc:
         return self.keys.get(key)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostEntry:
     """One `cluster_nodes` / `control_plane_nodes` entry, as written (for the lint)."""
 
@@ -175,7 +175,7 @@ class HostEntry:
         return f"{self.file}{line}: {self.key_path}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostProblem:
     """A `cluster_nodes` entry that is not a usable host name."""
 
@@ -562,7 +562,7 @@ def _typha_settings(node: YNode) -> TyphaSettings:
     if node.value is None:
         return TyphaSettings()
     items = _expect_mapping(node)
-    known = {f for f in TyphaSettings.__dataclass_fields__ if f not in _CLUSTER_FIELDS}
+    known = {f.name for f in fields(TyphaSettings) if f.name not in _CLUSTER_FIELDS}
     values: dict[str, Any] = {}
     for key, item in items.items():
         if key in _SECRET_KEYS:

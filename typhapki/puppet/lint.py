@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from typhapki.errors import ConfigError, UsageError
+from typhapki.record import field, record
 
 if TYPE_CHECKING:
     from typhapki.firewall.dnsgate import HostFailure
@@ -28,7 +28,7 @@ BATCH = 250
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One failing host entry, located in its file."""
 
@@ -52,7 +52,7 @@ class Finding:
         }
 
 
-@dataclass
+@record
 class LintReport:
     """What `lint-hiera` found in one hiera file."""
 
@@ -157,7 +157,7 @@ def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
     return out
 
 
-@dataclass
+@record
 class _Located:
     """A valid host entry: where it is, its normalised host, whether AAAA is required."""
 

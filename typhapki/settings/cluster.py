@@ -8,12 +8,12 @@ Puppet code can pass two options instead of repeating every identity and lifetim
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from typhapki.errors import ConfigError, UsageError
 from typhapki.settings import options
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.hiera import TyphaSettings
@@ -119,9 +119,8 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     base = typha.pki_intermediate_base
     if base is None:
         return merged
-    from dataclasses import replace
-
     from typhapki.puppet.hiera import cfssl_name_problem
+    from typhapki.record import replace
 
     if (problem := cfssl_name_problem(base)) is not None:
         raise ConfigError(

@@ -9,15 +9,15 @@ the signer and asks it for its current CA. `check`, `issue` and `install` all ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from typhapki.pki.settings import check_renewal
+from typhapki.record import record
 from typhapki.settings.cluster import load_typha_settings, merge_cluster
 from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from cryptography import x509
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typhapki.puppet.hiera import TyphaSettings
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """What a command was asked, before resolution: the options as given."""
 

@@ -23,16 +23,21 @@ Marks:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+
+from typhapki.record import record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-class Opt(NamedTuple):
+@record(frozen=True)
+class Opt:
     """One option: its parameter name, flag, value type, help and marks.
 
     A shared option (OPTIONS) means the same in every command that takes it; a
-    command's own options (COMMANDS) may reuse a name with another meaning. A named
-    tuple, not a dataclass: the table is built on every start of every command, and
-    dataclass() compiles several methods per class at import.
+    command's own options (COMMANDS) may reuse a name with another meaning. A record
+    (typhapki/record.py): the table is built on every start of every command.
     """
 
     name: str
@@ -263,10 +268,11 @@ FIREWALL_TAIL = (
 
 def _as_text(opt: Opt, help: str | None = None) -> Opt:
     """`facts` takes every value as text: the fact reports a bad one (exit 0)."""
-    return opt._replace(kind=str, help=opt.help if help is None else help, required=False)
+    return replace(opt, kind=str, help=opt.help if help is None else help, required=False)
 
 
-class Command(NamedTuple):
+@record(frozen=True)
+class Command:
     """One command: its words, its help (first line: the summary) and its options, in
     the order --help lists them."""
 
@@ -304,7 +310,7 @@ COMMANDS: tuple[Command, ...] = (
 The local CA (--ca-dir) or cfssl (--signer cfssl) signs; what comes back is
 verified as `check` would before anything is published. Workers without Typha
 need only --role felix.""", (
-        CA_DIR._replace(help="The CA (typhaca.crt, typhaca.key), with --signer local.",
+        replace(CA_DIR, help="The CA (typhaca.crt, typhaca.key), with --signer local.",
                         required=False),
         OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
         _own("dry_run", "--dry-run", bool,
@@ -319,7 +325,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 3 and 5 as `issue` would exit. With --nagios: one monitoring-plugins status line
 (docs/monitoring.md).""", (
         OUT, ROLE,
-        CA_DIR._replace(help="Also require leaves signed by this CA and the bundle to match.",
+        replace(CA_DIR, help="Also require leaves signed by this CA and the bundle to match.",
                         required=False),
         TRUST,
         _own("quiet", "--quiet", bool, "Print nothing when valid.", short="-q"),
@@ -419,7 +425,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
             "Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage.", (
         _own("stage", "--stage", str, "trust-new, reissue or drop-old (docs/rotation.md).",
              required=True, choices=("trust-new", "reissue", "drop-old")),
-        CA_DIR._replace(help="The CA being rotated out."),
+        replace(CA_DIR, help="The CA being rotated out."),
         _own("new_ca_dir", "--new-ca-dir", Path, "The CA rotated in.", required=True),
         OUT, ROLE,
         _own("check", "--check", bool, "Exit 0 if OUT is at the stage, 1 if not."),
@@ -446,7 +452,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
             "Prometheus metrics: expiry, validity, rotation, restart pending, probe, ferm "
             "state.", (
         OUT, ROLE,
-        CA_DIR._replace(help="Also judge the set against this CA (as `check --ca-dir`).",
+        replace(CA_DIR, help="Also judge the set against this CA (as `check --ca-dir`).",
                         required=False),
         TRUST, HIERA, CLUSTER,
         _own("textfile_dir", "--textfile-dir", Path,

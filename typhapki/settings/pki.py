@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
 
 from typhapki.errors import UsageError
 from typhapki.pki.settings import (
@@ -26,14 +24,38 @@ from typhapki.pki.settings import (
     validate_days,
     validate_node_name,
 )
+from typhapki.record import field, fields, record
 from typhapki.settings.provenance import Sourced
 from typhapki.settings.provenance import named as _named
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
 # Options that set a leaf's lifetime: --days sets both roles', each of the others one.
 LIFETIME_OPTIONS = ("days", "typha_lifetime", "felix_lifetime")
 
 LOCALHOST_NAMES = frozenset({"localhost", "localhost4", "localhost6", "ip6-localhost"})
+
+
+def fqdn() -> str:
+    """`socket.getfqdn()`, asking with the host name as bytes where it is ASCII: for a
+    str, CPython loads the idna codec first (about 1 ms of every `check` and `facts`)."""
+    import socket
+
+    name = socket.gethostname()
+    try:
+        asked = name.encode("ascii")
+    except UnicodeEncodeError:
+        return socket.getfqdn()
+    try:
+        # CPython takes bytes as it takes str (typeshed lists only str).
+        hostname, aliases, _ = socket.gethostbyaddr(asked)  # type: ignore[arg-type]
+    except OSError:
+        return name
+    return next((alias for alias in (hostname, *aliases) if "." in alias), hostname)
 
 
 def default_node_name() -> str:
@@ -43,7 +65,7 @@ def default_node_name() -> str:
     and restart Typha in the same Puppet run (the spread of settings.renewal_moment)."""
     import socket
 
-    for name in (socket.getfqdn(), socket.gethostname()):
+    for name in (fqdn(), socket.gethostname()):
         if name and name.split(".")[0].lower() not in LOCALHOST_NAMES:
             return name
     raise UsageError(
@@ -52,7 +74,7 @@ def default_node_name() -> str:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PkiOptions(Sourced):
     """Certificate options as given on the command line; None means not given."""
 
@@ -115,7 +137,7 @@ class PkiOptions(Sourced):
 
 
 OPTION_NAMES = tuple(
-    f for f in PkiOptions.__dataclass_fields__ if f not in ("sources", "cluster_renew")
+    f.name for f in fields(PkiOptions) if f.name not in ("sources", "cluster_renew")
 )
 
 

@@ -12,9 +12,9 @@ refusal names the flag, the node configuration file's key or the hiera key that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from typhapki.record import field, fields, record
 from typhapki.settings.provenance import Sourced, unset
 
 TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 SIGNERS = ("local", "cfssl")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SignerOptions(Sourced):
     """Signer options as given; None means not given."""
 
@@ -76,4 +76,4 @@ class SignerOptions(Sourced):
                 self.refuse(name, f"needs --signer cfssl, but {self.said('signer')}")
 
 
-OPTION_NAMES = tuple(f for f in SignerOptions.__dataclass_fields__ if f != "sources")
+OPTION_NAMES = tuple(f.name for f in fields(SignerOptions) if f.name != "sources")

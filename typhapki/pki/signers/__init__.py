@@ -14,16 +14,21 @@ restricts it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
 
 from cryptography import x509
 
 from typhapki.pki.settings import RoleName
+from typhapki.record import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # the interface, for the type checker; a plain base at run time
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CurrentCa:
     """The CA a signer signs with, and how far this run may rely on it.
 

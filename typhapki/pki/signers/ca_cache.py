@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from cryptography import x509
 from typhapki.errors import ConfigError, TyphapkiError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import renewal_spread
+from typhapki.record import record
 
 VERSION = 2
 SUBDIR = "signer-ca"
@@ -46,7 +46,7 @@ MAX_EXPIRY = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 CLOCK_SLACK = 300  # seconds a timestamp may lie ahead (clock steps) before it is corrupt
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CachedCa:
     """One cache entry: the CA, when it was fetched, until when it is fresh."""
 

@@ -30,7 +30,6 @@ import ssl
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.signers import CurrentCa
 from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
+from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular
 from typhapki.settings.provenance import flag_of
 
@@ -66,7 +66,7 @@ AUTHSIGN = "/api/v1/cfssl/authsign"
 INFO = "/api/v1/cfssl/info"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CfsslConfig:
     """Where cfssl is and how to ask it. Auth keys are read from files, never hiera.
 

@@ -7,13 +7,14 @@ The CSR carries the node's public key and the identity it wants; the signing sid
 from __future__ import annotations
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.profiles import PrivateKey, key_type_of
 from typhapki.pki.settings import Identity, KeyType
+from typhapki.pki.x509compat import Encoding
 
 PEM_CSR_BEGIN = b"-----BEGIN CERTIFICATE REQUEST-----"
 PEM_BEGIN = b"-----BEGIN"
@@ -38,7 +39,7 @@ def build_csr(key: PrivateKey, identity: Identity) -> x509.CertificateSigningReq
 
 
 def csr_pem(csr: x509.CertificateSigningRequest) -> bytes:
-    return csr.public_bytes(serialization.Encoding.PEM)
+    return csr.public_bytes(Encoding.PEM)
 
 
 def parse_csr(data: bytes, source: str, key_type: KeyType) -> x509.CertificateSigningRequest:
