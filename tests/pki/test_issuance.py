@@ -16,13 +16,13 @@ from cryptography.hazmat.primitives import serialization
 from tests.conftest import run_cli, typhapki_cmd
 from tests.support.issuing import ensure_local
 from typhapki.errors import ConfigError, RefusedError
-from typhapki.pki.issuance import init_ca, load_issuer, load_trusted
+from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs, load_key
 from typhapki.pki.plan import wanted_bundle
 from typhapki.pki.settings import KeyFileOwnership, KeyType, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK
-from typhapki.pki.verify import check_set, fingerprint
+from typhapki.pki.verify import check_set, fingerprint, load_trusted
 from typhapki.pki.x509compat import valid_until
 
 BOTH = [RoleName.TYPHA, RoleName.FELIX]

@@ -7,8 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from hypothesis import given
+from hypothesis import strategies as st
 
 from typhapki.pki.profiles import (
     BACKDATE,
@@ -18,6 +21,7 @@ from typhapki.pki.profiles import (
     generate_key,
     key_type_of,
     random_serial,
+    same_public_key,
 )
 from typhapki.pki.settings import Identity, KeyType, RoleName
 from typhapki.pki.x509compat import valid_from, verify_directly_issued_by
@@ -162,3 +166,33 @@ def test_rfc5280_client_path_validation_accepts_felix_and_refuses_typha() -> Non
     )
     with pytest.raises(verification.VerificationError, match=r"EKU|extended key usage|usage"):
         _verify_client(ca, typha)
+
+
+# Private keys typhapki reads are ECDSA or RSA (pki/pem.py refuses others); a
+# certificate may carry any type, so the Ed25519 key is compared as a public key only.
+_KEYS: list[ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey] = [
+    ec.generate_private_key(ec.SECP256R1()),
+    ec.generate_private_key(ec.SECP256R1()),
+    ec.generate_private_key(ec.SECP384R1()),
+    rsa.generate_private_key(65537, 2048),
+    ed25519.Ed25519PrivateKey.generate(),
+]
+
+
+@given(
+    first=st.integers(0, len(_KEYS) - 1),
+    second=st.integers(0, len(_KEYS) - 1),
+    first_public=st.booleans(),
+    second_public=st.booleans(),
+)
+def test_same_public_key_is_the_der_comparison(
+    first: int, second: int, first_public: bool, second_public: bool
+) -> None:
+    """Public numbers for ECDSA and RSA say what the SubjectPublicKeyInfo says."""
+    ed = len(_KEYS) - 1
+    a: object = _KEYS[first].public_key() if first_public or first == ed else _KEYS[first]
+    b: object = _KEYS[second].public_key() if second_public or second == ed else _KEYS[second]
+    der_a = _KEYS[first].public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    der_b = _KEYS[second].public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    assert same_public_key(a, b) is (der_a == der_b)
+    assert (first == second) is (der_a == der_b)  # the keys differ: the test can fail

@@ -130,12 +130,12 @@ def test_no_out_is_an_error() -> None:
 
 
 def test_unexpected_exception_never_escapes(issued: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import typhapki.monitoring.status
+    import typhapki.pki.plan
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(typhapki.monitoring.status, "check_set", boom)  # the shared verdict
+    monkeypatch.setattr(typhapki.pki.plan, "check_set", boom)  # Desired.judge: check's verdict
     fact = _fact(FactRequest(out=issued))
     assert fact["ok"] is False
     assert "RuntimeError: disk on fire" in str(fact["error"])
@@ -161,7 +161,8 @@ def test_ferm_state_is_in_the_fact(issued: Path, tmp_path: Path) -> None:
 
 
 def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
-    from typhapki.pki.issuance import init_ca, load_issuer, load_trusted
+    from typhapki.pki.issuance import init_ca, load_issuer
+    from typhapki.pki.verify import load_trusted
 
     fact = gather(FactRequest(out=issued), PkiSettings)["typhapki"]
     assert fact["set"]["rotation"] == {"rotating": False, "stage": 0, "stage_name": "none"}
@@ -182,7 +183,8 @@ def test_rotation_stage_is_in_the_fact(issued: Path, ca_dir: Path, tmp_path: Pat
 def test_cluster_and_trust_summary_name_the_cas(issued: Path, ca_dir: Path, tmp_path: Path) -> None:
     """The fleet view's contract: the cluster at the top level, and the fingerprints of
     the bundle's CAs and of each leaf's issuer, as the set on disk has them."""
-    from typhapki.pki.issuance import init_ca, load_trusted
+    from typhapki.pki.issuance import init_ca
+    from typhapki.pki.verify import load_trusted
 
     ca = fingerprint(load_certs(CaPaths(ca_dir).cert, "CA")[0])
     plain: dict[str, Any] = _fact(FactRequest(out=issued, cluster="staging-eqiad"))

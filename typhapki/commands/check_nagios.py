@@ -67,16 +67,15 @@ def _evaluate(
     critical: str | None,
     signer: SignerOptions | None = None,
 ) -> NagiosResult:
-    from typhapki.commands.monitoring_options import (
-        cached_signer,
-        settings_factory,
-        status_request,
-    )
+    from typhapki.commands.monitoring_options import status_request
     from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
+    from typhapki.settings.desired import observe
 
     thresholds = Thresholds.parse(warning, critical)  # the wrong order: UNKNOWN
 
+    # The one resolution `check` makes (hiera read once, typha.trust included).
+    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
     request = status_request(
         out,
         role,
@@ -86,11 +85,14 @@ def _evaluate(
         probe_address,
         no_probe,
         ferm_state=False,
-        signer=cached_signer(signer, hiera, cluster) if signer is not None else None,
+        signer=observed.signer,
+        trusted=observed.trusted,
     )
-    settings = settings_factory(pki, hiera, cluster)()  # a bad option: UNKNOWN, not a guess
+    if observed.errors:
+        raise observed.errors[0]  # a bad hiera: UNKNOWN, not a guess
+    settings = observed.built_settings()  # a bad option: UNKNOWN, not a guess
     if ca_dir is not None:
-        from typhapki.pki.issuance import load_wanted_bundle
+        from typhapki.pki.plan import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
     return evaluate(collect(request, lambda: settings), thresholds)

@@ -61,7 +61,8 @@ def facts(raw: RawFactOptions) -> int:
     """Print the `typhapki` external fact as JSON; exit 0 whatever it finds."""
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.facts import FactRequest, gather
-    from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+    from typhapki.settings.desired import observe
+    from typhapki.settings.pki import PkiOptions, parse_roles
     from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
@@ -76,8 +77,7 @@ def facts(raw: RawFactOptions) -> int:
         errors.append(str(exc))
 
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
-    hiera_options = PkiOptions()
-    signer = SignerOptions(
+    flags = SignerOptions(
         signer=raw.signer,
         cfssl_url=raw.cfssl_url,
         cfssl_label=raw.cfssl_label,
@@ -85,22 +85,9 @@ def facts(raw: RawFactOptions) -> int:
         cfssl_profile_felix=raw.cfssl_profile_felix,
         sources=raw.sources,
     )
+    pki = PkiOptions()
     try:
-        from typhapki.settings.cluster import load_typha_settings, merged_signer, pki_options_of
-
-        typha = load_typha_settings(
-            Path(raw.hiera) if raw.hiera else None, raw.cluster if raw.cluster else None
-        )
-        if typha is not None:
-            hiera_options = pki_options_of(typha)
-            signer = merged_signer(signer, typha)
-            if ferm_output is None and typha.ferm_output:
-                ferm_output = Path(typha.ferm_output)
-    except Exception as exc:  # a broken hiera file is a fact, not a failed Facter run
-        errors.append(str(exc) or type(exc).__name__)
-
-    def settings() -> PkiSettings:
-        flags = PkiOptions(
+        pki = PkiOptions(
             typha_cn=raw.typha_cn,
             felix_cn=raw.felix_cn,
             typha_uri_san=raw.typha_uri_san,
@@ -116,7 +103,21 @@ def facts(raw: RawFactOptions) -> int:
             node_name=raw.node_name,
             sources=raw.sources,
         )
-        return build_settings(flags.merged_over(hiera_options))
+    except UsageError as exc:
+        pki_error: UsageError | None = exc  # reported when the settings are built
+    else:
+        pki_error = None
+    # The one resolution `check` makes (hiera read once, typha.trust included), with a
+    # failure reported in the fact instead of raised: a broken hiera file is a fact.
+    observed = observe(pki, flags, Path(raw.hiera) if raw.hiera else None, raw.cluster or None)
+    errors += [str(exc) or type(exc).__name__ for exc in observed.errors]
+    if ferm_output is None and observed.typha is not None and observed.typha.ferm_output:
+        ferm_output = Path(observed.typha.ferm_output)
+
+    def settings() -> PkiSettings:
+        if pki_error is not None:
+            raise pki_error
+        return observed.built_settings()
 
     request = FactRequest(
         out=Path(raw.out) if raw.out else None,
@@ -129,7 +130,8 @@ def facts(raw: RawFactOptions) -> int:
         probe=not raw.no_probe,
         errors=errors,
         cluster=raw.cluster or None,
-        signer=signer if signer.signer == "cfssl" else None,
+        signer=observed.signer,
+        trusted=observed.trusted,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK

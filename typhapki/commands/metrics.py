@@ -4,7 +4,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import cached_signer, settings_factory, status_request
+from typhapki.commands.monitoring_options import status_request
 from typhapki.errors import EXIT_OK
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
@@ -29,8 +29,12 @@ def metrics(
     In cfssl mode the set is judged against the CA `check` and `issue` cached: metrics
     never contact cfssl."""
     from typhapki.monitoring.metrics import render, write_textfile
-    from typhapki.monitoring.status import collect
+    from typhapki.monitoring.status import collect, message
+    from typhapki.settings.desired import observe
 
+    # The one resolution `check` makes (hiera read once, typha.trust included); what
+    # fails is the settings' error series, and the set is still judged.
+    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
     request = status_request(
         out,
         role,
@@ -40,24 +44,17 @@ def metrics(
         probe_address,
         no_probe,
         state_dir=state_dir,
-        signer=_signer(signer or SignerOptions(), hiera, cluster),
+        signer=observed.signer,
+        trusted=observed.trusted,
     )
-    status = collect(request, settings_factory(pki, hiera, cluster))
-    for source, message in sorted(status.errors.items()):
+    status = collect(request, observed.built_settings)
+    for exc in observed.errors:
+        status.error("settings", message(exc))
+    for source, text in sorted(status.errors.items()):
         # The series say that something failed; the journal says what.
-        print(f"typhapki: metrics: {source}: {message}", file=sys.stderr)
+        print(f"typhapki: metrics: {source}: {text}", file=sys.stderr)
     if textfile_dir is None:
         sys.stdout.write(render(status).decode())
     else:
         write_textfile(textfile_dir, status)
     return EXIT_OK
-
-
-def _signer(flags: SignerOptions, hiera: Path | None, cluster: str | None) -> SignerOptions | None:
-    """cfssl's options, or None; a broken hiera is the settings' error metric already."""
-    from typhapki.errors import TyphapkiError
-
-    try:
-        return cached_signer(flags, hiera, cluster)
-    except TyphapkiError:
-        return None

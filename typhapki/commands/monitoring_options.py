@@ -1,4 +1,7 @@
-"""What `metrics`, `probe` and `check --nagios` share: the set judged like `check`."""
+"""What `metrics`, `probe` and `check --nagios` share: the set judged like `check`.
+
+`metrics` and `check --nagios` resolve their options with typhapki/settings/desired.py
+`observe`, the resolution `check` makes; `probe` needs only the settings."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from typhapki.pki.settings import PkiSettings
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from typhapki.monitoring.status import StatusRequest
     from typhapki.settings.signer import SignerOptions
 
@@ -39,6 +44,7 @@ def status_request(
     ferm_state: bool = True,
     state_dir: Path | None = None,
     signer: SignerOptions | None = None,
+    trusted: Sequence[x509.Certificate] = (),
 ) -> StatusRequest:
     """What `metrics` and `check --nagios` gather; a bad --role or --probe-address is a
     usage error (UsageError), not a failed probe."""
@@ -59,15 +65,5 @@ def status_request(
         ferm_state=ferm_state,
         state_dir=state_dir,
         signer=signer,
+        trusted=trusted,
     )
-
-
-def cached_signer(
-    flags: SignerOptions, hiera: Path | None, cluster: str | None
-) -> SignerOptions | None:
-    """The signer options (flags over the cluster's hiera) when they name cfssl, whose
-    CA monitoring reads from the cache `check` and `issue` keep; None otherwise."""
-    from typhapki.settings.cluster import with_cluster_signer
-
-    merged = with_cluster_signer(flags, hiera, cluster)
-    return merged if merged.signer == "cfssl" else None

@@ -18,7 +18,7 @@ from typhapki.firewall.state import StateRead, read_state_quietly, state_dir
 from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
-from typhapki.pki.verify import SetReport, check_set
+from typhapki.pki.verify import SetReport
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -54,6 +54,7 @@ class StatusRequest:
         ferm_state: bool = True,
         state_dir: Path | None = None,
         signer: SignerOptions | None = None,
+        trusted: Sequence[x509.Certificate] = (),
     ) -> None:
         self.out = out
         self.roles = roles
@@ -66,6 +67,8 @@ class StatusRequest:
         self.state_dir = state_dir
         # cfssl mode: judged against the CA check and issue last cached, never asked.
         self.signer = signer
+        # hiera's typha.trust, after the --trust files' CAs (settings/desired.py observe)
+        self.trusted = trusted
 
 
 class NodeStatus:
@@ -89,7 +92,8 @@ class NodeStatus:
         self.errors[source] = "; ".join(filter(None, (self.errors.get(source), message)))
 
 
-def _message(exc: BaseException) -> str:
+def message(exc: BaseException) -> str:
+    """An error as a series' stderr line names it: ours as they are, others typed."""
     from typhapki.errors import TyphapkiError
 
     if isinstance(exc, TyphapkiError):
@@ -109,20 +113,20 @@ def collect(
     except Exception as exc:
         settings = PkiSettings()  # judge with the defaults rather than not at all
         status = NodeStatus(now, request.out, settings)
-        status.error("settings", _message(exc))
+        status.error("settings", message(exc))
     else:
         status = NodeStatus(now, request.out, settings)
     _collect_set(status, request)
     try:
         status.restarts = restart_statuses(request.out)
     except Exception as exc:
-        status.error("processes", _message(exc))
+        status.error("processes", message(exc))
     _collect_probe(status, request)
     if request.ferm_state:
         try:
             status.ferm = read_state_quietly(state_dir(request.state_dir))
         except Exception as exc:  # read_state_quietly does not raise; belt and braces
-            status.error("ferm", _message(exc))
+            status.error("ferm", message(exc))
         else:
             if status.ferm.error is not None and not status.ferm.missing:
                 status.error("ferm", status.ferm.error)
@@ -140,40 +144,50 @@ def judge_set(
     now: datetime,
     signer: SignerOptions | None = None,
     state_dir: Path | None = None,
+    trusted: Sequence[x509.Certificate] = (),
 ) -> tuple[SetReport, x509.Certificate | None, str | None]:
     """The one verdict monitoring reports (the fact, the metrics, `check --nagios`):
     the report, the CA it was judged against, and why the CA could not be read.
 
-    As `check` judges it; and when the bundle on disk shows a CA rotation that the
-    caller was not told about (stage 1 or 2 of docs/rotation.md), as `rotate-ca
-    --check` would judge that stage.
+    `check`'s verdict (typhapki/pki/plan.py `Desired.judge`) on the desired state
+    typhapki/settings/desired.py `observe` resolved: the signing CA first, then the
+    --trust files' CAs, then hiera's ``typha.trust`` (`trusted`), as `resolve` orders them.
+    When no trust list was given at all and the bundle on disk shows a CA rotation
+    (stage 1 or 2 of docs/rotation.md, driven by `rotate-ca`, which monitoring is not
+    told about), the set is judged as `rotate-ca --check` would judge that stage. Told
+    a trust list, monitoring judges exactly as `check` does.
 
     In cfssl mode (`signer`), the CA is the one `check` and `issue` last cached: this
     never contacts cfssl (pki/signers/factory.py `cached_ca`).
     """
     from typhapki.errors import TyphapkiError
+    from typhapki.pki.plan import Desired
 
-    bundle = signing = None
+    current = None
+    wanted: tuple[x509.Certificate, ...] = ()
     error = None
-    if ca_dir is not None:
-        from typhapki.pki.issuance import load_wanted_bundle
+    try:
+        if ca_dir is not None:
+            from typhapki.pki.layout import CaPaths
+            from typhapki.pki.pem import load_certs
+            from typhapki.pki.signers import CurrentCa
 
-        try:
-            signing, bundle = load_wanted_bundle(ca_dir, trust)
-        except TyphapkiError as exc:
-            error = str(exc)  # still judge the set, without the CA
-    elif signer is not None and signer.signer == "cfssl":
-        from typhapki.pki.issuance import load_trusted
-        from typhapki.pki.plan import wanted_bundle
-        from typhapki.pki.signers.factory import cached_ca
+            path = CaPaths(ca_dir).cert  # only the certificate: judging never needs the key
+            current = CurrentCa(load_certs(path, "CA certificate")[0], str(path))
+        elif signer is not None and signer.signer == "cfssl":
+            from typhapki.pki.signers.factory import cached_ca
 
-        try:
             current = cached_ca(signer, tuple(roles), state_dir, now.timestamp())
-            signing, bundle = current.cert, wanted_bundle(current.cert, load_trusted(trust))
-        except TyphapkiError as exc:
-            error = str(exc)
-    report = check_set(SetPaths(out), settings, roles, now, bundle, signing)
-    if signing is not None and not report.ok:
+        if current is not None:
+            from typhapki.pki.verify import load_trusted
+
+            wanted = tuple(load_trusted(trust)) + tuple(trusted)
+    except TyphapkiError as exc:
+        current, error = None, str(exc)  # still judge the set, without the CA
+    desired = Desired(out, tuple(roles), settings, current=current, trusted=wanted)
+    report = desired.judge(now)
+    signing = current.cert if current is not None else None
+    if signing is not None and not report.ok and not wanted:
         from typhapki.pki.rotation import judged_as_rotation
 
         report = judged_as_rotation(report, settings, roles, now, signing) or report
@@ -193,6 +207,7 @@ def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
             status.now,
             request.signer,
             request.state_dir,
+            request.trusted,
         )
         if error is not None:
             status.error("settings", error)
@@ -202,7 +217,7 @@ def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
             status.rotation = describe_rotation(status.report)
         status.bundle_published_at = content_published_at(SetPaths(request.out).bundle_dir)
     except Exception as exc:
-        status.error("set", _message(exc))
+        status.error("set", message(exc))
 
 
 def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
@@ -221,7 +236,7 @@ def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
             address, request.out, status.settings.typha, felix_identity=status.settings.felix
         )
     except Exception as exc:
-        status.error("probe", _message(exc))
+        status.error("probe", message(exc))
 
 
 def rotation_stage(status: NodeStatus) -> int | None:

@@ -18,7 +18,7 @@ from typhapki.errors import ConfigError, RefusedError, StoreError
 from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
 from typhapki.pki.layout import ROLES, CaPaths
 from typhapki.pki.pem import load_certs, load_key, read_file
-from typhapki.pki.plan import Desired, Plan, Step, plan, wanted_bundle
+from typhapki.pki.plan import Desired, Plan, Step, plan
 from typhapki.pki.profiles import (
     Issuer,
     PrivateKey,
@@ -42,7 +42,6 @@ from typhapki.pki.verify import (
     fingerprint,
     is_ca,
     judge_role,
-    trusted_cas,
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -135,25 +134,6 @@ def load_issuer(ca_dir: Path) -> Issuer:
             "(docs/rotation.md)"
         )
     return Issuer(cert, key)
-
-
-def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
-    """Extra CAs for the bundle (a CA being rotated in or out)."""
-    out: list[x509.Certificate] = []
-    for path in files:
-        out += trusted_cas(load_certs(path, "trusted CA certificate"), str(path))
-    return out
-
-
-def load_wanted_bundle(
-    ca_dir: Path, trust: Sequence[Path]
-) -> tuple[x509.Certificate, list[x509.Certificate]]:
-    """The signing CA's certificate and the bundle it implies, for `check` and `facts`.
-
-    Only the certificate is read: judging a set never needs the CA key.
-    """
-    signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
-    return signing, wanted_bundle(signing, load_trusted(trust))
 
 
 # The local CA's lifetime may round (it counts from the signing second); more than this

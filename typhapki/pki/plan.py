@@ -17,10 +17,18 @@ from pathlib import Path
 from cryptography import x509
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, EXIT_REFUSED, EXIT_SIGNER
-from typhapki.pki.layout import SetPaths
+from typhapki.pki.layout import CaPaths, SetPaths
+from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import CurrentCa, Signer
-from typhapki.pki.verify import Fix, SetReport, ca_problem, check_set, fingerprint
+from typhapki.pki.verify import (
+    Fix,
+    SetReport,
+    ca_problem,
+    check_set,
+    fingerprint,
+    load_trusted,
+)
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.record import field, record
 
@@ -258,3 +266,14 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
                 break
     unconfirmed = current.note if current is not None and not current.confirmed else None
     return Plan(tuple(steps), tuple(refusals), report, unconfirmed)
+
+
+def load_wanted_bundle(
+    ca_dir: Path, trust: Sequence[Path]
+) -> tuple[x509.Certificate, list[x509.Certificate]]:
+    """The signing CA's certificate and the bundle it implies, for `check` and `facts`.
+
+    Only the certificate is read: judging a set never needs the CA key.
+    """
+    signing = load_certs(CaPaths(ca_dir).cert, "CA certificate")[0]
+    return signing, wanted_bundle(signing, load_trusted(trust))

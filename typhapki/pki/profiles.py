@@ -207,3 +207,21 @@ def public_key_der(key: PrivateKey | PublicKey | object) -> bytes:
     except (ValueError, TypeError):
         return b""
     return der if isinstance(der, bytes) else b""
+
+
+def same_public_key(a: PrivateKey | PublicKey | object, b: PrivateKey | PublicKey | object) -> bool:
+    """Whether two keys, private or public, hold the same public key.
+
+    ECDSA and RSA keys are compared by their public numbers: on cryptography 38 each
+    DER encoding sets up an OpenSSL 3 encoder, the dearest step of a `check` after
+    loading the keys. Any other type by its DER (and never equal when it has none).
+    """
+    public = [
+        key.public_key() if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else key
+        for key in (a, b)
+    ]
+    for kind in (ec.EllipticCurvePublicKey, rsa.RSAPublicKey):
+        if isinstance(public[0], kind) and isinstance(public[1], kind):
+            return bool(public[0].public_numbers() == public[1].public_numbers())
+    der = public_key_der(public[0])
+    return bool(der) and der == public_key_der(public[1])

@@ -22,7 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 from typhapki.errors import ConfigError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs, load_key
-from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, public_key_der
+from typhapki.pki.profiles import ROLE_EKU, PrivateKey, key_type_of, same_public_key
 from typhapki.pki.settings import Identity, PkiSettings, RoleName
 from typhapki.pki.store import DATA_LINK, current_generation, exposed_previous, link_problem
 from typhapki.pki.x509compat import (
@@ -226,6 +226,14 @@ def trusted_cas(certs: Sequence[x509.Certificate], source: str) -> list[x509.Cer
         if (why := ca_unfit(cert)) is not None:
             raise ConfigError(f"{source}: CA {cert.subject.rfc4514_string()} {why}")
     return list(certs)
+
+
+def load_trusted(files: Sequence[Path]) -> list[x509.Certificate]:
+    """Extra CAs for the bundle (a CA being rotated in or out)."""
+    out: list[x509.Certificate] = []
+    for path in files:
+        out += trusted_cas(load_certs(path, "trusted CA certificate"), str(path))
+    return out
 
 
 def ca_unfit(ca: x509.Certificate) -> str | None:
@@ -542,7 +550,7 @@ def judge_role(
     def add(path: Path, msg: str, fix: Fix = Fix.REISSUE) -> None:
         state.problems.append(Problem(role.value, path, msg, fix))
 
-    if state.key is not None and public_key_der(state.key) != public_key_der(public_key(leaf)):
+    if state.key is not None and not same_public_key(state.key, public_key(leaf)):
         add(state.key_path, f"private key does not match {state.cert_path.name}")
     have_type = key_type_of(public_key(leaf))
     if have_type is not settings.key_type:

@@ -34,6 +34,8 @@ from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 from typhapki.record import field, record, replace
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from typhapki.settings.signer import SignerOptions
 
 
@@ -61,6 +63,8 @@ class FactRequest:
     cluster: str | None = None
     # cfssl mode: judged against the CA `check` and `issue` cached; cfssl is never asked.
     signer: SignerOptions | None = None
+    # hiera's typha.trust: joins the bundle after the --trust files' CAs, as in `check`.
+    trusted: Sequence[x509.Certificate] = ()
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -240,6 +244,7 @@ def _set_fact(
         now,
         request.signer,
         request.state_dir,
+        request.trusted,
     )
     if error is not None:
         errors.append(error)  # still describe the set, judged without the CA

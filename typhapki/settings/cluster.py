@@ -51,12 +51,12 @@ def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSetting
 
 def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | None) -> PkiOptions:
     """The command-line options over the cluster's hiera settings (flags win)."""
-    return _merged_pki(flags, load_typha_settings(hiera, cluster), hiera, cluster)
+    return merge_pki(flags, load_typha_settings(hiera, cluster))
 
 
-def _merged_pki(
-    flags: PkiOptions, typha: TyphaSettings | None, hiera: Path | None, cluster: str | None
-) -> PkiOptions:
+def merge_pki(flags: PkiOptions, typha: TyphaSettings | None) -> PkiOptions:
+    """The certificate flags over one loaded ``typha:`` mapping (flags win); a value
+    that is wrong only because of hiera is hiera's error (ConfigError, naming where)."""
     if typha is None:
         return flags
     try:
@@ -83,7 +83,7 @@ def merge_cluster(
     """Both option sets over one loaded ``typha:`` mapping (flags win)."""
     if typha is None:
         return pki, signer
-    merged_pki = _merged_pki(pki, typha, hiera, cluster)
+    merged_pki = merge_pki(pki, typha)
     return merged_pki, merged_signer(signer, typha)
 
 

@@ -5,6 +5,11 @@ so by the time a command runs its options hold flags over the file; this module 
 the cluster's hiera under them (loaded once), validates the result into settings, builds
 the signer and asks it for its current CA. `check`, `issue` and `install` all call
 `resolve`, so they judge the set by the same desired state (typhapki/pki/plan.py).
+
+`facts`, `metrics` and `check --nagios` call `observe`: the same resolution (hiera loaded
+once, the same merge, the same trust list, `typha.trust` included), except that it asks
+no signer and keeps every failure instead of raising it, so monitoring can still
+describe the set (typhapki/monitoring/status.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from pathlib import Path
 
 from typhapki.pki.settings import check_renewal
 from typhapki.record import record
-from typhapki.settings.cluster import load_typha_settings, merge_cluster
+from typhapki.settings.cluster import load_typha_settings, merge_cluster, merge_pki, merged_signer
 from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from typhapki.pki.plan import Desired
+    from typhapki.pki.settings import PkiSettings
     from typhapki.puppet.hiera import TyphaSettings
 
 
@@ -61,9 +67,9 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     the set by its own bundle. `ask_signer` False builds the signer without asking for its
     CA (nothing in the desired state depends on the signer then).
     """
-    from typhapki.pki.issuance import load_trusted
     from typhapki.pki.plan import Desired
     from typhapki.pki.signers.factory import build_signer
+    from typhapki.pki.verify import load_trusted
 
     typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
     pki, signer_opts = merge_cluster(
@@ -96,3 +102,61 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
             if role in roles:
                 check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
     return Desired(request.out, roles, settings, signer, current, trusted)
+
+
+@record(frozen=True)
+class Observed:
+    """What monitoring judges a set by: `resolve`'s sources, merged the same way.
+
+    `settings`: the settings, or why they could not be built (`built_settings` raises
+    it, inside the caller's guard: monitoring then judges with the defaults). `errors`:
+    what else failed (reading hiera, its signer or trust values). `signer`: the merged
+    signer options when they name cfssl, whose CA monitoring reads from the cache `check`
+    and `issue` keep (never asked); else None. `trusted`: hiera's ``typha.trust`` CAs,
+    which join the bundle after the --trust files', as in `resolve`. `typha`: the
+    cluster's mapping, when loaded.
+    """
+
+    settings: PkiSettings | Exception
+    signer: SignerOptions | None = None
+    trusted: tuple[x509.Certificate, ...] = ()
+    typha: TyphaSettings | None = None
+    errors: tuple[Exception, ...] = ()
+
+    def built_settings(self) -> PkiSettings:
+        """The settings, or their error raised."""
+        if isinstance(self.settings, Exception):
+            raise self.settings
+        return self.settings
+
+
+def observe(
+    pki: PkiOptions, signer: SignerOptions, hiera: Path | None, cluster: str | None
+) -> Observed:
+    """Flags over the cluster's hiera, as `resolve` merges them, for `facts`, `metrics` and
+    `check --nagios`. Hiera is read once; nothing is asked of a signer; never raises:
+    each part that fails is in `errors`, and the parts that did not fail are kept."""
+    errors: list[Exception] = []
+    typha = None
+    try:
+        typha = load_typha_settings(hiera, cluster)  # hiera read once
+    except Exception as exc:
+        errors.append(exc)
+    settings: PkiSettings | Exception
+    try:
+        settings = build_settings(merge_pki(pki, typha))
+    except Exception as exc:
+        settings = exc
+    merged = signer
+    trusted: tuple[x509.Certificate, ...] = ()
+    if typha is not None:
+        try:
+            merged = merged_signer(signer, typha)
+        except Exception as exc:
+            errors.append(exc)
+        try:
+            trusted = hiera_trusted(typha)
+        except Exception as exc:
+            errors.append(exc)
+    cfssl = merged if merged.signer == "cfssl" else None
+    return Observed(settings, cfssl, trusted, typha, tuple(errors))
