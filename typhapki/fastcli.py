@@ -76,8 +76,8 @@ def bundled(
     body: Callable[..., int], values: dict[str, Any], sources: Mapping[str, str]
 ) -> dict[str, Any]:
     """The body's keyword arguments from the parsed values: a body that takes `pki` or
-    `signer` gets those groups as one PkiOptions / SignerOptions object, the PKI options
-    with where each value came from (`sources`: a flag or the node configuration file);
+    `signer` gets those groups as one PkiOptions / SignerOptions object, each with where
+    its values came from (`sources`: a flag or the node configuration file);
     a body that takes `sources` gets them as they are."""
     code = body.__code__  # not inspect.signature: inspect alone costs ~5 ms to import
     takes = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
@@ -92,7 +92,10 @@ def bundled(
     if "signer" in takes:
         from typhapki.settings.signer import SignerOptions
 
-        kwargs["signer"] = SignerOptions(**{n: kwargs.pop(n) for n in _SIGNER_NAMES})
+        kwargs["signer"] = SignerOptions(
+            **{n: kwargs.pop(n) for n in _SIGNER_NAMES},
+            sources={n: sources[n] for n in _SIGNER_NAMES if n in sources},
+        )
     if "db" in takes:  # `fleet`: how it reaches PuppetDB
         from typhapki.commands.fleet import PuppetDBOptions
 

@@ -101,15 +101,18 @@ def test_check_and_issue_never_run_puppet_and_refuse_a_bad_key(tmp_path: Path) -
     # No localcacert yet (the agent never ran): the front's trust is missing, exit 2.
     for verb in ("check", "issue"):
         result = run_cli(verb, "--out", tmp_path / "out", *flags, env=env)
-        assert_one_line_error(result, EXIT_USAGE, str(ssl / "certs" / "ca.pem"))
+        assert_one_line_error(
+            result, EXIT_USAGE, str(ssl / "certs" / "ca.pem"), "(from puppet.conf's localcacert"
+        )
     assert not marker.exists()
     # With a CA file and a certificate but no key: the key is named, before any request.
     (ssl / "certs" / "ca.pem").write_bytes(_a_cert())
     (ssl / "certs" / "kube1.example.pem").write_bytes(_a_cert())
     result = run_cli("issue", "--out", tmp_path / "out", *flags, env=env)
     assert_one_line_error(
-        result, EXIT_USAGE, "cfssl client key", str(ssl / "private_keys" / "kube1.example.pem")
-    )
+        result, EXIT_USAGE, "cfssl client key", str(ssl / "private_keys" / "kube1.example.pem"),
+        "(from puppet.conf's hostprivkey; cfssl_client_cert 'puppet' from --cfssl-client-cert)",
+    )  # fmt: skip
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert not marker.exists()
 

@@ -222,6 +222,18 @@ def test_the_label_is_the_flag_then_typha_then_the_intermediate_base(
     merged = with_cluster_signer(flags, hiera, "staging-eqiad")
     expected = flag if flag is not None else label if label is not None else None
     assert merged.cfssl_label == (base if used_base else expected)
+    # The label remembers where it came from: an error about it names that place.
+    where = merged.source("cfssl_label")
+    if used_base:
+        assert where.startswith(f"hiera {hiera}:"), where
+        assert where.endswith(".staging-eqiad.pki_intermediate_base"), where
+    elif flag is not None:
+        assert where == "--cfssl-label"
+    elif label is not None:
+        assert where.startswith(f"hiera {hiera}:") and where.endswith("typha.cfssl_label"), where
+    else:
+        assert where == "the default"
+    assert merged.source("signer").endswith("typha.signer")
 
 
 def test_typha_trust_from_hiera_joins_the_bundle(tmp_path: Path, ca_dir: Path) -> None:

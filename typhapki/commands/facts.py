@@ -83,6 +83,7 @@ def facts(raw: RawFactOptions) -> int:
         cfssl_label=raw.cfssl_label,
         cfssl_profile_typha=raw.cfssl_profile_typha,
         cfssl_profile_felix=raw.cfssl_profile_felix,
+        sources=raw.sources,
     )
     pki = PkiOptions()
     try:

@@ -88,10 +88,15 @@ def merge_cluster(
 
 
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
-    """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there)."""
+    """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there),
+    each value remembering where hiera sets it."""
     from typhapki.settings.signer import SignerOptions
 
-    return SignerOptions(**{name: getattr(typha, name) for name in options.hiera_keys("signer")})
+    names = options.hiera_keys("signer")
+    return SignerOptions(
+        **{name: getattr(typha, name) for name in names},
+        sources={n: f"hiera {typha.sources[n]}" for n in names if n in typha.sources},
+    )
 
 
 def with_cluster_signer(
@@ -123,7 +128,8 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
             f"is not set: {problem}"
         )
     assert isinstance(base, str)
-    return replace(merged, cfssl_label=base)
+    where = {"cfssl_label": f"hiera {typha.pki_intermediate_base_where}"}
+    return replace(merged, cfssl_label=base, sources={**merged.sources, **where})
 
 
 def single_role_settings(

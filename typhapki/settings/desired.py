@@ -83,14 +83,12 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
         from typhapki.pki.install import read_shipped
 
         if request.ca_dir is not None or signer_opts.signer is not None:
-            raise UsageError("--from (a shipped set) excludes --ca-dir and --signer")
+            given = f": {signer_opts.said('signer')}" if signer_opts.signer is not None else ""
+            raise UsageError(f"--from (a shipped set) excludes --ca-dir and --signer{given}")
         shipped = read_shipped(request.source, settings, roles)
         return Desired(request.out, roles, settings, shipped=shipped)
     if not require_signer and not wants_signer(request, signer_opts):
-        if given := signer_opts.given_cfssl():
-            from typhapki.errors import UsageError
-
-            raise UsageError(f"{given[0]} needs --signer cfssl")
+        signer_opts.refuse_cfssl_options()  # as build_signer would, in check as in issue
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
     # A renewal window as long as the lifetime would renew on every run: the local CA

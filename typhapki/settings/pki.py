@@ -25,6 +25,8 @@ from typhapki.pki.settings import (
     validate_node_name,
 )
 from typhapki.record import field, fields, record
+from typhapki.settings.provenance import Sourced
+from typhapki.settings.provenance import named as _named
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -73,7 +75,7 @@ def default_node_name() -> str:
 
 
 @record(frozen=True)
-class PkiOptions:
+class PkiOptions(Sourced):
     """Certificate options as given on the command line; None means not given."""
 
     typha_cn: str | None = None
@@ -92,7 +94,8 @@ class PkiOptions:
     # Not an option: the cluster's pki_renew_seconds from hiera (kubernetes::clusters).
     cluster_renew: int | None = None
     # Where each value came from ("--days", "/etc/typhapki/typhapki.yaml: ...", "hiera
-    # FILE:LINE: KEY"); a value without an entry came from its own flag.
+    # FILE:LINE: KEY"); a value without an entry came from its own flag
+    # (typhapki/settings/provenance.py).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def lifetimes(self) -> tuple[str | None, str | None]:
@@ -132,26 +135,10 @@ class PkiOptions:
                 sources[name] = chosen.source(given)
         return PkiOptions(**merged, sources=sources)
 
-    def source(self, name: str) -> str:
-        """Where the value of `name` came from: its own flag unless `sources` says."""
-        return self.sources.get(name, "--" + name.replace("_", "-"))
-
 
 OPTION_NAMES = tuple(
     f.name for f in fields(PkiOptions) if f.name not in ("sources", "cluster_renew")
 )
-
-
-def _named(opts: PkiOptions, names: Sequence[str], check: Callable[[], T]) -> T:
-    """`check()`, whose UsageError about the values of `names` then names each value
-    and where it came from: `renew_before '40d' (from --renew-before): ...`."""
-    try:
-        return check()
-    except UsageError as exc:
-        if not names:
-            raise  # a default's problem (the node's name): the message says what to give
-        said = ", ".join(f"{n} {getattr(opts, n)!r} (from {opts.source(n)})" for n in names)
-        raise type(exc)(f"{said}: {exc}") from None
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:

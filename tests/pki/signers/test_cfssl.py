@@ -337,7 +337,7 @@ def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -
         (["--signer", "cfssl", "--cfssl-url", "ftp://x"], "http(s)://"),
         (["--signer", "cfssl", "--cfssl-url", "http://u:p@x"], "no credentials"),
         (["--ca-dir", ca_dir, "--signer", "cfssl", "--cfssl-url", "http://x"], "exclude"),
-        (["--ca-dir", ca_dir, "--cfssl-url", "http://x"], "--cfssl-url needs --signer cfssl"),
+        (["--ca-dir", ca_dir, "--cfssl-url", "http://x"], "--cfssl-url): needs --signer"),
         ([], "--ca-dir is required"),
         (
             [

@@ -109,9 +109,8 @@ def test_a_role_key_that_cannot_be_used_names_the_role(tmp_path: Path, role: Rol
                              auth_key_files={role: own})  # fmt: skip
         with pytest.raises(ConfigError) as caught:
             CfsslSigner(config)
-        assert f"cfssl auth key of {role.value} (--cfssl-auth-key-{role.value}) {own}:" in str(
-            caught.value
-        )
+        said = f"cfssl auth key of {role.value} (from --cfssl-auth-key-{role.value}) {own}:"
+        assert said in str(caught.value)
     own.chmod(0o600)
     own.write_text("0a0b\n")
     signer = CfsslSigner(

@@ -194,7 +194,7 @@ def test_cli_refuses_plain_http_to_a_remote_signer(tmp_path: Path) -> None:
     assert_one_line_error(result, EXIT_USAGE, "plain http:// to pki.example.org")
     assert not out.exists()
     result = run_cli("issue", "--out", out, "--ca-dir", tmp_path, "--cfssl-allow-http")
-    assert_one_line_error(result, EXIT_USAGE, "--cfssl-allow-http needs --signer cfssl")
+    assert_one_line_error(result, EXIT_USAGE, "(from --cfssl-allow-http): needs --signer cfssl")
 
 
 @pytest.mark.parametrize("kind", ["nested", "control-characters"])

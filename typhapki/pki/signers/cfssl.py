@@ -45,6 +45,7 @@ from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular
+from typhapki.settings.provenance import flag_of
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
@@ -93,6 +94,14 @@ class CfsslConfig:
     run_timeout: float | None = None  # None: run_budget(timeout, attempts)
     # The roles this node holds: their profiles' CA and expiry are asked for (info).
     roles: tuple[RoleName, ...] = (RoleName.TYPHA, RoleName.FELIX)
+    # Where each file option was given (option -> "--cfssl-auth-key", the node
+    # configuration file's key), for messages about the file: typhapki/settings/signer.py.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def given(self, what: str, option: str) -> str:
+        """`what` and where its file was given, for a message: `cfssl client key (from
+        --cfssl-client-key)`."""
+        return f"{what} (from {self.sources.get(option) or flag_of(option)})"
 
 
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
@@ -134,25 +143,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def validate_url(url: str, allow_http: bool = False) -> str:
+def validate_url(url: str, allow_http: bool = False, what: str = "--cfssl-url") -> str:
     """http(s)://host[:port][/prefix]; the API paths are appended to it.
 
     Plain http:// is refused unless the host is loopback (a local multirootca behind
     its own TLS front) or `allow_http` (--cfssl-allow-http) says so: over http anyone
     on the path reads the CSR and the auth token and can answer in cfssl's name.
+    `what` names the URL in messages (typhapki/pki/signers/factory.py: its source).
     """
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise UsageError(f"--cfssl-url: malformed URL {url!r}") from None
+        raise UsageError(f"{what}: malformed URL {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--cfssl-url: expected http(s)://HOST[:PORT], got {url!r}")
+        raise UsageError(f"{what}: expected http(s)://HOST[:PORT], got {url!r}")
     if parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(f"--cfssl-url: no credentials, query or fragment allowed: {url!r}")
+        raise UsageError(f"{what}: no credentials, query or fragment allowed: {url!r}")
     if parts.scheme == "http" and not allow_http and not is_loopback(parts.hostname):
         raise UsageError(
-            f"--cfssl-url: plain http:// to {parts.hostname} lets anyone on the path read "
+            f"{what}: plain http:// to {parts.hostname} lets anyone on the path read "
             "the request and answer in cfssl's name; use https:// "
             "(or --cfssl-allow-http, discouraged)"
         )
@@ -232,9 +242,9 @@ class CfsslSigner:
             path = config.auth_key_files.get(role, config.auth_key_file)
             if path is not None and path not in read:
                 what = (
-                    f"cfssl auth key of {role.value} (--cfssl-auth-key-{role.value})"
+                    config.given(f"cfssl auth key of {role.value}", f"cfssl_auth_key_{role.value}")
                     if role in config.auth_key_files
-                    else "cfssl auth key"
+                    else config.given("cfssl auth key", "cfssl_auth_key")
                 )
                 read[path] = read_auth_key(path, what)
             self._auth_keys[role] = read[path] if path is not None else None
@@ -247,11 +257,14 @@ class CfsslSigner:
         if config.ca_file is not None:
             if not self.url.startswith("https:"):
                 raise UsageError("--cfssl-ca-file needs an https:// --cfssl-url")
-            cadata = read_regular(config.ca_file, "cfssl CA file").decode("ascii", "replace")
+            what = config.given("cfssl CA file", "cfssl_ca_file")
+            cadata = read_regular(config.ca_file, what).decode("ascii", "replace")
             try:
                 self._context = ssl.create_default_context(cadata=cadata)
             except (ssl.SSLError, ValueError):
-                raise ConfigError(f"{config.ca_file}: no usable CA certificate for TLS") from None
+                raise ConfigError(
+                    f"{what} {config.ca_file}: no usable CA certificate for TLS"
+                ) from None
         self._run_timeout = (
             config.run_timeout
             if config.run_timeout is not None
@@ -281,31 +294,31 @@ class CfsslSigner:
         cert, key = self.config.client_cert, self.config.client_key
         if cert is None or key is None:
             return
-        leaf = parse_certs(read_regular(cert, "cfssl client certificate"), str(cert))[0]
-        data = read_regular(key, "cfssl client key")
+        what_cert = self.config.given("cfssl client certificate", "cfssl_client_cert")
+        what = self.config.given("cfssl client key", "cfssl_client_key")
+        leaf = parse_certs(read_regular(cert, what_cert), f"{what_cert} {cert}")[0]
+        data = read_regular(key, what)
         if os.stat(key).st_mode & stat.S_IROTH:
-            raise ConfigError(f"cfssl client key {key}: readable by everyone; chmod o-r it")
+            raise ConfigError(f"{what} {key}: readable by everyone; chmod o-r it")
         from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives import serialization
 
         try:
             private = serialization.load_pem_private_key(data, password=None)
         except TypeError:
-            raise ConfigError(
-                f"cfssl client key {key}: encrypted; typhapki takes no passphrase"
-            ) from None
+            raise ConfigError(f"{what} {key}: encrypted; typhapki takes no passphrase") from None
         except (ValueError, UnsupportedAlgorithm):
-            raise ConfigError(f"cfssl client key {key}: not a PEM private key") from None
+            raise ConfigError(f"{what} {key}: not a PEM private key") from None
         spki = serialization.PublicFormat.SubjectPublicKeyInfo
         if private.public_key().public_bytes(
             serialization.Encoding.DER, spki
         ) != leaf.public_key().public_bytes(serialization.Encoding.DER, spki):
-            raise ConfigError(f"cfssl client key {key}: not the key of {cert}")
+            raise ConfigError(f"{what} {key}: not the key of {cert}")
         try:
             context.load_cert_chain(cert, key)
         except (ssl.SSLError, OSError) as exc:
             text = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            raise ConfigError(f"cfssl client key {key}: not usable for {cert} ({text})") from None
+            raise ConfigError(f"{what} {key}: not usable for {cert} ({text})") from None
 
     @property
     def name(self) -> str:

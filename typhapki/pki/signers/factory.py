@@ -15,6 +15,15 @@ DEFAULT_CA_TTL = timedelta(hours=1)
 # A multirootca label is an INI section name: word characters (typhapki/puppet/hiera.py
 # checks the same in hiera, naming the key).
 CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
+# The options that name a file on the node: cfssl.py's checks of the file name its source.
+FILE_OPTIONS = (
+    "cfssl_auth_key",
+    "cfssl_auth_key_typha",
+    "cfssl_auth_key_felix",
+    "cfssl_ca_file",
+    "cfssl_client_cert",
+    "cfssl_client_key",
+)
 
 
 def build_signer(
@@ -31,38 +40,43 @@ def build_signer(
     certificate, the CA key and cfssl's answer come when the signer is used.
     """
     if opts.kind == "local":
-        if given := opts.given_cfssl():
-            raise UsageError(f"{given[0]} needs --signer cfssl")
+        opts.refuse_cfssl_options()
         if ca_dir is None:
+            if opts.signer is not None:
+                opts.refuse("signer", "needs --ca-dir (the local CA's directory)")
             raise UsageError("--ca-dir is required with --signer local (the default)")
         from typhapki.pki.signers.local import LocalSigner
 
         return LocalSigner(settings=settings, now=now, ca_dir=ca_dir)
+    # Every refusal below names the value and where it came from (a flag, the node
+    # configuration file, hiera): typhapki/settings/provenance.py.
     if ca_dir is not None:
-        raise UsageError("--ca-dir and --signer cfssl exclude each other: cfssl holds the CA")
+        opts.refuse("signer", "excludes --ca-dir: cfssl holds the CA")
     if not opts.cfssl_url:
-        raise UsageError("--signer cfssl needs --cfssl-url (or cfssl_url in hiera)")
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
     if opts.cfssl_timeout is not None and not 0 < opts.cfssl_timeout <= 300:
-        raise UsageError(f"--cfssl-timeout: expected 0-300 seconds, got {opts.cfssl_timeout}")
-    ttl = (
-        parse_duration(opts.cfssl_ca_ttl, "--cfssl-ca-ttl")
-        if opts.cfssl_ca_ttl is not None
-        else DEFAULT_CA_TTL
-    )
-    from typhapki.pki.signers.cfssl import DEFAULT_TIMEOUT, CfsslConfig, CfsslSigner
+        opts.refuse("cfssl_timeout", "expected 0-300 seconds")
+    ttl, given_ttl = DEFAULT_CA_TTL, opts.cfssl_ca_ttl
+    if given_ttl is not None:
+        from typhapki.settings.provenance import named
 
-    for name, profile in (
-        ("typha", opts.cfssl_profile_typha),
-        ("felix", opts.cfssl_profile_felix),
-    ):
+        ttl = named(opts, ["cfssl_ca_ttl"], lambda: parse_duration(given_ttl, "CA TTL"))
+    from typhapki.pki.signers.cfssl import DEFAULT_TIMEOUT, CfsslConfig, CfsslSigner, validate_url
+
+    url = validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
+    for name in ("cfssl_profile_typha", "cfssl_profile_felix"):
+        profile = getattr(opts, name)
         if profile is not None and not profile.strip():
-            raise UsageError(f"--cfssl-profile-{name}: must not be empty")
+            opts.refuse(name, "must not be empty")
     if opts.cfssl_label is not None and not CFSSL_LABEL.fullmatch(opts.cfssl_label):
-        raise UsageError(
-            "--cfssl-label: cfssl 1.2 labels are word characters only "
-            f"(letters, digits, '_'), got {opts.cfssl_label!r}"
+        opts.refuse(
+            "cfssl_label", "cfssl 1.2 labels are word characters only (letters, digits, '_')"
         )
     client_cert, client_key, ca_file = _client_identity(opts)
+    if not url.startswith("https:"):
+        for name in ("cfssl_client_cert", "cfssl_ca_file"):
+            if getattr(opts, name) is not None:
+                opts.refuse(name, f"needs an https:// cfssl_url, not {opts.said('cfssl_url')}")
     config = CfsslConfig(
         url=opts.cfssl_url,
         profiles={
@@ -88,8 +102,22 @@ def build_signer(
         state_dir=state_dir,
         allow_http=opts.cfssl_allow_http,
         roles=roles,
+        sources=_file_sources(opts),
     )
     return CfsslSigner(config)
+
+
+def _file_sources(opts: SignerOptions) -> dict[str, str]:
+    """Where each file the cfssl client reads was named, for its messages: the option's
+    source, or for `--cfssl-client-cert puppet` the agent's puppet.conf setting."""
+    sources = {name: opts.source(name) for name in FILE_OPTIONS}
+    if opts.cfssl_client_cert == "puppet":
+        via = f"; cfssl_client_cert 'puppet' from {opts.source('cfssl_client_cert')}"
+        sources["cfssl_client_cert"] = f"puppet.conf's hostcert{via}"
+        sources["cfssl_client_key"] = f"puppet.conf's hostprivkey{via}"
+        if opts.cfssl_ca_file is None:
+            sources["cfssl_ca_file"] = f"puppet.conf's localcacert{via}"
+    return sources
 
 
 def cached_ca(
@@ -116,8 +144,8 @@ def cached_ca(
     from typhapki.pki.verify import fingerprint
 
     if not opts.cfssl_url:
-        raise UsageError("--signer cfssl needs --cfssl-url (or cfssl_url in hiera)")
-    url = validate_url(opts.cfssl_url, opts.cfssl_allow_http)
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    url = validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
     label = opts.cfssl_label or ""
     profiles = {
         RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
@@ -165,13 +193,14 @@ def _client_identity(opts: SignerOptions) -> tuple[Path | None, Path | None, Pat
     cert = opts.cfssl_client_cert
     if cert is None:
         if opts.cfssl_client_key is not None:
-            raise UsageError("--cfssl-client-key needs --cfssl-client-cert")
+            opts.refuse("cfssl_client_key", "needs --cfssl-client-cert (the key's certificate)")
         return None, None, opts.cfssl_ca_file
     if cert == "puppet":
         if opts.cfssl_client_key is not None:
-            raise UsageError(
-                "--cfssl-client-key: not with --cfssl-client-cert puppet "
-                "(the key is the Puppet agent's hostprivkey)"
+            opts.refuse(
+                "cfssl_client_key",
+                f"not with {opts.said('cfssl_client_cert')} "
+                "(the key is the Puppet agent's hostprivkey)",
             )
         from typhapki.puppet.agent_ssl import agent_ssl
 
@@ -179,7 +208,7 @@ def _client_identity(opts: SignerOptions) -> tuple[Path | None, Path | None, Pat
         ca_file = opts.cfssl_ca_file if opts.cfssl_ca_file is not None else agent.localcacert
         return agent.hostcert, agent.hostprivkey, ca_file
     if not cert.strip():
-        raise UsageError("--cfssl-client-cert: expected a file or puppet, got ''")
+        opts.refuse("cfssl_client_cert", "expected a file or puppet")
     if opts.cfssl_client_key is None:
-        raise UsageError(f"--cfssl-client-cert {cert} needs --cfssl-client-key (the key's file)")
+        opts.refuse("cfssl_client_cert", "needs --cfssl-client-key (the key's file)")
     return Path(cert), opts.cfssl_client_key, opts.cfssl_ca_file
