@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,66 @@ def test_fast_and_typer_paths_answer_alike(
         for fact in facts:
             fact["typhapki"].pop("generated_at", None)
         assert facts[0] == facts[1], argv
+
+
+MAIN_AS_SCRIPT = "import sys\nfrom typhapki.entry import main\nsys.exit(main())\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--ca-dir", "{ca}", "--out", "{out}"],
+        ["check", "--ca-dir", "{ca}", "--out", "{out}", "--days", "1", "--renew-before", "2d"],
+        ["check", "--out", "{out}/missing"],
+        ["facts", "--ca-dir", "{ca}", "--out", "{out}"],
+        ["metrics", "--no-probe", "--out", "{out}"],
+        ["check", "--no-such-option"],
+        ["--version"],
+    ],
+)
+def test_the_console_script_ends_as_main_returns(
+    issued: Path, ca_dir: Path, argv: list[str]
+) -> None:
+    """script() leaves the process without Python's finalization after the fast path:
+    the exit code and every byte of output are what main() returning gives."""
+    args = [a.format(ca=ca_dir, out=issued) for a in argv]
+    script = run_cli_process(*args)
+    env = {**os.environ, "TYPHAPKI_CONFIG": ""}
+    plain = subprocess.run(
+        [sys.executable, "-c", MAIN_AS_SCRIPT, *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert script.returncode == plain.returncode, script.stderr
+    if argv[0] == "metrics":  # the same metrics but for the time they were taken
+        stamp = re.compile(r"\d\.\d+e\+09")
+        assert stamp.sub("T", script.stdout) == stamp.sub("T", plain.stdout)
+    elif argv[0] == "facts":  # the same fact but for the time it was made
+        facts = [json.loads(p.stdout)["typhapki"] for p in (script, plain)]
+        for fact in facts:
+            fact.pop("generated_at", None)
+        assert facts[0] == facts[1]
+    else:
+        assert script.stdout == plain.stdout
+    assert script.stderr == plain.stderr
+    assert script.stdout or script.stderr  # something was written, and flushed
+
+
+@pytest.mark.parametrize("command", ["check", "facts"])
+def test_output_to_a_reader_that_went_away_exits_141_quietly(
+    issued: Path, ca_dir: Path, command: str
+) -> None:
+    """Whether the command's write meets the closed pipe (typhapki/fastcli.py `guarded`)
+    or the flush at the end does (`check`'s one line stays in the buffer)."""
+    from tests.conftest import typhapki_cmd
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [*typhapki_cmd(), command, "--ca-dir", str(ca_dir), "--out", str(issued)],
+            stdout=write, stderr=subprocess.PIPE, env={**os.environ, "TYPHAPKI_CONFIG": ""},
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, b"")

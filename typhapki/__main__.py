@@ -1,3 +1,3 @@
-from typhapki.entry import main
+from typhapki.entry import script
 
-raise SystemExit(main())
+script()
