@@ -28,15 +28,10 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_left
 from typhapki.errors import KubeApiError, RestartDeferredError, UsageError
 from typhapki.kubernetes.kubeconfig import KubeAccess
-from typhapki.pki.signers.cfssl import (
-    MAX_JSON_DEPTH,
-    _DeadlineSocket,
-    _depth,
-    _left,
-    server_text,
-)
+from typhapki.pki.signers.cfssl import server_text
 from typhapki.record import record
 
 MAX_ANSWER = 4 * 1024 * 1024  # bytes: a node's Typha pods fit in a few KiB
@@ -189,16 +184,18 @@ class KubeApi:
             if 200 <= status < 300:
                 raise KubeApiError(f"{url}: HTTP {status}, not the API's JSON") from None
             doc = None
-        if _depth(doc) > MAX_JSON_DEPTH:
+        if json_depth(doc) > MAX_JSON_DEPTH:
             raise KubeApiError(f"{url}: answer nested more than {MAX_JSON_DEPTH} levels")
         return status, doc
 
     def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
         """One request on a fresh connection: (status, body), by the deadline."""
         access = self.access
-        sock = socket.create_connection((access.host, access.port), timeout=_left(self.deadline))
+        sock = socket.create_connection(
+            (access.host, access.port), timeout=time_left(self.deadline)
+        )
         try:
-            sock.settimeout(_left(self.deadline))
+            sock.settimeout(time_left(self.deadline))
             sock = self._tls.wrap_socket(
                 sock, server_hostname=access.tls_server_name or access.host
             )
@@ -215,9 +212,9 @@ class KubeApi:
             data = body or b""
             if body is not None:
                 head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
-            sock.settimeout(_left(self.deadline))
+            sock.settimeout(time_left(self.deadline))
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + data)
-            answer = http.client.HTTPResponse(_DeadlineSocket(sock, self.deadline), method=method)  # type: ignore[arg-type]
+            answer = http.client.HTTPResponse(DeadlineSocket(sock, self.deadline), method=method)  # type: ignore[arg-type]
             try:
                 answer.begin()
                 return answer.status, answer.read(MAX_ANSWER + 1)

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from tests.conftest import against_servers, assert_one_line_error, run_cli
 from tests.support import hostile_cfssl as hostile_support
 from tests.support.hostile_cfssl import Answer, HostileCfssl, cfssl_json, nested_json, serving
+from typhapki.deadline import MAX_JSON_DEPTH
 from typhapki.errors import EXIT_SIGNER, EXIT_USAGE, SignerError, UsageError
 from typhapki.pki.profiles import build_ca, cert_pem
 from typhapki.pki.signers.cfssl import (
     MAX_ANSWER,
-    MAX_JSON_DEPTH,
     CfsslConfig,
     CfsslSigner,
     server_text,

@@ -20,7 +20,6 @@ import base64
 import hashlib
 import hmac
 import http.client
-import io
 import ipaddress
 import json
 import os
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_left
 from typhapki.errors import ConfigError, SignerError, UsageError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import RoleName
@@ -55,7 +55,6 @@ RETRY_PAUSE = 1.0  # seconds before the second attempt, doubled after that
 # others to use one attempt each: RUN_SLACK more attempts' time.
 RUN_SLACK = 3
 MAX_ANSWER = 1024 * 1024  # a certificate answer is a few kB
-MAX_JSON_DEPTH = 16  # cfssl's answers nest 3 levels
 MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
 AUTH_HINT = "(wrong or missing --cfssl-auth-key for this profile?)"
 AUTH_KEY_LIMIT = 4096
@@ -180,23 +179,6 @@ def server_text(value: str, limit: int = MAX_SERVER_TEXT) -> str:
         else:
             out.append(char)
     return "".join(out) + ("..." if len(value) > limit else "")
-
-
-def _depth(doc: object) -> int:
-    """How deeply lists and objects nest in a decoded JSON document (iteratively)."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(doc, 0)]
-    while stack:
-        value, level = stack.pop()
-        if isinstance(value, dict):
-            value = list(value.values())
-        if isinstance(value, list):
-            level += 1
-            deepest = max(deepest, level)
-            if deepest > MAX_JSON_DEPTH:
-                break
-            stack.extend((item, level) for item in value)
-    return deepest
 
 
 def read_auth_key(path: Path, what: str = "cfssl auth key") -> bytes:
@@ -417,10 +399,10 @@ class CfsslSigner:
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         context = self._tls  # the client identity's errors come before any connection
-        sock = socket.create_connection((host, port), timeout=_left(deadline))
+        sock = socket.create_connection((host, port), timeout=time_left(deadline))
         try:
             if context is not None:
-                sock.settimeout(_left(deadline))
+                sock.settimeout(time_left(deadline))
                 sock = context.wrap_socket(sock, server_hostname=host)
             head = (
                 f"POST {parts.path}{path} HTTP/1.1\r\n"
@@ -431,9 +413,9 @@ class CfsslSigner:
                 f"Content-Length: {len(data)}\r\n"
                 "Connection: close\r\n\r\n"
             )
-            sock.settimeout(_left(deadline))
+            sock.settimeout(time_left(deadline))
             sock.sendall(head.encode("ascii") + data)
-            answer = http.client.HTTPResponse(_DeadlineSocket(sock, deadline), method="POST")  # type: ignore[arg-type]
+            answer = http.client.HTTPResponse(DeadlineSocket(sock, deadline), method="POST")  # type: ignore[arg-type]
             try:
                 answer.begin()
                 return answer.status, answer.getheader("Location"), answer.read(MAX_ANSWER + 1)
@@ -455,7 +437,7 @@ class CfsslSigner:
             ) from None
         except (ValueError, UnicodeDecodeError):
             doc = None
-        if _depth(doc) > MAX_JSON_DEPTH:
+        if json_depth(doc) > MAX_JSON_DEPTH:
             raise SignerError(f"{url}: answer nested more than {MAX_JSON_DEPTH} levels deep")
         if not isinstance(doc, dict) or "success" not in doc:
             if status >= 500:
@@ -652,37 +634,3 @@ def _lifetimes(expiry: int | None) -> dict[RoleName, timedelta]:
 
 class _Retryable(Exception):
     """Down, slow or a 5xx: worth another attempt."""
-
-
-def _left(deadline: float) -> float:
-    """Seconds until `deadline`; a TimeoutError when it has passed."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError
-    return left
-
-
-class _DeadlineReader(io.RawIOBase):
-    """A socket's bytes, each read given only the time left until the deadline."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self._sock.settimeout(_left(self._deadline))
-        return self._sock.recv_into(buffer)
-
-
-class _DeadlineSocket:
-    """What `http.client.HTTPResponse` reads from: `makefile` over a _DeadlineReader."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
