@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.sources import HIERA, SOURCES, place
 from typhapki import entry
 
 # Values the PKI layer refuses whatever else is set (the leaf lifetime stays 365 days,
@@ -30,15 +31,6 @@ BAD = {
     "typha_cn": ["x" * 65, "y" * 200],
     "felix_uri_san": ["not a uri", "spiffe://"],
 }
-SOURCES = ("flag", "defaults", "commands", "hiera")
-HIERA = """kubernetes::clusters:
-  main:
-    prod:
-      cluster_nodes: [node1.example.org]
-      typha:
-        {key}: '{value}'
-"""
-GOOD_HIERA = HIERA.format(key="typha_cn", value="typha-prod")
 
 
 def run_main(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
@@ -75,15 +67,7 @@ def test_a_bad_value_is_refused_naming_its_source(
     base = tmp_path_factory.mktemp("node")
     flag = "--" + option.replace("_", "-")
     key = option.replace("_", "-") if dashes else option
-    config, hiera = base / "typhapki.yaml", base / "hiera.yaml"
-    config.write_text(
-        {
-            "defaults": f"defaults:\n  {key}: '{value}'\n",
-            "commands": f"commands:\n  {command}:\n    {key}: '{value}'\n",
-        }.get(source, "defaults:\n  role: both\n")
-    )
-    config.chmod(0o600)
-    hiera.write_text(HIERA.format(key=option, value=value) if source == "hiera" else GOOD_HIERA)
+    config, hiera = place(base, source, command, key, option, value)
     argv = [command, "--out", str(base / "out"), "--hiera", str(hiera), "--cluster", "prod"]
     argv += ["--ca-dir", str(base / "ca")]
     if source == "flag":

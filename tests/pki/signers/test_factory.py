@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
+from tests.support.sources import HIERA, SOURCES, place
 
 URL = "https://127.0.0.1:1"  # never asked: every case is refused before a request
 
@@ -57,14 +58,6 @@ CASES = (
     Bad("cfssl_auth_key_typha", ("{base}/none",), CFSSL, "cfssl auth key of typha", "No such"),
     Bad("cfssl_ca_file", ("{base}/none",), CFSSL, "cfssl CA file", "No such file"),
 )
-SOURCES = ("flag", "defaults", "commands", "hiera")
-HIERA = """kubernetes::clusters:
-  main:
-    prod:
-      cluster_nodes: [node1.example.org]
-      typha:
-        {key}: '{value}'
-"""
 
 
 def refusal(
@@ -72,17 +65,7 @@ def refusal(
 ) -> str:
     """The one error line of `command` with the bad value at `source` (the node
     configuration file spelling the option `key`)."""
-    config, hiera = base / "typhapki.yaml", base / "hiera.yaml"
-    config.write_text(
-        {
-            "defaults": f"defaults:\n  {key}: '{value}'\n",
-            "commands": f"commands:\n  {command}:\n    {key}: '{value}'\n",
-        }.get(source, "defaults:\n  role: both\n")
-    )
-    config.chmod(0o600)
-    bad = source == "hiera"
-    hiera.write_text(HIERA.format(key=case.option, value=value) if bad else HIERA.format(
-        key="typha_cn", value="typha-prod"))  # fmt: skip
+    config, hiera = place(base, source, command, key, case.option, value)
     argv: list[str | Path] = [command, "--out", base / "out", "--hiera", hiera, "--cluster", "prod"]
     argv += case.context
     if source == "flag":
