@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 # tests/pki/test_x509compat.py asserts that these are the public objects.
 __all__ = ["Encoding", "NoEncryption", "PrivateFormat", "PublicFormat"]
 # Since cryptography 42 the public load_pem_private_key *is* this Rust function
-# (serialization/base.py assigns it); before, it went through the OpenSSL backend.
+# (cryptography's serialization module assigns it); before, through the OpenSSL backend.
 _RUST_KEY_LOADER = int(__version__.split(".")[0]) >= 42
 
 _PEM_BLOCK_END = b"-----END CERTIFICATE-----"

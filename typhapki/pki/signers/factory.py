@@ -15,7 +15,8 @@ DEFAULT_CA_TTL = timedelta(hours=1)
 # A multirootca label is an INI section name: word characters (typhapki/puppet/hiera.py
 # checks the same in hiera, naming the key).
 CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
-# The options that name a file on the node: cfssl.py's checks of the file name its source.
+# The options that name a file on the node: the checks of the file in
+# typhapki/pki/signers/cfssl.py name its source.
 FILE_OPTIONS = (
     "cfssl_auth_key",
     "cfssl_auth_key_typha",
