@@ -62,7 +62,7 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.puppet.facts import FactRequest, gather
     from typhapki.settings.desired import observe
-    from typhapki.settings.pki import PkiOptions, parse_roles
+    from typhapki.settings.pki import OPTION_NAMES, PkiOptions, parse_roles
     from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
@@ -87,22 +87,9 @@ def facts(raw: RawFactOptions) -> int:
     )
     pki = PkiOptions()
     try:
-        pki = PkiOptions(
-            typha_cn=raw.typha_cn,
-            felix_cn=raw.felix_cn,
-            typha_uri_san=raw.typha_uri_san,
-            felix_uri_san=raw.felix_uri_san,
-            key_type=raw.key_type,
-            days=_days(raw.days, raw.sources.get("days", "--days")),
-            typha_lifetime=raw.typha_lifetime,
-            felix_lifetime=raw.felix_lifetime,
-            renew_before=raw.renew_before,
-            key_owner=raw.key_owner,
-            key_group=raw.key_group,
-            key_mode=raw.key_mode,
-            node_name=raw.node_name,
-            sources=raw.sources,
-        )
+        given = {name: getattr(raw, name) for name in OPTION_NAMES}
+        given["days"] = _days(raw.days, raw.sources.get("days", "--days"))
+        pki = PkiOptions(**given, sources=raw.sources)
     except UsageError as exc:
         pki_error: UsageError | None = exc  # reported when the settings are built
     else:
