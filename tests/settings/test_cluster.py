@@ -19,12 +19,13 @@ from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.verify import subject_cn
+from typhapki.puppet.hiera import TyphaSettings
 from typhapki.settings.cluster import (
     load_typha_settings,
+    merged_signer,
     pki_options_of,
     require_pair,
     with_cluster_options,
-    with_cluster_signer,
 )
 from typhapki.settings.pki import PkiOptions, build_settings
 from typhapki.settings.signer import SignerOptions
@@ -194,6 +195,13 @@ def label_hiera(tmp_path: Path, base: str | None, label: str | None, signer: str
     return path
 
 
+def _typha(hiera: Path, cluster: str) -> TyphaSettings:
+    """The cluster's ``typha:`` mapping, loaded as resolve() loads it."""
+    typha = load_typha_settings(hiera, cluster)
+    assert typha is not None
+    return typha
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -212,14 +220,14 @@ def test_the_label_is_the_flag_then_typha_then_the_intermediate_base(
     if label is not None and not word.fullmatch(label):
         # typha.cfssl_label is checked wherever it is written, whoever signs.
         with pytest.raises(ConfigError, match=r":\d+: .*cfssl_label: cfssl 1\.2 labels"):
-            with_cluster_signer(flags, hiera, "staging-eqiad")
+            merged_signer(flags, _typha(hiera, "staging-eqiad"))
         return
     used_base = signer == "cfssl" and flag is None and label is None and base is not None
     if used_base and not word.fullmatch(str(base)):
         with pytest.raises(ConfigError, match=r":\d+: .*pki_intermediate_base: the cfssl label"):
-            with_cluster_signer(flags, hiera, "staging-eqiad")
+            merged_signer(flags, _typha(hiera, "staging-eqiad"))
         return
-    merged = with_cluster_signer(flags, hiera, "staging-eqiad")
+    merged = merged_signer(flags, _typha(hiera, "staging-eqiad"))
     expected = flag if flag is not None else label if label is not None else None
     assert merged.cfssl_label == (base if used_base else expected)
     # The label remembers where it came from: an error about it names that place.

@@ -74,11 +74,7 @@ def merge_pki(flags: PkiOptions, typha: TyphaSettings | None) -> PkiOptions:
 
 
 def merge_cluster(
-    pki: PkiOptions,
-    signer: SignerOptions,
-    typha: TyphaSettings | None,
-    hiera: Path | None,
-    cluster: str | None,
+    pki: PkiOptions, signer: SignerOptions, typha: TyphaSettings | None
 ) -> tuple[PkiOptions, SignerOptions]:
     """Both option sets over one loaded ``typha:`` mapping (flags win)."""
     if typha is None:
@@ -97,16 +93,6 @@ def signer_options_of(typha: TyphaSettings) -> SignerOptions:
         **{name: getattr(typha, name) for name in names},
         sources={n: f"hiera {typha.sources[n]}" for n in names if n in typha.sources},
     )
-
-
-def with_cluster_signer(
-    flags: SignerOptions, hiera: Path | None, cluster: str | None
-) -> SignerOptions:
-    """The signer flags over the cluster's hiera settings (flags win)."""
-    typha = load_typha_settings(hiera, cluster)
-    if typha is None:
-        return flags
-    return merged_signer(flags, typha)
 
 
 def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:

@@ -72,9 +72,7 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     from typhapki.pki.verify import load_trusted
 
     typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
-    pki, signer_opts = merge_cluster(
-        request.pki, request.signer, typha, request.hiera, request.cluster
-    )
+    pki, signer_opts = merge_cluster(request.pki, request.signer, typha)
     settings = build_settings(pki)
     roles = tuple(parse_roles(request.role))
     _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue
