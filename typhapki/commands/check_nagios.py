@@ -67,27 +67,16 @@ def _evaluate(
     critical: str | None,
     signer: SignerOptions | None = None,
 ) -> NagiosResult:
-    from typhapki.commands.monitoring_options import status_request
+    from typhapki.commands.monitoring_options import observed_request
     from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
-    from typhapki.settings.desired import observe
 
     thresholds = Thresholds.parse(warning, critical)  # the wrong order: UNKNOWN
 
-    # The one resolution `check` makes (hiera read once, typha.trust included).
-    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
-    request = status_request(
-        out,
-        role,
-        ca_dir,
-        trust,
-        cluster,
-        probe_address,
-        no_probe,
+    observed, request = observed_request(
+        out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
         ferm_state=False,
-        signer=observed.signer,
-        trusted=observed.trusted,
-    )
+    )  # fmt: skip
     if observed.errors:
         raise observed.errors[0]  # a bad hiera: UNKNOWN, not a guess
     settings = observed.built_settings()  # a bad option: UNKNOWN, not a guess

@@ -4,7 +4,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import status_request
+from typhapki.commands.monitoring_options import observed_request
 from typhapki.errors import EXIT_OK
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
@@ -30,23 +30,12 @@ def metrics(
     never contact cfssl."""
     from typhapki.monitoring.metrics import render, write_textfile
     from typhapki.monitoring.status import collect, message
-    from typhapki.settings.desired import observe
 
-    # The one resolution `check` makes (hiera read once, typha.trust included); what
-    # fails is the settings' error series, and the set is still judged.
-    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
-    request = status_request(
-        out,
-        role,
-        ca_dir,
-        trust,
-        cluster,
-        probe_address,
-        no_probe,
+    # What fails to resolve is the settings' error series, and the set is still judged.
+    observed, request = observed_request(
+        out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
         state_dir=state_dir,
-        signer=observed.signer,
-        trusted=observed.trusted,
-    )
+    )  # fmt: skip
     status = collect(request, observed.built_settings)
     for exc in observed.errors:
         status.error("settings", message(exc))

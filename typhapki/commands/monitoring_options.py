@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from typhapki.monitoring.status import StatusRequest
+    from typhapki.settings.desired import Observed
     from typhapki.settings.signer import SignerOptions
 
 
@@ -30,6 +31,44 @@ def settings_factory(
         return build_settings(with_cluster_options(opts, hiera, cluster))
 
     return build
+
+
+def observed_request(
+    out: Path,
+    role: str,
+    pki: PkiOptions,
+    signer: SignerOptions | None,
+    ca_dir: Path | None,
+    trust: Sequence[Path],
+    hiera: Path | None,
+    cluster: str | None,
+    probe_address: str | None,
+    no_probe: bool,
+    *,
+    ferm_state: bool = True,
+    state_dir: Path | None = None,
+) -> tuple[Observed, StatusRequest]:
+    """The one resolution `check` makes (typhapki/settings/desired.py `observe`: hiera
+    read once, typha.trust included), and the request that gathers the set's status by
+    it, for `metrics` and `check --nagios`."""
+    from typhapki.settings.desired import observe
+    from typhapki.settings.signer import SignerOptions
+
+    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
+    request = status_request(
+        out,
+        role,
+        ca_dir,
+        trust,
+        cluster,
+        probe_address,
+        no_probe,
+        ferm_state=ferm_state,
+        state_dir=state_dir,
+        signer=observed.signer,
+        trusted=observed.trusted,
+    )
+    return observed, request
 
 
 def status_request(
