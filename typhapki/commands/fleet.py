@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.record import record
 
@@ -34,25 +35,6 @@ class PuppetDBOptions:
     puppetdb_key: Path | None = None
     puppetdb_ca: Path | None = None
     puppetdb_timeout: float | None = None
-
-
-class _Progress:
-    """One line on stderr, rewritten in place; only on a terminal."""
-
-    def __init__(self) -> None:
-        self.on = sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, text: str) -> None:
-        if self.on:
-            sys.stderr.write(f"\r\033[K{text}")
-            sys.stderr.flush()
-            self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
 
 
 def _client(opts: PuppetDBOptions) -> PuppetDB:
@@ -89,7 +71,7 @@ def _nodes(
     from typhapki.fleet.query import fetch
 
     db = _client(opts)
-    progress = _Progress()
+    progress = TerminalLine()
     try:
         data = fetch(db, cluster, progress)
         progress(f"judging {len(data.members)} nodes")

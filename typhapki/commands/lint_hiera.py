@@ -4,24 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
-
-
-class _TerminalProgress:
-    """ "resolving N hosts: done/N" rewritten in place; only ever on a terminal."""
-
-    def __init__(self) -> None:
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        sys.stderr.write(f"\rresolving {total} hosts: {done}/{total}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
 
 
 def lint_hiera(
@@ -31,14 +15,21 @@ def lint_hiera(
     from typhapki.puppet.lint import lint, nameservers_from
 
     servers = None if offline else nameservers_from(nameserver)
-    progress = _TerminalProgress() if sys.stderr.isatty() and not offline else None
+    line = TerminalLine()
+
+    def progress(done: int, total: int) -> None:
+        line(f"resolving {total} hosts: {done}/{total}")
+
     try:
         report = lint(
-            files, offline=offline, nameservers=servers, progress=progress, timeout=timeout
+            files,
+            offline=offline,
+            nameservers=servers,
+            progress=progress if line.on and not offline else None,
+            timeout=timeout,
         )
     finally:
-        if progress is not None:
-            progress.clear()
+        line.clear()
     if as_json:
         print(json.dumps(report.as_json(), indent=2))
         return EXIT_OK if report.ok else EXIT_NEEDS_ACTION
