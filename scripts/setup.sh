@@ -9,6 +9,8 @@ VENV=${1:-${TYPHAPKI_VENV:-.venv}}
 
 SYSTEM_PACKAGES=(
   openssl curl ca-certificates iproute2 iptables ferm nftables dnsmasq-base
+  # the suite's own PID namespace needs an init that reaps (scripts/test.sh)
+  util-linux tini
   puppet-agent facter git golang-go
   # central issuance, monitoring, the Puppet module, the Debian package
   golang-cfssl prometheus prometheus-node-exporter systemd

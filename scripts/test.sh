@@ -46,13 +46,13 @@ report() {
   printf '   %s\n' "${TIMINGS[@]}"
   printf '   %-40s %4ds\n' total "$SECONDS"
 }
-trap report EXIT
+trap 'stop_decoys; report' EXIT
 
 # pytest exit 5 means "no test collected": fine when arguments selected nothing in this
 # leg, a failure when the whole suite was asked for (something hid every test).
 run_pytest() {
   local rc=0
-  "$@" || rc=$?
+  in_own_pid_namespace "$@" || rc=$?
   if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
     echo "(no test selected in this leg by: ${ARGS[*]})"
     return 0
@@ -61,6 +61,35 @@ run_pytest() {
 }
 ARGS=("$@")
 NARGS=$#
+
+# Each leg runs in a PID namespace of its own, with its own /proc, and tini as its PID 1
+# (it reaps what the tests' servers leave behind and passes signals on). Restart status
+# reads /proc: a calico-typha or calico-node that anything else on this machine runs
+# must not enter a test's verdict, and two runs on one machine must not see each other.
+# Two such decoys run outside for the whole run; tests/conftest.py fails a test that
+# reads a table open to them, and tests/monitoring/test_processes.py checks that none
+# of them is seen. As root, as CI runs; a user's run goes without.
+in_own_pid_namespace() {
+  if [ "$(id -u)" -ne 0 ]; then
+    "$@"
+    return
+  fi
+  TYPHAPKI_HOST_PIDNS=$(readlink /proc/self/ns/pid) \
+    unshare --pid --fork --mount-proc --kill-child -- tini -g -- "$@"
+}
+DECOYS=()
+start_decoys() {
+  local dir name
+  dir=$(mktemp -d /tmp/typhapki-decoys.XXXXXX)
+  for name in calico-typha calico-node; do
+    cp "$(command -v sleep)" "$dir/$name"
+    "$dir/$name" 86400 &
+    DECOYS+=("$!")
+  done
+}
+stop_decoys() {
+  if ((${#DECOYS[@]})); then kill "${DECOYS[@]}" 2>/dev/null || true; fi
+}
 
 phase "setup"
 TYPHAPKI_NEWEST=1 bash scripts/setup.sh "$VENV"
@@ -82,6 +111,7 @@ fi
 echo "   demo done ($(wc -l <"$demo_dir.log") lines of output)"
 rm -rf "$demo_dir" "$demo_dir.log"
 
+start_decoys
 if [[ " $LEGS " == *" newest "* ]]; then
   phase "pytest, newest PyPI releases (checkout)"
   TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider --durations=20 "$@"

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ SOURCE = Path(os.environ.get("TYPHAPKI_SOURCE", str(ROOT))).resolve()
 
 
 CI = os.environ.get("CI", "").lower() == "true"
+RUN_STARTED_AT = time.time()  # conftest is imported as the run starts
 
 # Hypothesis profiles. "ci" (under CI=true; TYPHAPKI_HYPOTHESIS_PROFILE names another):
 # no example database (a fresh clone has none to replay) and a failing example printed
@@ -192,6 +194,49 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     reused port would otherwise look like the same signer). A test that looks at the
     state sets its own directory."""
     monkeypatch.setenv("TYPHAPKI_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+# Tests whose code read the process table (list_processes), for the run's summary.
+PROCESS_TABLE_READERS: dict[str, str | None] = {}
+
+
+@pytest.fixture(autouse=True)
+def _private_process_table(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A test that judges restart status sees only the processes it started.
+
+    Every read of the process table in this process is recorded with the test that made
+    it; the run must be in a PID namespace of its own (scripts/test.sh), so processes of
+    other programs, and of the commands a test starts, stay out too. Under CI a read
+    outside one fails the test; a developer's own run is told in the summary.
+    """
+    from tests.support.processes import private_process_table
+    from typhapki.monitoring import processes
+
+    real = processes.list_processes
+
+    def recorded(names: Any, proc: Path = Path("/proc")) -> Any:
+        PROCESS_TABLE_READERS[request.node.nodeid] = private_process_table()
+        return real(names, proc)
+
+    monkeypatch.setattr(processes, "list_processes", recorded)
+    yield
+    why = PROCESS_TABLE_READERS.get(request.node.nodeid)
+    if why is not None and CI:
+        pytest.fail(f"read the machine's process table: {why}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not PROCESS_TABLE_READERS:
+        return
+    open_to_host = sorted(n for n, why in PROCESS_TABLE_READERS.items() if why is not None)
+    terminalreporter.write_line(
+        f"process table: {len(PROCESS_TABLE_READERS)} tests read it, "
+        f"{len(open_to_host)} of them outside a private PID namespace"
+    )
+    for nodeid in open_to_host:
+        terminalreporter.write_line(f"  {nodeid}: {PROCESS_TABLE_READERS[nodeid]}")
 
 
 @pytest.fixture(autouse=True)

@@ -7,15 +7,19 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import CI, RUN_STARTED_AT
 from tests.monitoring.conftest import ProcessFactory
 from tests.support.issuing import ensure_local
+from tests.support.processes import private_process_table
+from typhapki.monitoring import processes
 from typhapki.monitoring.processes import (
+    PROCESS_NAMES,
     Component,
     component_processes,
-    list_processes,
     restart_status,
     restart_statuses,
 )
@@ -35,7 +39,8 @@ def _reissue(out: Path, ca_dir: Path, role: RoleName) -> None:
 
 def _mine(pids: set[int]) -> list:  # type: ignore[type-arg]
     # Only this test's processes: another calico-* process on the machine must not count.
-    return [p for p in list_processes(["calico-typha", "calico-node"]) if p.pid in pids]
+    # Through the module, as restart_statuses calls it (tests/conftest.py records each read).
+    return [p for p in processes.list_processes(["calico-typha", "calico-node"]) if p.pid in pids]
 
 
 def test_started_before_and_after_a_publish(
@@ -153,3 +158,38 @@ def test_live_generation_time_is_the_publish_time(tmp_path: Path) -> None:
     when = generation_published_at(tmp_path / "d")
     assert when is not None and before - timedelta(seconds=1) <= when <= datetime.now(UTC)
     assert os.readlink(tmp_path / "d" / "..data").startswith("..20")
+
+
+def test_this_run_reads_a_private_process_table() -> None:
+    """scripts/test.sh runs the suite in a PID namespace of its own, with its own /proc:
+    the machine's other calico-typha or calico-node processes are not in any verdict."""
+    why = private_process_table()
+    if why is not None and not CI:
+        pytest.skip(f"a developer's own run: {why}")
+    assert why is None
+
+
+def test_no_process_from_before_this_run_is_seen() -> None:
+    """What the table shows started after this test run did (scripts/test.sh starts a
+    calico-typha and a calico-node outside the run's namespace first, to be hidden)."""
+    if private_process_table() is not None:
+        pytest.skip("the machine's process table is open to this run")
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    seen = processes.list_processes(PROCESS_NAMES.values())
+    older = [p for p in seen if p.started_at + tick < RUN_STARTED_AT]
+    assert older == []
+
+
+def test_an_exited_process_not_yet_reaped_is_not_running(
+    calico_process: ProcessFactory,
+) -> None:
+    typha = calico_process("calico-typha")
+    typha.kill()  # not waited for: a zombie until its parent reaps it
+    stat = Path(f"/proc/{typha.pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+        assert time.monotonic() < deadline, "the killed process never became a zombie"
+        time.sleep(0.01)
+    assert Path(f"/proc/{typha.pid}/comm").read_text().strip() == "calico-typha"
+    assert _mine({typha.pid}) == []
+    assert not restart_statuses(Path("/nonexistent"), _mine({typha.pid}))[Component.TYPHA].running

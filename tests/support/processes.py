@@ -1,8 +1,14 @@
-"""Stopping the long-lived servers the tests start (JVMs, PostgreSQL)."""
+"""The processes the tests see: stopping the long-lived servers they start (JVMs,
+PostgreSQL), and whether this run's process table is its own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+
+# scripts/test.sh records the PID namespace it starts from before it runs the suite in
+# a namespace of its own (unshare --pid --mount-proc, tini as its PID 1).
+HOST_PIDNS_ENV = "TYPHAPKI_HOST_PIDNS"
 
 
 def stop(process: subprocess.Popen[bytes], grace: float = 60) -> None:
@@ -13,3 +19,22 @@ def stop(process: subprocess.Popen[bytes], grace: float = 60) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def private_process_table() -> str | None:
+    """None when /proc shows only this run's processes, else why not.
+
+    Private means: this process is in another PID namespace than the one scripts/test.sh
+    started from, and /proc is that namespace's own (its `self` is this process's PID as
+    the namespace numbers it). Restart status reads /proc: anywhere else a calico-typha
+    that another program runs on the machine would enter a test's verdict.
+    """
+    host = os.environ.get(HOST_PIDNS_ENV)
+    if not host:
+        return f"${HOST_PIDNS_ENV} is not set: not run through scripts/test.sh"
+    mine = os.readlink("/proc/self/ns/pid")
+    if mine == host:
+        return f"in the PID namespace scripts/test.sh started from ({host})"
+    if os.readlink("/proc/self") != str(os.getpid()):
+        return "/proc is another PID namespace's (mounted without --mount-proc)"
+    return None

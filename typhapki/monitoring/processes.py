@@ -131,9 +131,11 @@ def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Pro
         # ends comm, which may itself hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
         try:
-            since_boot = int(fields[19])
+            state, since_boot = fields[0], int(fields[19])
         except (IndexError, ValueError):
             continue
+        if state in (b"Z", b"X"):
+            continue  # exited, not reaped yet: it holds no certificate any more
         started = boot + since_boot / ticks
         second = boot_second + since_boot // ticks if boot_second else int(started)
         found.append(Process(int(entry), name, argv, started, second))
