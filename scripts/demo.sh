@@ -13,6 +13,9 @@ mkdir -p "$WORK"
 echo "setting up (log: $WORK/setup.log)..."
 bash scripts/setup.sh "$VENV" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log"; exit 1; }
 export PATH="$PWD/$VENV/bin:$PATH"
+# The demo's own state (ferm.json, the signer-CA cache), never the machine's
+# /var/lib/typhapki: a demo run must not show up in a real node's facts or metrics.
+export TYPHAPKI_STATE_DIR="$WORK/state"
 
 port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 dnsmasq --no-daemon --conf-file=/dev/null --port="$port" --listen-address=127.0.0.1 \
