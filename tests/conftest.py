@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -227,7 +228,50 @@ def _private_process_table(
         pytest.fail(f"read the machine's process table: {why}")
 
 
+# The machine's default state directory (typhapki/firewall/state.py): no test reads or
+# writes it (every process a test starts has $TYPHAPKI_STATE_DIR, set above). What it
+# holds is compared before and after the run; a change fails the run.
+MACHINE_STATE_DIR = Path("/var/lib/typhapki")
+_machine_state_before: list[tuple[str, int, int]] | None = None
+
+
+def _machine_state() -> list[tuple[str, int, int]]:
+    """Every entry below the directory, with its size and modification time."""
+    found = []
+    for directory, subdirs, files in os.walk(MACHINE_STATE_DIR):
+        for name in sorted(subdirs + files):
+            path = Path(directory, name)
+            with contextlib.suppress(OSError):
+                st = path.lstat()
+                found.append((str(path), st.st_size, st.st_mtime_ns))
+    with contextlib.suppress(OSError):
+        found.append((str(MACHINE_STATE_DIR), 0, MACHINE_STATE_DIR.lstat().st_mtime_ns))
+    return sorted(found)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _machine_state_before
+    _machine_state_before = _machine_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _machine_state_before is None or _machine_state() == _machine_state_before:
+        return
+    changed = sorted(set(_machine_state()) ^ set(_machine_state_before))
+    session.config.stash[_STATE_DIR_CHANGED] = [entry[0] for entry in changed]
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_STATE_DIR_CHANGED = pytest.StashKey[list[str]]()
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    changed = terminalreporter.config.stash.get(_STATE_DIR_CHANGED, None)
+    if changed:
+        terminalreporter.write_line(
+            f"FAILED: the run changed {MACHINE_STATE_DIR}, which no test may touch: "
+            + ", ".join(sorted(set(changed)))
+        )
     if not PROCESS_TABLE_READERS:
         return
     open_to_host = sorted(n for n, why in PROCESS_TABLE_READERS.items() if why is not None)
