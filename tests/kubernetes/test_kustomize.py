@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, assert_one_line_error, run_cli, typhapki_cmd
 from tests.test_docs import assert_tls_wiring
-from typhapki.kubernetes.kustomize import _split_stream, post_render, strategic_merge
+from typhapki.kubernetes.kustomize import post_render, strategic_merge
 from typhapki.kubernetes.manifests import (
     DEFAULT_TYPHA_GID,
     DEFAULT_TYPHA_UID,
@@ -41,6 +41,7 @@ from typhapki.kubernetes.manifests import (
     load_set,
     wiring_patches,
 )
+from typhapki.kubernetes.yamlstream import split
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")  # Debian's kubernetes-client (scripts/setup.sh)
@@ -101,6 +102,10 @@ def patches(wired_set: Path) -> list[WiringPatch]:
     from datetime import UTC, datetime
 
     return wiring_patches(load_set(wired_set, None, datetime.now(UTC)), wired_set)
+
+
+def _split(text: str) -> list[tuple[str, str]]:
+    return [(separator, document) for separator, document, _ in split(text, "test")]
 
 
 def _by_kind_name(docs: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -211,7 +216,7 @@ def test_post_renderer_patches_the_chart_as_kustomize_does(
     rendered = _by_kind_name(list(yaml.safe_load_all(proc.stdout)))
     assert_wired(_chart(), rendered)
     # Every other document byte for byte, the `# Source:` comments of all of them kept.
-    before, after = _split_stream(CHART.read_text()), _split_stream(proc.stdout)
+    before, after = _split(CHART.read_text()), _split(proc.stdout)
     assert len(before) == len(after)
     changed = [n for n, (b, a) in enumerate(zip(before, after, strict=True)) if b != a]
     assert len(changed) == 2
@@ -250,12 +255,12 @@ _other_doc = st.builds(
 def test_post_render_touches_only_the_two_objects(
     patches: list[WiringPatch], extra: list[dict[str, Any]], where: int, comment: bool
 ) -> None:
-    chart = [d for _, d in _split_stream(CHART.read_text()) if d.strip()]
+    chart = [d for _, d in _split(CHART.read_text()) if d.strip()]
     others = [("# Source: extra.yaml\n" if comment else "") + yaml.safe_dump(d) for d in extra]
     documents = chart[:where] + others + chart[where:]
     stream = "".join(f"---\n{d}" for d in documents)
     out = post_render(stream, patches)
-    parts = [d for _, d in _split_stream(out) if d.strip()]
+    parts = [d for _, d in _split(out) if d.strip()]
     assert len(parts) == len(documents)
     for original, result in zip(documents, parts, strict=True):
         obj = yaml.safe_load(original)
@@ -382,7 +387,7 @@ PDB = ("PodDisruptionBudget", "calico-typha")
 
 
 def _chart_without_pdb() -> str:
-    parts = [d for _, d in _split_stream(CHART.read_text()) if d.strip()]
+    parts = [d for _, d in _split(CHART.read_text()) if d.strip()]
     kept = [d for d in parts if "kind: PodDisruptionBudget" not in d]
     assert len(kept) == len(parts) - 1
     return "".join(f"---\n{d}" for d in kept)

@@ -31,12 +31,9 @@ def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
 
 
 def _read_stdin() -> str:
-    from typhapki.errors import ConfigError
+    from typhapki.kubernetes.yamlstream import read_stream
 
-    try:
-        return sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"stdin: not UTF-8 (byte {exc.start}): not rendered manifests") from None
+    return read_stream(sys.stdin.buffer, "stdin")
 
 
 def manifests(
@@ -109,7 +106,10 @@ def manifests(
 
         patched = render(rendered, wiring_patches(files, out, None, typha))
         _warn_unreadable_key(files, typha)
-        sys.stdout.write(patched)
+        # As bytes: the documents not patched pass through exactly as they came.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(patched.encode("utf-8"))
+        sys.stdout.buffer.flush()
         return 0
     if kustomize_dir is not None:
         from typhapki.kubernetes.kustomize import kustomization_files
