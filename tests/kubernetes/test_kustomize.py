@@ -41,7 +41,7 @@ from typhapki.kubernetes.manifests import (
     load_set,
     wiring_patches,
 )
-from typhapki.kubernetes.yamlstream import split
+from typhapki.kubernetes.yamlstream import load, split
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")  # Debian's kubernetes-client (scripts/setup.sh)
@@ -437,3 +437,97 @@ def test_post_renderer_adds_a_typha_pdb_only_where_the_chart_has_none(
     with_pdb = post_render(CHART.read_text(), patches)
     assert with_pdb.count("kind: PodDisruptionBudget") == 1
     assert _by_kind_name(list(yaml.safe_load_all(with_pdb)))[PDB] == _chart()[PDB]
+
+
+# --- streams as Kubernetes splits them, and the base's namespace ---------------------------
+
+
+def _crlf(text: str, every: int) -> str:
+    """`text` with every `every`-th line ending in CRLF (1: all of them)."""
+    lines = text.split("\n")
+    return "\n".join(line + ("\r" if n % every == 0 and line else "") for n, line in
+                     enumerate(lines))  # fmt: skip
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_post_renderer_wires_both_sides_of_a_crlf_chart(
+    wired_set: Path, patches: list[WiringPatch], every: int
+) -> None:
+    chart = _crlf(CHART.read_text(), every)
+    out = post_render(chart, patches)
+    rendered = _by_kind_name(list(yaml.safe_load_all(out)))
+    original = _by_kind_name(list(yaml.safe_load_all(chart)))
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(original[key], rendered[key])
+    before, after = _split(chart), _split(out)
+    assert len(before) == len(after)
+    assert sum(b != a for b, a in zip(before, after, strict=True)) == 2
+    if every == 1:  # the whole chart through the command: the bytes as they came
+        proc = subprocess.run(
+            [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+            input=chart.encode(), capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.decode() == out
+
+
+@pytest.mark.parametrize("opener", ["--- !!map", "--- {kind: ConfigMap}", "---\tx"])
+def test_post_renderer_refuses_a_separator_with_content(wired_set: Path, opener: str) -> None:
+    chart = CHART.read_text()
+    at = chart.index("---\n# Source: calico/templates/calico-typha.yaml")
+    line = chart[:at].count("\n") + 1
+    stream = chart[:at] + opener + chart[at + 3 :]
+    proc = subprocess.run(
+        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+        input=stream, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.stdout == ""
+    assert_one_line_error(run_result(proc), 2, f"stdin:{line}:", "document separator")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    separators=st.lists(
+        st.sampled_from(["---\n", "---\r\n", "--- \n", "--- # Source: x\r\n", "---#\n"]),
+        min_size=7, max_size=7,
+    ),
+    every=st.integers(1, 4),
+)  # fmt: skip
+def test_post_render_wires_both_sides_whatever_the_separators(
+    patches: list[WiringPatch], separators: list[str], every: int
+) -> None:
+    documents = [_crlf(d, every) for _, d in _split(CHART.read_text()) if d.strip()]
+    stream = "".join(separators[n] + d for n, d in enumerate(documents))
+    out = post_render(stream, patches)
+    after = [d for _, d in _split(out) if d.strip()]
+    assert len(after) == len(documents)
+    changed = [n for n, (b, a) in enumerate(zip(documents, after, strict=True)) if b != a]
+    assert len(changed) == 2
+    # `---#` opens a document for Kubernetes, not for PyYAML: read it as Kubernetes does.
+    rendered = _by_kind_name([d.obj for d in load(out, "out", "test") if d.obj is not None])
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(_chart()[key], rendered[key])
+
+
+@pytest.mark.parametrize("with_pdb", [True, False])
+def test_kustomize_keeps_the_namespace_the_base_sets(
+    kubectl: Path, wired_set: Path, tmp_path: Path, with_pdb: bool
+) -> None:
+    """A base whose kustomization says `namespace:`: the objects stay there, patched."""
+    base = tmp_path / "calico"
+    base.mkdir()
+    (base / "calico.yaml").write_text(CHART.read_text() if with_pdb else _chart_without_pdb())
+    (base / "kustomization.yaml").write_text(
+        "namespace: calico-system\nresources:\n- calico.yaml\n"
+    )
+    overlay = tmp_path / "typha-tls"
+    overlay.mkdir()
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                   "--kustomize-base", "../calico")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    built = _kustomize(kubectl, overlay)
+    assert {obj["metadata"].get("namespace") for obj in built.values()} == {"calico-system"}
+    chart = _chart()
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(chart[key], built[key])
+    assert [k for k in built if k[0] == "PodDisruptionBudget"] == [PDB]
