@@ -250,7 +250,7 @@ _other_doc = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(extra=st.lists(_other_doc, max_size=5), where=st.integers(0, 5), comment=st.booleans())
 def test_post_render_touches_only_the_two_objects(
     patches: list[WiringPatch], extra: list[dict[str, Any]], where: int, comment: bool
@@ -531,3 +531,40 @@ def test_kustomize_keeps_the_namespace_the_base_sets(
     for key in (TYPHA, NODE):
         assert_tls_wiring(chart[key], built[key])
     assert [k for k in built if k[0] == "PodDisruptionBudget"] == [PDB]
+
+
+_line = st.one_of(
+    st.text(max_size=30).map(lambda t: t.replace("\n", " ")),
+    st.sampled_from(["---", "--- !!map", "---\r", "- a", "  env:", "...", "&a [1]", "*a",
+                     "kind: Deployment", "  name: calico-typha", "    - name: FELIX_TYPHACN",
+                     "{", "'", "\t", "\r", "\u2028", "# Source: x"]),
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.booleans(), _line), max_size=4))
+def test_any_stream_is_wired_on_both_sides_or_refused_in_one_line(
+    patches: list[WiringPatch], edits: list[tuple[int, bool, str]]
+) -> None:
+    """The chart with lines inserted or replaced at random: either both sides come out
+    wired, or one ConfigError line; never another exception, never one side."""
+    from typhapki.errors import ConfigError
+
+    lines = CHART.read_text().split("\n")
+    for where, replace, line in edits:
+        at = where % len(lines)
+        lines[at : at + int(replace)] = [line]
+    stream = "\n".join(lines)
+    try:
+        out = post_render(stream, patches)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    rendered = {
+        (d.obj.get("kind"), d.obj["metadata"].get("name")): d.obj
+        for d in load(out, "out", "test")
+        if isinstance(d.obj, dict) and isinstance(d.obj.get("metadata"), dict)
+    }
+    for key in (TYPHA, NODE):
+        env = {e["name"] for e in _container(rendered[key], key[1])["env"]}
+        assert {"TYPHA_SERVERKEYFILE", "FELIX_TYPHAKEYFILE"} & env

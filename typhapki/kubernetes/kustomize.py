@@ -367,7 +367,7 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     import yaml
 
     from typhapki.kubernetes.budget import needs_budget
-    from typhapki.kubernetes.yamlstream import load
+    from typhapki.kubernetes.yamlstream import load, load_document, split
 
     parsed = load(text, where, "rendered manifests")
     documents = [d.obj for d in parsed if d.obj is not None]
@@ -388,9 +388,15 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
             + yaml.safe_dump(budget, sort_keys=False, default_flow_style=False)
         )
     result = "".join(out)
-    # Parse what would be printed, as Kubernetes will: both sides or nothing.
+    # Split what would be printed, as Kubernetes will, and parse it again: both sides or
+    # nothing. A document whose text came through unchanged parses as it did.
     again = "the post-renderer's output"
-    objects = [d.obj for d in load(result, again, "rendered manifests") if d.obj is not None]
+    known = {doc.text: doc.obj for doc in parsed}
+    objects = [
+        known[part] if part in known else load_document(part, again, line, "rendered manifests")
+        for _, part, line in split(result, again)
+    ]
+    objects = [obj for obj in objects if obj is not None]
     find_workloads(objects, again)
     check_containers(objects, again)
     final = {
