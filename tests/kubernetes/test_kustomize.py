@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -568,3 +569,40 @@ def test_any_stream_is_wired_on_both_sides_or_refused_in_one_line(
     for key in (TYPHA, NODE):
         env = {e["name"] for e in _container(rendered[key], key[1])["env"]}
         assert {"TYPHA_SERVERKEYFILE", "FELIX_TYPHAKEYFILE"} & env
+
+
+def test_bases_reached_twice_are_refused_at_once(wired_set: Path, tmp_path: Path) -> None:
+    """Bases sharing one base at every level: read once each, or 2**16 times before."""
+    for level in range(16):
+        (tmp_path / f"d{level}").mkdir()
+        below = f"- ../d{level + 1}\n" * 2 if level < 15 else ""
+        (tmp_path / f"d{level}" / "kustomization.yaml").write_text(f"resources:\n{below}")
+    (tmp_path / "overlay").mkdir()
+    started = time.monotonic()
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", tmp_path / "overlay",
+                     "--kustomize-base", "../d0")  # fmt: skip
+    assert_one_line_error(result, 2, "d15: reached twice through the bases")
+    assert time.monotonic() - started < 5
+    assert list((tmp_path / "overlay").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["sparse-65MiB", "fifo", "bad-namespace"])
+def test_a_base_file_is_read_within_bounds(wired_set: Path, tmp_path: Path, kind: str) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base, needle = overlay / "calico.yaml", "calico.yaml"
+    if kind == "sparse-65MiB":
+        with base.open("wb") as f:
+            f.truncate(65 * 1024 * 1024)
+        needle = "larger than"
+    elif kind == "fifo":
+        os.mkfifo(base)
+        needle = "a FIFO"
+    else:
+        (tmp_path / "calico").mkdir()
+        (tmp_path / "calico" / "kustomization.yaml").write_text("namespace: Kube_System\n")
+        base, needle = tmp_path / "calico", "namespace: Kube_System is not a valid namespace"
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                     "--kustomize-base", os.path.relpath(base, overlay))  # fmt: skip
+    assert_one_line_error(result, 2, needle)
+    assert not (overlay / "kustomization.yaml").exists()

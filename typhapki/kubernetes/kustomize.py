@@ -158,6 +158,18 @@ class _Budget:
 
     def __init__(self) -> None:
         self.used = 0
+        self.seen: set[Path] = set()
+
+    def visit(self, path: Path) -> None:
+        """Each file and directory once: kustomize refuses the same objects twice, and
+        bases that share a base twice over at every level would be read 2**depth times."""
+        real = path.resolve()
+        if real in self.seen:
+            raise ConfigError(
+                f"{path}: reached twice through the bases (kustomize refuses to load the "
+                "same objects twice)"
+            )
+        self.seen.add(real)
 
     def read(self, path: Path) -> str:
         from typhapki.kubernetes.yamlstream import MAX_STREAM, decode
@@ -186,6 +198,7 @@ def base_documents(path: Path, depth: int = 0, budget: _Budget | None = None) ->
     budget = budget or _Budget()
     if depth > _MAX_DEPTH:
         raise ConfigError(f"{path}: bases nested over {_MAX_DEPTH} deep (a cycle?)")
+    budget.visit(path)
     if not path.is_dir():
         if not path.exists() and not path.is_symlink():
             raise ConfigError(f"{path}: no such file or directory")
