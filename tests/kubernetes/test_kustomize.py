@@ -606,3 +606,56 @@ def test_a_base_file_is_read_within_bounds(wired_set: Path, tmp_path: Path, kind
                      "--kustomize-base", os.path.relpath(base, overlay))  # fmt: skip
     assert_one_line_error(result, 2, needle)
     assert not (overlay / "kustomization.yaml").exists()
+
+
+_NODE_PATCH = """apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: calico-node
+  namespace: kube-system
+spec:
+  template:
+    spec:
+      containers:
+      - name: calico-node
+        {what}
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "what", "needle"),
+    [
+        ("patchesStrategicMerge", "resources: {requests: {cpu: 300m}}", None),
+        ("patchesStrategicMerge", "env: [{name: FELIX_TYPHAURISAN, value: 'spiffe://x'}]",
+         "FELIX_TYPHAURISAN"),
+        ("patchesJson6902", None, "patchesJson6902: typhapki cannot tell"),
+    ],
+)  # fmt: skip
+def test_the_base_own_patches_count(
+    kubectl: Path, wired_set: Path, tmp_path: Path, field: str, what: str | None,
+    needle: str | None,
+) -> None:  # fmt: skip
+    """A base that patches calico-node itself: followed (a patch that leaves a TLS
+    parameter behind is refused), or refused when typhapki cannot follow it."""
+    base = tmp_path / "calico"
+    base.mkdir()
+    shutil.copy(CHART, base / "calico.yaml")
+    if what is not None:
+        (base / "node-patch.yaml").write_text(_NODE_PATCH.format(what=what))
+        entry = "- node-patch.yaml"
+    else:
+        target = "{group: apps, version: v1, kind: DaemonSet, name: calico-node}"
+        entry = f"- target: {target}\n  path: p.yaml"
+    (base / "kustomization.yaml").write_text(f"resources:\n- calico.yaml\n{field}:\n{entry}\n")
+    overlay = tmp_path / "typha-tls"
+    overlay.mkdir()
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                   "--kustomize-base", "../calico")  # fmt: skip
+    if needle is not None:
+        assert_one_line_error(made, 2, needle)
+        assert list(overlay.iterdir()) == []
+        return
+    assert made.returncode == 0, made.stderr
+    built = _kustomize(kubectl, overlay)
+    assert _container(built[NODE], "calico-node")["resources"]["requests"]["cpu"] == "300m"
+    assert_tls_wiring(_chart()[NODE], built[NODE])

@@ -218,18 +218,96 @@ def base_documents(path: Path, depth: int = 0, budget: _Budget | None = None) ->
             raise ConfigError(
                 f"{kustomization}: namespace: {shown(namespace)} is not a valid namespace"
             ) from None
+    documents: list[Any] = []
     for field in ("resources", "bases"):
-        entries = spec.get(field) or []
-        if not isinstance(entries, list):
-            raise ConfigError(f"{kustomization}: {field} is not a list")
-        for entry in entries:
-            if not isinstance(entry, str) or _is_remote(entry):
+        for entry in _entries(spec, field, kustomization):
+            documents.extend(base_documents(path / entry, depth + 1, budget))
+    for patch in _own_patches(spec, kustomization, path, budget):
+        documents = [
+            strategic_merge(doc, patch)
+            if isinstance(doc, dict) and _identify(doc)[0][1:] == _identify(patch)[0][1:]
+            else doc
+            for doc in documents
+        ]
+    for doc in documents:
+        yield _in_namespace(doc, namespace) if namespace else doc
+
+
+def _entries(spec: dict[Any, Any], field: str, kustomization: Path) -> list[str]:
+    entries = spec.get(field) or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{kustomization}: {field} is not a list")
+    for entry in entries:
+        if not isinstance(entry, str) or _is_remote(entry):
+            raise ConfigError(
+                f"{kustomization}: {field} entry {shown(entry)} is not a local path; "
+                "typhapki checks the base offline: use a local copy"
+            )
+    return entries
+
+
+# What a base's kustomization may do to its objects that typhapki cannot follow: a
+# base with any of these could undo the wiring's TLS on one side without a word.
+_UNFOLLOWED = ("patchesJson6902", "components", "transformers", "generators", "helmCharts",
+               "replacements")  # fmt: skip
+_DIRECTIVES = ("$patch", "$setElementOrder", "$retainKeys", "$deleteFromPrimitiveList")
+
+
+def _own_patches(
+    spec: dict[Any, Any], kustomization: Path, path: Path, budget: _Budget
+) -> list[dict[str, Any]]:
+    """The base's own strategic-merge patches of calico-typha and calico-node, which
+    kustomize applies before the overlay's (the TLS check must see them); ConfigError
+    for any patching typhapki cannot follow."""
+    for field in _UNFOLLOWED:
+        if spec.get(field):
+            raise ConfigError(
+                f"{kustomization}: {field}: typhapki cannot tell what it does to calico-typha "
+                "and calico-node, so it cannot vouch for their TLS; fold it into the base's "
+                "manifests or use patchesStrategicMerge"
+            )
+    texts: list[tuple[str, str]] = []
+    for entry in spec.get("patchesStrategicMerge") or []:
+        if not isinstance(entry, str):
+            raise ConfigError(f"{kustomization}: patchesStrategicMerge: expected file names")
+        if "\n" in entry or entry.lstrip().startswith(("{", "apiVersion", "kind")):
+            texts.append((entry, f"{kustomization}: patchesStrategicMerge"))
+        elif _is_remote(entry):
+            raise ConfigError(f"{kustomization}: patchesStrategicMerge {shown(entry)}: not local")
+        else:
+            texts.append((budget.read(path / entry), str(path / entry)))
+    for n, entry in enumerate(spec.get("patches") or []):
+        where = f"{kustomization}: patches[{n}]"
+        if not isinstance(entry, dict) or entry.get("target") is not None:
+            target = entry.get("target") if isinstance(entry, dict) else None
+            key = (target.get("kind"), target.get("name")) if isinstance(target, dict) else None
+            if key is None or key in {w[1:] for w in WORKLOADS} or None in key:
                 raise ConfigError(
-                    f"{kustomization}: {field} entry {shown(entry)} is not a local path; "
-                    "typhapki checks the base offline: use a local copy"
+                    f"{where}: may patch calico-typha or calico-node in a way typhapki cannot "
+                    "follow; target another object, or use patchesStrategicMerge"
                 )
-            for doc in base_documents(path / entry, depth + 1, budget):
-                yield _in_namespace(doc, namespace) if namespace else doc
+            continue
+        if isinstance(entry.get("patch"), str):
+            texts.append((entry["patch"], where))
+        elif isinstance(entry.get("path"), str) and not _is_remote(entry["path"]):
+            texts.append((budget.read(path / entry["path"]), str(path / entry["path"])))
+        else:
+            raise ConfigError(f"{where}: expected a patch or a local path")
+    patches = []
+    for text, where in texts:
+        for doc in _load_yaml_stream(text, where):
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{where}: not a strategic-merge patch (a JSON patch needs "
+                                  "a target)")  # fmt: skip
+            if _identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
+                continue
+            if any(d in repr(doc) for d in _DIRECTIVES):
+                raise ConfigError(
+                    f"{where}: a $patch directive on {doc.get('kind')} "
+                    f"{_identify(doc)[0][2]}: typhapki cannot follow it"
+                )
+            patches.append(doc)
+    return patches
 
 
 def check_base_path(base: str) -> PurePosixPath:
