@@ -13,7 +13,10 @@ Two ways in, the same patches as `manifests --wiring` (typhapki/kubernetes/manif
   merge rules of the fields the patches touch, so init containers stay as they were.
 
 Either way the base must hold exactly one of each object: a patch that matches nothing
-would leave Calico without TLS and say nothing.
+would leave Calico without TLS and say nothing. Streams and base files are split and
+bounded as typhapki/kubernetes/yamlstream.py says, Typha's budget is found by its
+selector (typhapki/kubernetes/budget.py), and nothing leaves before both sides are seen
+to carry the wiring's TLS settings (typhapki/kubernetes/tlspair.py).
 """
 
 from __future__ import annotations
