@@ -114,3 +114,23 @@ def test_bad_options(issued: Path) -> None:
     assert_one_line_error(
         run_cli("manifests", "--out", issued, "--identity", "dns"), 2, "--identity"
     )
+
+
+def test_wiring_that_does_not_read_back_is_never_printed(
+    issued: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Both sides or nothing: patches are parsed again before they leave typhapki."""
+    import typhapki.kubernetes.manifests as manifests
+
+    real = manifests.dump_yaml
+    monkeypatch.setattr(
+        manifests, "dump_yaml", lambda docs: real(docs).replace("FELIX_TYPHACN", "FELIX_TYPHACX")
+    )
+    printed = run_cli("manifests", "--out", issued, "--wiring")
+    assert_one_line_error(printed, 2, "--wiring", "DaemonSet calico-node", "FELIX_TYPHACN")
+    assert printed.stdout == ""
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    written = run_cli("manifests", "--out", issued, "--wiring-dir", patches)
+    assert_one_line_error(written, 2, f"--wiring-dir {patches}")
+    assert list(patches.iterdir()) == []

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, assert_one_line_error, run_cli, typhapki_cmd
 from tests.test_docs import assert_tls_wiring
-from typhapki.kubernetes.kustomize import _split_stream, post_render, strategic_merge
+from typhapki.kubernetes.kustomize import post_render, strategic_merge
 from typhapki.kubernetes.manifests import (
     DEFAULT_TYPHA_GID,
     DEFAULT_TYPHA_UID,
@@ -41,6 +42,7 @@ from typhapki.kubernetes.manifests import (
     load_set,
     wiring_patches,
 )
+from typhapki.kubernetes.yamlstream import load, split
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")  # Debian's kubernetes-client (scripts/setup.sh)
@@ -101,6 +103,10 @@ def patches(wired_set: Path) -> list[WiringPatch]:
     from datetime import UTC, datetime
 
     return wiring_patches(load_set(wired_set, None, datetime.now(UTC)), wired_set)
+
+
+def _split(text: str) -> list[tuple[str, str]]:
+    return [(separator, document) for separator, document, _ in split(text, "test")]
 
 
 def _by_kind_name(docs: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -211,7 +217,7 @@ def test_post_renderer_patches_the_chart_as_kustomize_does(
     rendered = _by_kind_name(list(yaml.safe_load_all(proc.stdout)))
     assert_wired(_chart(), rendered)
     # Every other document byte for byte, the `# Source:` comments of all of them kept.
-    before, after = _split_stream(CHART.read_text()), _split_stream(proc.stdout)
+    before, after = _split(CHART.read_text()), _split(proc.stdout)
     assert len(before) == len(after)
     changed = [n for n, (b, a) in enumerate(zip(before, after, strict=True)) if b != a]
     assert len(changed) == 2
@@ -245,17 +251,17 @@ _other_doc = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(extra=st.lists(_other_doc, max_size=5), where=st.integers(0, 5), comment=st.booleans())
 def test_post_render_touches_only_the_two_objects(
     patches: list[WiringPatch], extra: list[dict[str, Any]], where: int, comment: bool
 ) -> None:
-    chart = [d for _, d in _split_stream(CHART.read_text()) if d.strip()]
+    chart = [d for _, d in _split(CHART.read_text()) if d.strip()]
     others = [("# Source: extra.yaml\n" if comment else "") + yaml.safe_dump(d) for d in extra]
     documents = chart[:where] + others + chart[where:]
     stream = "".join(f"---\n{d}" for d in documents)
     out = post_render(stream, patches)
-    parts = [d for _, d in _split_stream(out) if d.strip()]
+    parts = [d for _, d in _split(out) if d.strip()]
     assert len(parts) == len(documents)
     for original, result in zip(documents, parts, strict=True):
         obj = yaml.safe_load(original)
@@ -382,7 +388,7 @@ PDB = ("PodDisruptionBudget", "calico-typha")
 
 
 def _chart_without_pdb() -> str:
-    parts = [d for _, d in _split_stream(CHART.read_text()) if d.strip()]
+    parts = [d for _, d in _split(CHART.read_text()) if d.strip()]
     kept = [d for d in parts if "kind: PodDisruptionBudget" not in d]
     assert len(kept) == len(parts) - 1
     return "".join(f"---\n{d}" for d in kept)
@@ -432,3 +438,224 @@ def test_post_renderer_adds_a_typha_pdb_only_where_the_chart_has_none(
     with_pdb = post_render(CHART.read_text(), patches)
     assert with_pdb.count("kind: PodDisruptionBudget") == 1
     assert _by_kind_name(list(yaml.safe_load_all(with_pdb)))[PDB] == _chart()[PDB]
+
+
+# --- streams as Kubernetes splits them, and the base's namespace ---------------------------
+
+
+def _crlf(text: str, every: int) -> str:
+    """`text` with every `every`-th line ending in CRLF (1: all of them)."""
+    lines = text.split("\n")
+    return "\n".join(line + ("\r" if n % every == 0 and line else "") for n, line in
+                     enumerate(lines))  # fmt: skip
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_post_renderer_wires_both_sides_of_a_crlf_chart(
+    wired_set: Path, patches: list[WiringPatch], every: int
+) -> None:
+    chart = _crlf(CHART.read_text(), every)
+    out = post_render(chart, patches)
+    rendered = _by_kind_name(list(yaml.safe_load_all(out)))
+    original = _by_kind_name(list(yaml.safe_load_all(chart)))
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(original[key], rendered[key])
+    before, after = _split(chart), _split(out)
+    assert len(before) == len(after)
+    assert sum(b != a for b, a in zip(before, after, strict=True)) == 2
+    if every == 1:  # the whole chart through the command: the bytes as they came
+        proc = subprocess.run(
+            [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+            input=chart.encode(), capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.decode() == out
+
+
+@pytest.mark.parametrize("opener", ["--- !!map", "--- {kind: ConfigMap}", "---\tx"])
+def test_post_renderer_refuses_a_separator_with_content(wired_set: Path, opener: str) -> None:
+    chart = CHART.read_text()
+    at = chart.index("---\n# Source: calico/templates/calico-typha.yaml")
+    line = chart[:at].count("\n") + 1
+    stream = chart[:at] + opener + chart[at + 3 :]
+    proc = subprocess.run(
+        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+        input=stream, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.stdout == ""
+    assert_one_line_error(run_result(proc), 2, f"stdin:{line}:", "document separator")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    separators=st.lists(
+        st.sampled_from(["---\n", "---\r\n", "--- \n", "--- # Source: x\r\n", "---#\n"]),
+        min_size=7, max_size=7,
+    ),
+    every=st.integers(1, 4),
+)  # fmt: skip
+def test_post_render_wires_both_sides_whatever_the_separators(
+    patches: list[WiringPatch], separators: list[str], every: int
+) -> None:
+    documents = [_crlf(d, every) for _, d in _split(CHART.read_text()) if d.strip()]
+    stream = "".join(separators[n] + d for n, d in enumerate(documents))
+    out = post_render(stream, patches)
+    after = [d for _, d in _split(out) if d.strip()]
+    assert len(after) == len(documents)
+    changed = [n for n, (b, a) in enumerate(zip(documents, after, strict=True)) if b != a]
+    assert len(changed) == 2
+    # `---#` opens a document for Kubernetes, not for PyYAML: read it as Kubernetes does.
+    rendered = _by_kind_name([d.obj for d in load(out, "out", "test") if d.obj is not None])
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(_chart()[key], rendered[key])
+
+
+@pytest.mark.parametrize("with_pdb", [True, False])
+def test_kustomize_keeps_the_namespace_the_base_sets(
+    kubectl: Path, wired_set: Path, tmp_path: Path, with_pdb: bool
+) -> None:
+    """A base whose kustomization says `namespace:`: the objects stay there, patched."""
+    base = tmp_path / "calico"
+    base.mkdir()
+    (base / "calico.yaml").write_text(CHART.read_text() if with_pdb else _chart_without_pdb())
+    (base / "kustomization.yaml").write_text(
+        "namespace: calico-system\nresources:\n- calico.yaml\n"
+    )
+    overlay = tmp_path / "typha-tls"
+    overlay.mkdir()
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                   "--kustomize-base", "../calico")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    built = _kustomize(kubectl, overlay)
+    assert {obj["metadata"].get("namespace") for obj in built.values()} == {"calico-system"}
+    chart = _chart()
+    for key in (TYPHA, NODE):
+        assert_tls_wiring(chart[key], built[key])
+    assert [k for k in built if k[0] == "PodDisruptionBudget"] == [PDB]
+
+
+_line = st.one_of(
+    st.text(max_size=30).map(lambda t: t.replace("\n", " ")),
+    st.sampled_from(["---", "--- !!map", "---\r", "- a", "  env:", "...", "&a [1]", "*a",
+                     "kind: Deployment", "  name: calico-typha", "    - name: FELIX_TYPHACN",
+                     "{", "'", "\t", "\r", "\u2028", "# Source: x"]),
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 10_000), st.booleans(), _line), max_size=4))
+def test_any_stream_is_wired_on_both_sides_or_refused_in_one_line(
+    patches: list[WiringPatch], edits: list[tuple[int, bool, str]]
+) -> None:
+    """The chart with lines inserted or replaced at random: either both sides come out
+    wired, or one ConfigError line; never another exception, never one side."""
+    from typhapki.errors import ConfigError
+
+    lines = CHART.read_text().split("\n")
+    for where, replace, line in edits:
+        at = where % len(lines)
+        lines[at : at + int(replace)] = [line]
+    stream = "\n".join(lines)
+    try:
+        out = post_render(stream, patches)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    rendered = {
+        (d.obj.get("kind"), d.obj["metadata"].get("name")): d.obj
+        for d in load(out, "out", "test")
+        if isinstance(d.obj, dict) and isinstance(d.obj.get("metadata"), dict)
+    }
+    for key in (TYPHA, NODE):
+        env = {e["name"] for e in _container(rendered[key], key[1])["env"]}
+        assert {"TYPHA_SERVERKEYFILE", "FELIX_TYPHAKEYFILE"} & env
+
+
+def test_bases_reached_twice_are_refused_at_once(wired_set: Path, tmp_path: Path) -> None:
+    """Bases sharing one base at every level: read once each, or 2**16 times before."""
+    for level in range(16):
+        (tmp_path / f"d{level}").mkdir()
+        below = f"- ../d{level + 1}\n" * 2 if level < 15 else ""
+        (tmp_path / f"d{level}" / "kustomization.yaml").write_text(f"resources:\n{below}")
+    (tmp_path / "overlay").mkdir()
+    started = time.monotonic()
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", tmp_path / "overlay",
+                     "--kustomize-base", "../d0")  # fmt: skip
+    assert_one_line_error(result, 2, "d15: reached twice through the bases")
+    assert time.monotonic() - started < 5
+    assert list((tmp_path / "overlay").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["sparse-65MiB", "fifo", "bad-namespace"])
+def test_a_base_file_is_read_within_bounds(wired_set: Path, tmp_path: Path, kind: str) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base, needle = overlay / "calico.yaml", "calico.yaml"
+    if kind == "sparse-65MiB":
+        with base.open("wb") as f:
+            f.truncate(65 * 1024 * 1024)
+        needle = "larger than"
+    elif kind == "fifo":
+        os.mkfifo(base)
+        needle = "a FIFO"
+    else:
+        (tmp_path / "calico").mkdir()
+        (tmp_path / "calico" / "kustomization.yaml").write_text("namespace: Kube_System\n")
+        base, needle = tmp_path / "calico", "namespace: Kube_System is not a valid namespace"
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                     "--kustomize-base", os.path.relpath(base, overlay))  # fmt: skip
+    assert_one_line_error(result, 2, needle)
+    assert not (overlay / "kustomization.yaml").exists()
+
+
+_NODE_PATCH = """apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: calico-node
+  namespace: kube-system
+spec:
+  template:
+    spec:
+      containers:
+      - name: calico-node
+        {what}
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "what", "needle"),
+    [
+        ("patchesStrategicMerge", "resources: {requests: {cpu: 300m}}", None),
+        ("patchesStrategicMerge", "env: [{name: FELIX_TYPHAURISAN, value: 'spiffe://x'}]",
+         "FELIX_TYPHAURISAN"),
+        ("patchesJson6902", None, "patchesJson6902: typhapki cannot tell"),
+    ],
+)  # fmt: skip
+def test_the_base_own_patches_count(
+    kubectl: Path, wired_set: Path, tmp_path: Path, field: str, what: str | None,
+    needle: str | None,
+) -> None:  # fmt: skip
+    """A base that patches calico-node itself: followed (a patch that leaves a TLS
+    parameter behind is refused), or refused when typhapki cannot follow it."""
+    base = tmp_path / "calico"
+    base.mkdir()
+    shutil.copy(CHART, base / "calico.yaml")
+    if what is not None:
+        (base / "node-patch.yaml").write_text(_NODE_PATCH.format(what=what))
+        entry = "- node-patch.yaml"
+    else:
+        target = "{group: apps, version: v1, kind: DaemonSet, name: calico-node}"
+        entry = f"- target: {target}\n  path: p.yaml"
+    (base / "kustomization.yaml").write_text(f"resources:\n- calico.yaml\n{field}:\n{entry}\n")
+    overlay = tmp_path / "typha-tls"
+    overlay.mkdir()
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+                   "--kustomize-base", "../calico")  # fmt: skip
+    if needle is not None:
+        assert_one_line_error(made, 2, needle)
+        assert list(overlay.iterdir()) == []
+        return
+    assert made.returncode == 0, made.stderr
+    built = _kustomize(kubectl, overlay)
+    assert _container(built[NODE], "calico-node")["resources"]["requests"]["cpu"] == "300m"
+    assert_tls_wiring(_chart()[NODE], built[NODE])

@@ -4,10 +4,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.errors import UsageError
+from typhapki.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
-    from typhapki.kubernetes.manifests import SetFiles, TyphaPod
+    from collections.abc import Sequence
+
+    from typhapki.kubernetes.manifests import SetFiles, TyphaPod, WiringPatch
 
 
 def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
@@ -31,12 +33,22 @@ def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
 
 
 def _read_stdin() -> str:
-    from typhapki.errors import ConfigError
+    from typhapki.kubernetes.yamlstream import read_stream
 
-    try:
-        return sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"stdin: not UTF-8 (byte {exc.start}): not rendered manifests") from None
+    return read_stream(sys.stdin.buffer, "stdin")
+
+
+def _check_printed(text: str, patches: Sequence[WiringPatch], where: str) -> None:
+    """Both sides or nothing: the patches as they will be read back carry the same TLS
+    settings as the wiring, and agree with each other (typhapki/kubernetes/tlspair.py)."""
+    from typhapki.kubernetes.tlspair import check_pair
+    from typhapki.kubernetes.yamlstream import load
+
+    docs = [d.obj for d in load(text, where, "the wiring") if d.obj is not None]
+    if len(docs) != len(patches) or not all(isinstance(d, dict) for d in docs):
+        raise ConfigError(f"{where}: the patches do not read back as written")
+    keys = [(p.api_version, p.kind, p.name) for p in patches]
+    check_pair(dict(zip(keys, docs, strict=True)), patches, where)
 
 
 def manifests(
@@ -109,7 +121,10 @@ def manifests(
 
         patched = render(rendered, wiring_patches(files, out, None, typha))
         _warn_unreadable_key(files, typha)
-        sys.stdout.write(patched)
+        # As bytes: the documents not patched pass through exactly as they came.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(patched.encode("utf-8"))
+        sys.stdout.buffer.flush()
         return 0
     if kustomize_dir is not None:
         from typhapki.kubernetes.kustomize import kustomization_files
@@ -126,16 +141,21 @@ def manifests(
             print(f"{target}: {verb}")
         print(f"build with: kubectl kustomize {kustomize_dir}")
         return 0
-    if wiring:
-        _warn_unreadable_key(files, typha)
     if wiring_dir is not None:
         from typhapki.pki.store import write_file_atomic
 
-        for p in wiring_patches(files, out, namespace, typha):
-            target = wiring_dir / p.file_name
-            body = dump_yaml(
+        patches = wiring_patches(files, out, namespace, typha)
+        bodies = {
+            p.file_name: dump_yaml(
                 [(f"strategic-merge patch for {p.kind} {p.namespace}/{p.name}", p.patch)]
             )
+            for p in patches
+        }
+        _check_printed("".join(bodies.values()), patches, f"--wiring-dir {wiring_dir}")
+        _warn_unreadable_key(files, typha)
+        for p in patches:
+            target = wiring_dir / p.file_name
+            body = bodies[p.file_name]
             verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
             print(f"{target}: {verb}; apply with: {p.command(str(target))}")
         return 0
@@ -150,6 +170,8 @@ def manifests(
                 for p in patches
             ]
         )
+        _check_printed(text, patches, "--wiring")
+        _warn_unreadable_key(files, typha)
     elif manifest_format is ManifestFormat.HARDWAY:
         text = dump_yaml([(None, obj) for obj in hardway_objects(files, namespace)])
     else:

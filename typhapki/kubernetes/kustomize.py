@@ -13,13 +13,15 @@ Two ways in, the same patches as `manifests --wiring` (typhapki/kubernetes/manif
   merge rules of the fields the patches touch, so init containers stay as they were.
 
 Either way the base must hold exactly one of each object: a patch that matches nothing
-would leave Calico without TLS and say nothing.
+would leave Calico without TLS and say nothing. Streams and base files are split and
+bounded as typhapki/kubernetes/yamlstream.py says, Typha's budget is found by its
+selector (typhapki/kubernetes/budget.py), and nothing leaves before both sides are seen
+to carry the wiring's TLS settings (typhapki/kubernetes/tlspair.py).
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -30,9 +32,9 @@ from typhapki.kubernetes.manifests import (
     TYPHA_PDB_FILE,
     TYPHA_WORKLOAD,
     WiringPatch,
-    has_typha_pdb,
     typha_pdb,
 )
+from typhapki.kubernetes.tlspair import check_pair, shown
 from typhapki.record import record
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -63,14 +65,10 @@ class Workload:
 
 
 def _load_yaml_stream(text: str, where: str) -> list[Any]:
-    import yaml
+    """The objects of a stream: split as Kubernetes splits it, within the YAML limits."""
+    from typhapki.kubernetes.yamlstream import load
 
-    try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{where}:{line} not valid YAML") from None
+    return [doc.obj for doc in load(text, where, "Kubernetes manifests") if doc.obj is not None]
 
 
 def _identify(doc: dict[Any, Any]) -> tuple[tuple[str, str, str], str | None]:
@@ -89,6 +87,14 @@ def find_workloads(documents: Sequence[Any], where: str) -> dict[tuple[str, str,
         if not isinstance(doc, dict):
             continue
         key, namespace = _identify(doc)
+        if key[1].endswith("List") and isinstance(doc.get("items"), list):
+            for item in doc["items"]:
+                inner = _identify(item)[0] if isinstance(item, dict) else None
+                if inner in found:
+                    raise ConfigError(
+                        f"{where}: {inner[1]} {inner[2]} sits in a {shown(key[1])}: "
+                        "typhapki patches only a document of its own; take it out of the list"
+                    )
         if key in found:
             found[key].append(Workload(*key, namespace))
     for (api, kind, name), hits in found.items():
@@ -106,6 +112,27 @@ def find_workloads(documents: Sequence[Any], where: str) -> dict[tuple[str, str,
     return {key: hits[0] for key, hits in found.items()}
 
 
+def check_containers(documents: Sequence[Any], where: str) -> None:
+    """Each workload has exactly one container of its own name: the one the patch
+    wires (a patch naming no container would add one, without an image)."""
+    for doc in documents:
+        if not isinstance(doc, dict) or _identify(doc)[0] not in WORKLOADS:
+            continue
+        _, kind, name = _identify(doc)[0]
+        spec = doc.get("spec")
+        template = spec.get("template") if isinstance(spec, dict) else None
+        pod = template.get("spec") if isinstance(template, dict) else None
+        containers = pod.get("containers") if isinstance(pod, dict) else None
+        count = sum(
+            1 for c in containers if isinstance(c, dict) and c.get("name") == name
+        ) if isinstance(containers, list) else 0  # fmt: skip
+        if count != 1:
+            raise ConfigError(
+                f"{where}: {kind} {name}: {count} containers named {name}, expected one "
+                "(the one the wiring patches)"
+            )
+
+
 # --- kustomization ----------------------------------------------------------------------
 
 
@@ -120,42 +147,170 @@ def _kustomization_file(directory: Path) -> Path | None:
     return None
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+# Kinds kustomize's `namespace:` leaves alone (cluster-scoped); it sets every other.
+_CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+    "PriorityClass", "StorageClass", "PersistentVolume", "Node", "APIService",
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PodSecurityPolicy",
+    "CSIDriver", "IngressClass", "RuntimeClass",
+}  # fmt: skip
 
 
-def base_documents(path: Path, depth: int = 0) -> Iterator[Any]:
+class _Budget:
+    """What a base may read in all: one stream's worth (MAX_STREAM)."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.seen: set[Path] = set()
+
+    def visit(self, path: Path) -> None:
+        """Each file and directory once: kustomize refuses the same objects twice, and
+        bases that share a base twice over at every level would be read 2**depth times."""
+        real = path.resolve()
+        if real in self.seen:
+            raise ConfigError(
+                f"{path}: reached twice through the bases (kustomize refuses to load the "
+                "same objects twice)"
+            )
+        self.seen.add(real)
+
+    def read(self, path: Path) -> str:
+        from typhapki.kubernetes.yamlstream import MAX_STREAM, decode
+        from typhapki.safeio import read_regular
+
+        data = read_regular(path, "kustomize base file", MAX_STREAM - self.used)
+        self.used += len(data)
+        return decode(data, str(path))
+
+
+def _in_namespace(doc: Any, namespace: str) -> Any:
+    """The object as the kustomization's `namespace:` field leaves it."""
+    if not isinstance(doc, dict) or doc.get("kind") in _CLUSTER_SCOPED:
+        return doc
+    meta = doc.get("metadata")
+    return {**doc, "metadata": {**(meta if isinstance(meta, dict) else {}),
+                                "namespace": namespace}}  # fmt: skip
+
+
+def base_documents(path: Path, depth: int = 0, budget: _Budget | None = None) -> Iterator[Any]:
     """Every object a kustomize base would load: a manifest file, or a kustomization
-    directory followed through its `resources` and `bases` (local entries only)."""
+    directory followed through its `resources` and `bases` (local entries only), in
+    the namespace its `namespace:` field gives them."""
+    from typhapki.kubernetes.manifests import validate_namespace
+
+    budget = budget or _Budget()
     if depth > _MAX_DEPTH:
         raise ConfigError(f"{path}: bases nested over {_MAX_DEPTH} deep (a cycle?)")
-    if path.is_file():
-        yield from _load_yaml_stream(_read_text(path), str(path))
-        return
+    budget.visit(path)
     if not path.is_dir():
-        raise ConfigError(f"{path}: no such file or directory")
+        if not path.exists() and not path.is_symlink():
+            raise ConfigError(f"{path}: no such file or directory")
+        yield from _load_yaml_stream(budget.read(path), str(path))
+        return
     kustomization = _kustomization_file(path)
     if kustomization is None:
         raise ConfigError(f"{path}: a directory without a {KUSTOMIZATION} is no kustomize base")
-    [spec, *_] = _load_yaml_stream(_read_text(kustomization), str(kustomization)) or [{}]
+    [spec, *_] = _load_yaml_stream(budget.read(kustomization), str(kustomization)) or [{}]
     if not isinstance(spec, dict):
         raise ConfigError(f"{kustomization}: not a kustomization (expected a mapping)")
+    namespace = spec.get("namespace")
+    if namespace is not None:
+        try:
+            validate_namespace(namespace if isinstance(namespace, str) else "")
+        except UsageError:
+            raise ConfigError(
+                f"{kustomization}: namespace: {shown(namespace)} is not a valid namespace"
+            ) from None
+    documents: list[Any] = []
     for field in ("resources", "bases"):
-        entries = spec.get(field) or []
-        if not isinstance(entries, list):
-            raise ConfigError(f"{kustomization}: {field} is not a list")
-        for entry in entries:
-            if not isinstance(entry, str) or _is_remote(entry):
+        for entry in _entries(spec, field, kustomization):
+            documents.extend(base_documents(path / entry, depth + 1, budget))
+    for patch in _own_patches(spec, kustomization, path, budget):
+        documents = [
+            strategic_merge(doc, patch)
+            if isinstance(doc, dict) and _identify(doc)[0][1:] == _identify(patch)[0][1:]
+            else doc
+            for doc in documents
+        ]
+    for doc in documents:
+        yield _in_namespace(doc, namespace) if namespace else doc
+
+
+def _entries(spec: dict[Any, Any], field: str, kustomization: Path) -> list[str]:
+    entries = spec.get(field) or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{kustomization}: {field} is not a list")
+    for entry in entries:
+        if not isinstance(entry, str) or _is_remote(entry):
+            raise ConfigError(
+                f"{kustomization}: {field} entry {shown(entry)} is not a local path; "
+                "typhapki checks the base offline: use a local copy"
+            )
+    return entries
+
+
+# What a base's kustomization may do to its objects that typhapki cannot follow: a
+# base with any of these could undo the wiring's TLS on one side without a word.
+_UNFOLLOWED = ("patchesJson6902", "components", "transformers", "generators", "helmCharts",
+               "replacements")  # fmt: skip
+_DIRECTIVES = ("$patch", "$setElementOrder", "$retainKeys", "$deleteFromPrimitiveList")
+
+
+def _own_patches(
+    spec: dict[Any, Any], kustomization: Path, path: Path, budget: _Budget
+) -> list[dict[str, Any]]:
+    """The base's own strategic-merge patches of calico-typha and calico-node, which
+    kustomize applies before the overlay's (the TLS check must see them); ConfigError
+    for any patching typhapki cannot follow."""
+    for field in _UNFOLLOWED:
+        if spec.get(field):
+            raise ConfigError(
+                f"{kustomization}: {field}: typhapki cannot tell what it does to calico-typha "
+                "and calico-node, so it cannot vouch for their TLS; fold it into the base's "
+                "manifests or use patchesStrategicMerge"
+            )
+    texts: list[tuple[str, str]] = []
+    for entry in spec.get("patchesStrategicMerge") or []:
+        if not isinstance(entry, str):
+            raise ConfigError(f"{kustomization}: patchesStrategicMerge: expected file names")
+        if "\n" in entry or entry.lstrip().startswith(("{", "apiVersion", "kind")):
+            texts.append((entry, f"{kustomization}: patchesStrategicMerge"))
+        elif _is_remote(entry):
+            raise ConfigError(f"{kustomization}: patchesStrategicMerge {shown(entry)}: not local")
+        else:
+            texts.append((budget.read(path / entry), str(path / entry)))
+    for n, entry in enumerate(spec.get("patches") or []):
+        where = f"{kustomization}: patches[{n}]"
+        if not isinstance(entry, dict) or entry.get("target") is not None:
+            target = entry.get("target") if isinstance(entry, dict) else None
+            key = (target.get("kind"), target.get("name")) if isinstance(target, dict) else None
+            if key is None or key in {w[1:] for w in WORKLOADS} or None in key:
                 raise ConfigError(
-                    f"{kustomization}: {field} entry {entry!r} is not a local path; "
-                    "typhapki checks the base offline: use a local copy"
+                    f"{where}: may patch calico-typha or calico-node in a way typhapki cannot "
+                    "follow; target another object, or use patchesStrategicMerge"
                 )
-            yield from base_documents(path / entry, depth + 1)
+            continue
+        if isinstance(entry.get("patch"), str):
+            texts.append((entry["patch"], where))
+        elif isinstance(entry.get("path"), str) and not _is_remote(entry["path"]):
+            texts.append((budget.read(path / entry["path"]), str(path / entry["path"])))
+        else:
+            raise ConfigError(f"{where}: expected a patch or a local path")
+    patches = []
+    for text, where in texts:
+        for doc in _load_yaml_stream(text, where):
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{where}: not a strategic-merge patch (a JSON patch needs "
+                                  "a target)")  # fmt: skip
+            if _identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
+                continue
+            if any(d in repr(doc) for d in _DIRECTIVES):
+                raise ConfigError(
+                    f"{where}: a $patch directive on {doc.get('kind')} "
+                    f"{_identify(doc)[0][2]}: typhapki cannot follow it"
+                )
+            patches.append(doc)
+    return patches
 
 
 def check_base_path(base: str) -> PurePosixPath:
@@ -197,9 +352,10 @@ def kustomization_files(
             f"{KUSTOMIZATION} there (use a directory of its own)"
         )
     documents = list(base_documents(target))
-    workloads = find_workloads(documents, str(target))
-    # Typha's PodDisruptionBudget, unless the base has one (restart-typha evicts through it).
-    pdb: list[str] = [] if has_typha_pdb(documents) else [TYPHA_PDB_FILE]
+    workloads, merged, budget = wire(documents, patches, str(target))
+    # Both sides or nothing: the objects as the patches leave them must agree on TLS.
+    check_pair(merged, patches, str(target), [*documents, budget])
+    pdb: list[str] = [TYPHA_PDB_FILE] if budget is not None else []
     spec: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -216,11 +372,9 @@ def kustomization_files(
             [("typhapki: the Typha TLS wiring over Calico's manifests (kubectl kustomize)", spec)]
         )
     }
-    if pdb:
-        typha = workloads[TYPHA_WORKLOAD]
-        files[TYPHA_PDB_FILE] = dump_yaml(
-            [("Typha's PodDisruptionBudget (the base has none)", typha_pdb(typha.namespace))]
-        )
+    if budget is not None:
+        files[TYPHA_PDB_FILE] = dump_yaml([("Typha's PodDisruptionBudget (the base has none)",
+                                            budget)])  # fmt: skip
     for p in patches:
         workload = workloads[(p.api_version, p.kind, p.name)]
         meta = {"name": p.name}
@@ -231,21 +385,34 @@ def kustomization_files(
     return files
 
 
+def wire(
+    documents: Sequence[Any], patches: Sequence[WiringPatch], where: str
+) -> tuple[
+    dict[tuple[str, str, str], Workload],
+    dict[tuple[str, str, str], dict[Any, Any]],
+    dict[str, Any] | None,
+]:
+    """The two workloads found, each merged with its patch, and the Typha budget to
+    add (None when exactly one in `documents` covers the Typha pods)."""
+    from typhapki.kubernetes.budget import budget_selector, needs_budget
+
+    workloads = find_workloads(documents, where)
+    check_containers(documents, where)
+    objects = {
+        _identify(doc)[0]: doc
+        for doc in documents
+        if isinstance(doc, dict) and _identify(doc)[0] in WORKLOADS
+    }
+    typha = objects[TYPHA_WORKLOAD]
+    budget = None
+    if needs_budget(documents, typha, where):
+        budget = typha_pdb(workloads[TYPHA_WORKLOAD].namespace, budget_selector(typha, where))
+    by_key = {(p.api_version, p.kind, p.name): p for p in patches}
+    merged = {key: strategic_merge(obj, by_key[key].patch) for key, obj in objects.items()}
+    return workloads, merged, budget
+
+
 # --- post-renderer ------------------------------------------------------------------------
-
-_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.MULTILINE)
-
-
-def _split_stream(text: str) -> list[tuple[str, str]]:
-    """(separator line with its newline, or "" before the first; document text)."""
-    parts: list[tuple[str, str]] = []
-    start, sep = 0, ""
-    for match in _SEPARATOR.finditer(text):
-        parts.append((sep, text[start : match.start()]))
-        end = match.end() + (1 if text[match.end() : match.end() + 1] == "\n" else 0)
-        sep, start = text[match.start() : end], end
-    parts.append((sep, text[start:]))
-    return parts
 
 
 def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
@@ -285,30 +452,51 @@ def _leading_comments(document: str) -> str:
 
 
 def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin") -> str:
-    """The rendered stream with the two Calico objects patched, all else unchanged."""
+    """The rendered stream with the two Calico objects patched, all else unchanged.
+
+    The result is parsed again before it is returned: exactly one calico-typha and one
+    calico-node, carrying the wiring's TLS settings on both sides, and exactly one
+    budget over the Typha pods; else ConfigError and nothing to print.
+    """
     import yaml
 
-    parts = _split_stream(text)
-    loaded = [_load_yaml_stream(doc, f"{where}: document {n + 1}") for n, (_, doc) in
-              enumerate(parts)]  # fmt: skip
-    documents = [doc for docs in loaded for doc in docs]
-    workloads = find_workloads(documents, where)
-    by_key = {(p.api_version, p.kind, p.name): p for p in patches}
+    from typhapki.kubernetes.budget import needs_budget
+    from typhapki.kubernetes.yamlstream import load, load_document, split
+
+    parsed = load(text, where, "rendered manifests")
+    documents = [d.obj for d in parsed if d.obj is not None]
+    _, merged, budget = wire(documents, patches, where)
     out = []
-    for (sep, document), docs in zip(parts, loaded, strict=True):
-        if len(docs) == 1 and isinstance(docs[0], dict):
-            obj = docs[0]
-            patch = by_key.get(_identify(obj)[0])
-            if patch is not None:
-                patched = strategic_merge(obj, patch.patch)
-                body = yaml.safe_dump(patched, sort_keys=False, default_flow_style=False)
-                document = _leading_comments(document) + body
-        out.append(sep + document)
-    if not has_typha_pdb(documents):  # restart-typha evicts through it
-        pdb = typha_pdb(workloads[TYPHA_WORKLOAD].namespace)
+    for doc in parsed:
+        document = doc.text
+        if isinstance(doc.obj, dict) and _identify(doc.obj)[0] in merged:
+            body = yaml.safe_dump(
+                merged[_identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+            )
+            document = _leading_comments(doc.text) + body
+        out.append(doc.separator + document)
+    if budget is not None:  # restart-typha evicts through it
         tail = "" if not out or out[-1].endswith("\n") else "\n"
         out.append(
             f"{tail}---\n# Source: typhapki (Typha's PodDisruptionBudget: none in the chart)\n"
-            + yaml.safe_dump(pdb, sort_keys=False, default_flow_style=False)
+            + yaml.safe_dump(budget, sort_keys=False, default_flow_style=False)
         )
-    return "".join(out)
+    result = "".join(out)
+    # Split what would be printed, as Kubernetes will, and parse it again: both sides or
+    # nothing. A document whose text came through unchanged parses as it did.
+    again = "the post-renderer's output"
+    known = {doc.text: doc.obj for doc in parsed}
+    objects = [
+        known[part] if part in known else load_document(part, again, line, "rendered manifests")
+        for _, part, line in split(result, again)
+    ]
+    objects = [obj for obj in objects if obj is not None]
+    find_workloads(objects, again)
+    check_containers(objects, again)
+    final = {
+        _identify(o)[0]: o for o in objects if isinstance(o, dict) and _identify(o)[0] in WORKLOADS
+    }
+    check_pair(final, patches, again, objects)
+    if needs_budget(objects, final[TYPHA_WORKLOAD], again):
+        raise ConfigError(f"{again}: no PodDisruptionBudget selects the Typha pods")
+    return result

@@ -469,10 +469,12 @@ TYPHA_PDB_FILE = "typha-pdb.yaml"
 TYPHA_SELECTOR = {"k8s-app": "calico-typha"}
 
 
-def typha_pdb(namespace: str | None) -> dict[str, Any]:
+def typha_pdb(namespace: str | None, selector: dict[str, Any] | None = None) -> dict[str, Any]:
     """Typha's PodDisruptionBudget, as Calico's own manifests and chart carry it:
-    at most one Typha pod of the cluster down at a time. `typhapki restart-typha` evicts
-    through it, so renewals on many nodes restart their Typhas one by one."""
+    at most one Typha pod of the cluster down at a time, over the pods `selector`
+    selects (the Deployment's own selector; Calico's labels by default).
+    `typhapki restart-typha` evicts through it, so renewals on many nodes restart
+    their Typhas one by one (typhapki/kubernetes/budget.py decides when it is added)."""
     meta: dict[str, Any] = {"name": "calico-typha", "labels": dict(TYPHA_SELECTOR)}
     if namespace:
         meta["namespace"] = namespace
@@ -480,22 +482,11 @@ def typha_pdb(namespace: str | None) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": meta,
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(TYPHA_SELECTOR)}},
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": selector or {"matchLabels": dict(TYPHA_SELECTOR)},
+        },
     }
-
-
-def has_typha_pdb(documents: Sequence[Any]) -> bool:
-    """Whether the manifests hold a PodDisruptionBudget for Typha's pods already (a
-    second one would make every eviction fail: the API refuses a pod under two)."""
-    for doc in documents:
-        if not isinstance(doc, dict) or doc.get("kind") != "PodDisruptionBudget":
-            continue
-        spec = doc.get("spec")
-        selector = spec.get("selector") if isinstance(spec, dict) else None
-        labels = selector.get("matchLabels") if isinstance(selector, dict) else None
-        if isinstance(labels, dict) and labels.get("k8s-app") == "calico-typha":
-            return True
-    return False
 
 
 @record(frozen=True)
