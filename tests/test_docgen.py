@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.conftest import LEG, SOURCE, require
 from typhapki import docgen
+from typhapki.settings import options
 
 INSTALLED_MAN = Path("/usr/share/man/man1/typhapki.1.gz")
 INSTALLED_COMPLETION = Path("/usr/share/bash-completion/completions/typhapki")
@@ -189,3 +191,75 @@ def test_the_committed_files_are_generated_from_the_table(kind: str, committed: 
     assert (SOURCE / committed).read_text() == made, regenerate
     listed = {"man": "typhapki.manpages", "bash": "typhapki.bash-completion"}[kind]
     assert (SOURCE / "debian" / listed).read_text().split() == [committed]
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of each row of the markdown table whose header line starts `header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_exit_codes_are_declared_once() -> None:
+    """errors.py's codes are the man page's and docs/exit-codes.md's, in one order."""
+    from typhapki import errors
+
+    declared = [code for code, _ in docgen.EXIT_STATUS]
+    constants = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    assert set(declared) == constants | {130}
+    assert declared == sorted(declared)
+    page = docgen.man_page()
+    exits = page.split(".SH EXIT STATUS")[1].split(".SH ")[0]
+    assert [int(c) for c in re.findall(r"\\fB(\d+)\\fR", exits)] == declared
+    doc = (SOURCE / "docs" / "exit-codes.md").read_text()
+    assert [int(row[0]) for row in _table_rows(doc, "| code |")] == declared
+    commands = {c.name for c in options.COMMANDS}
+    assert {c for cs in docgen.EXIT_COMMANDS.values() for c in cs} <= commands
+    # Every command has its row in the per-command table, and a code only some commands
+    # exit with is named only in theirs.
+    per_command = {
+        row[0].strip("`"): " | ".join(row[1:]) for row in _table_rows(doc, "| command |")
+    }
+    assert set(per_command) == commands
+    for command, cells in per_command.items():
+        for code in re.findall(r"\b(\d+): ", cells):
+            assert int(code) in docgen.exit_codes(command), (command, code)
+
+
+def _readme_command(cell: str) -> str | None:
+    """The command a row of README.md's command table is about (`typhapki ca init ...`)."""
+    words = cell.strip("`").split()[1:]
+    names = {c.name for c in options.COMMANDS}
+    found = [" ".join(words[:n]) for n in range(1, len(words) + 1)]
+    return next((name for name in reversed(found) if name in names), None)
+
+
+def test_readme_command_table_holds_every_command_and_its_exit_codes() -> None:
+    """README.md's command table names every command, and every `exit N` it gives a
+    command is one that command exits with (the fleet's PuppetDB failure is 8, not 6)."""
+    readme = (SOURCE / "README.md").read_text()
+    rows = _table_rows(readme, "| command | what it does |")
+    seen = set()
+    for row in rows:
+        command = _readme_command(row[0])
+        if command is None:
+            assert row[0] == "`typhapki --version`", row
+            continue
+        seen.add(command.split()[0])
+        for code in re.findall(r"\bexits? (\d+)\b", row[1]):
+            assert int(code) in docgen.exit_codes(command), (command, code)
+    assert seen == {c.name.split()[0] for c in options.COMMANDS}
+
+
+@pytest.mark.parametrize("command", ["restart-typha", "fleet"])
+def test_exit_codes_of_a_command_come_from_the_declaration(command: str) -> None:
+    """A code only some commands exit with is not offered to the others."""
+    from typhapki import errors
+
+    assert (errors.EXIT_DEFERRED in docgen.exit_codes(command)) == (command == "restart-typha")
+    assert (errors.EXIT_PUPPETDB in docgen.exit_codes(command)) == (command == "fleet")

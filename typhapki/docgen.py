@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typhapki import __version__
+from typhapki import __version__, errors
 from typhapki.record import record
 from typhapki.settings import options
 
@@ -48,17 +48,52 @@ def choices(command: str, option: str) -> tuple[str, ...] | None:
     return COMMAND_CHOICES.get((command, option), CHOICES.get(option))
 
 
+# The exit codes, each once, keyed by errors.py's constants: the man page's EXIT STATUS
+# is made from it, and tests/test_docgen.py holds errors.py, docs/exit-codes.md and
+# README.md's command table to it.
 EXIT_STATUS = (
-    ("0", "Success: the work is done, or nothing needed doing."),
-    ("1", "Action needed: e.g. `check` found a set that `issue` must renew."),
-    ("2", "Usage or input error: a bad option, file or hiera value."),
-    ("3", "Refused: e.g. replacing a CA without --force, a skipped rotation stage."),
-    ("4", "Filesystem error: a file could not be read or written."),
-    ("5", "The signer failed: e.g. cfssl down, slow or refusing (the live set untouched)."),
-    ("6", "restart-typha deferred: the PodDisruptionBudget refused the eviction (retried)."),
-    ("7", "restart-typha: the Kubernetes API unreachable, untrusted, refusing or broken."),
-    ("130", "Interrupted."),
+    (errors.EXIT_OK, "Success: the work is done, or nothing needed doing."),
+    (errors.EXIT_NEEDS_ACTION, "Action needed: e.g. `check` found a set that `issue` must renew."),
+    (errors.EXIT_USAGE, "Usage or input error: a bad option, file or hiera value."),
+    (
+        errors.EXIT_REFUSED,
+        "Refused: e.g. replacing a CA without --force, a skipped rotation stage.",
+    ),
+    (errors.EXIT_IO, "Filesystem error: a file could not be read or written."),
+    (
+        errors.EXIT_SIGNER,
+        "The signer failed: e.g. cfssl down, slow or refusing (the live set untouched).",
+    ),
+    (
+        errors.EXIT_DEFERRED,
+        "restart-typha deferred: the PodDisruptionBudget refused the eviction (retried).",
+    ),
+    (
+        errors.EXIT_KUBE_API,
+        "restart-typha: the Kubernetes API unreachable, untrusted, refusing or broken.",
+    ),
+    (
+        errors.EXIT_PUPPETDB,
+        "fleet, fleet ready, fleet gate: PuppetDB unreachable, slow, refusing or broken.",
+    ),
+    (130, "Interrupted."),
 )
+# The codes only some commands exit with, and those commands (each a command of
+# settings/options.py); every other code may come from any command.
+EXIT_COMMANDS = {
+    errors.EXIT_DEFERRED: ("restart-typha",),
+    errors.EXIT_KUBE_API: ("restart-typha",),
+    errors.EXIT_PUPPETDB: ("fleet", "fleet ready", "fleet gate"),
+}
+
+
+def exit_codes(command: str) -> tuple[int, ...]:
+    """The codes `command` may exit with, as EXIT_STATUS and EXIT_COMMANDS declare."""
+    return tuple(
+        code
+        for code, _ in EXIT_STATUS
+        if code not in EXIT_COMMANDS or command in EXIT_COMMANDS[code]
+    )
 
 
 @record(frozen=True)

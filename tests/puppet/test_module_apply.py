@@ -353,6 +353,40 @@ def test_cfssl_typha_host(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) ->
     assert node.apply().returncode == 0
 
 
+def test_cfssl_from_the_cluster_mapping(tmp_path: Path, ca_dir: Path, cfssl: str, dns: str) -> None:
+    """docs/puppet.md: `signer: cfssl` and `cfssl_url` in the cluster's typha: mapping are
+    enough; neither typhapki::certs::mode nor typhapki::certs::cfssl_url is set. The URL
+    reaches the CLI in cluster.yaml, never the node configuration."""
+    clusters = {
+        "main": {
+            "staging-eqiad": {
+                "ipv6dualstack": True,
+                "cluster_nodes": list(RECORDS),
+                "typha": {"signer": "cfssl", "cfssl_url": cfssl},
+            }
+        }
+    }
+    node = _node(
+        tmp_path,
+        "cfssl",
+        **{
+            "typhapki::certs::mode": None,
+            "typhapki::certs::cfssl_url": None,
+            "kubernetes::clusters": clusters,
+            "typhapki::certs::cfssl_auth_key": CFSSL_KEY,
+            "typhapki::ferm::nameservers": [dns],
+        },
+    )
+    first = node.apply()
+    assert first.returncode == 2, first.stdout
+    assert cfssl not in node.config_file.read_text()
+    assert _check(node) == 0
+    ca = load_certs(CaPaths(ca_dir).cert, "CA")[0]
+    typha = load_certs(SetPaths(node.out).cert(RoleName.TYPHA), "typha")[0]
+    assert typha.issuer == ca.subject
+    assert node.apply().returncode == 0
+
+
 def test_cfssl_typha_host_with_a_key_per_profile(
     tmp_path: Path, restricted_multirootca: Multirootca, dns: str
 ) -> None:

@@ -1,14 +1,20 @@
-"""The hiera lint: every cluster_nodes / control_plane_nodes entry valid and resolving.
+"""The hiera lint: every cluster's settings as its nodes judge them, every host resolving.
 
-Run by a pre-commit hook in the hiera repository, so a name that does not resolve is
-caught at review time instead of being dropped silently from a ferm rule on the next
-Puppet run. Validity is hiera.check_host_entries; DNS is the very gate `ferm` uses
-(typhapki.firewall.dnsgate), with AAAA required for the nodes of dual-stack clusters.
+Run by a pre-commit hook in the hiera repository, so what every node of a cluster would
+refuse is caught at review time: a name that does not resolve (dropped silently from a
+ferm rule on the next Puppet run), and any value `check --hiera` refuses (a hyphenated
+`pki_intermediate_base`, a leaf certificate in `typha.trust`, `cfssl_url: ftp://...`).
+Host entries are checked one by one (hiera.check_host_entries, every bad one listed);
+each cluster's settings go through the code `check --hiera` runs
+(typhapki.settings.desired.resolve_loaded), so the lint cannot pass what a node
+refuses; DNS is the very gate `ferm` uses (typhapki.firewall.dnsgate), with AAAA
+required for the nodes of dual-stack clusters.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +30,13 @@ NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
 CLUSTER_KEYS_PREFIX = "kubernetes::clusters"  # also matches kubernetes::clusters_defaults
 # Hosts resolved per round: between rounds a terminal gets its progress line.
 BATCH = 250
+# The settings the lint builds need a node name (it spreads a node's renewal moment);
+# nothing the lint judges depends on it, and no real node is named so (RFC 6761).
+LINT_NODE_NAME = "lint-hiera.invalid"
+# Where a refusal says the value is written: FILE:LINE: KEY_PATH (hiera.YNode.where).
+_WHERE = re.compile(
+    r"(?P<file>[^\s()]+?):(?P<line>\d+): (?P<key>kubernetes::[^\s()]*?)(?=:\s|:$|\)|$)"
+)
 
 Progress = Callable[[int, int], None]
 
@@ -35,7 +48,7 @@ class Finding:
     file: Path
     key_path: str
     line: int | None
-    kind: str  # "invalid" or "dns"
+    kind: str  # "invalid" (a host entry), "settings" (a cluster's value) or "dns"
     message: str  # the whole line, location first
     host: str | None = None
     reason: str | None = None
@@ -59,6 +72,8 @@ class LintReport:
     files: list[Path]
     entries: int = 0  # host entries seen
     invalid: int = 0  # entries refused before DNS (not a hostname or IP, duplicates)
+    clusters: int = 0  # clusters whose settings were judged as `check --hiera` does
+    refused: int = 0  # settings findings: values every node of a cluster would refuse
     queried: int = 0  # distinct names sent to DNS
     resolved: int = 0  # of those, the names that passed the gate
     offline: bool = False
@@ -76,13 +91,27 @@ class LintReport:
             if self.offline
             else f"{self.resolved} of {self.queried} distinct names resolved"
         )
+        clusters = f"{self.clusters} cluster{'s' if self.clusters != 1 else ''}"
         if self.ok:
-            return f"{self.entries} host entries in {where} checked ({dns}): all good"
-        unresolved = len(self.findings) - self.invalid
-        return (
-            f"{len(self.findings)} of {self.entries} host entries in {where} failed: "
-            f"{self.invalid} invalid, {unresolved} not resolving ({dns})"
-        )
+            return (
+                f"{self.entries} host entries in {where} checked ({dns}), and the settings "
+                f"of {clusters}: all good"
+            )
+        failed = len(self.findings) - self.refused
+        unresolved = failed - self.invalid
+        parts = []
+        if failed:
+            parts.append(
+                f"{failed} of {self.entries} host entries in {where} failed: "
+                f"{self.invalid} invalid, {unresolved} not resolving ({dns})"
+            )
+        if self.refused:
+            parts.append(
+                f"{self.refused} setting{'s' if self.refused != 1 else ''} of {clusters} "
+                f"in {where} refused, as the cluster's nodes would refuse "
+                f"{'them' if self.refused != 1 else 'it'}"
+            )
+        return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +120,8 @@ class LintReport:
             "files": [str(f) for f in self.files],
             "entries": self.entries,
             "invalid": self.invalid,
+            "clusters": self.clusters,
+            "refused": self.refused,
             "queried": self.queried,
             "resolved": self.resolved,
             "problems": [f.as_json() for f in self.findings],
@@ -126,21 +157,30 @@ def _mentions_clusters(path: Path) -> bool:
         return True
 
 
-def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
-    """Per hiera doc: key path prefix of each cluster -> dual-stack?, and whether any is.
+def _with_defaults(docs: Sequence[HieraDoc]) -> list[HieraDoc]:
+    """Each hiera doc, with the defaults its clusters merge.
 
     Defaults often live in another file (common.yaml) than the clusters: a file without
     its own kubernetes::clusters_defaults uses the one other given file that has them.
     """
-    from typhapki.puppet.hiera import DEFAULTS_KEY, HieraDoc, clusters_map, merged_cluster_node
+    from typhapki.puppet.hiera import DEFAULTS_KEY, HieraDoc
 
-    defaults_nodes = [d.get(DEFAULTS_KEY) for d in docs]
-    defaults = [n for n in defaults_nodes if n is not None]
+    defaults = [n for n in (d.get(DEFAULTS_KEY) for d in docs) if n is not None]
+    return [
+        HieraDoc(doc.root, doc.files, {**doc.keys, DEFAULTS_KEY: defaults[0]})
+        if doc.get(DEFAULTS_KEY) is None and len(defaults) == 1
+        else doc
+        for doc in docs
+    ]
+
+
+def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
+    """Per hiera doc (defaults merged in): key path prefix of each cluster -> dual-stack?,
+    and whether any is."""
+    from typhapki.puppet.hiera import clusters_map, merged_cluster_node
 
     out = []
     for doc in docs:
-        if doc.get(DEFAULTS_KEY) is None and len(defaults) == 1:
-            doc = HieraDoc(doc.root, doc.files, {**doc.keys, DEFAULTS_KEY: defaults[0]})
         dual: dict[str, bool] = {}
         try:
             clusters = clusters_map(doc)
@@ -155,6 +195,55 @@ def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
             dual[f"{node.path}."] = value is not None and value.value is True
         out.append((dual, any(dual.values())))
     return out
+
+
+def judge_cluster(doc: HieraDoc, name: str) -> None:
+    """Raise what `check --hiera FILE --cluster NAME` raises for the hiera alone (exit 2):
+    the cluster loaded as every command loads it, then resolved by `check`'s own code,
+    without flags, node configuration or a signer to ask."""
+    from typhapki.puppet.hiera import cluster_from_doc
+    from typhapki.settings.desired import Request, resolve_loaded
+    from typhapki.settings.pki import PkiOptions
+    from typhapki.settings.signer import SignerOptions
+
+    typha = cluster_from_doc(doc, name).typha
+    request = Request(Path(), "both", PkiOptions(node_name=LINT_NODE_NAME), SignerOptions())
+    resolve_loaded(request, typha, require_signer=False, ask_signer=False)
+
+
+def _settings_findings(doc: HieraDoc, report: LintReport) -> list[Finding]:
+    """One finding per refusal of a cluster's settings; a refusal of a shared value
+    (the defaults) once, however many clusters merge it."""
+    from typhapki.errors import EXIT_USAGE, TyphapkiError
+    from typhapki.puppet.hiera import CLUSTERS_KEY, clusters_map
+
+    top = doc.get(CLUSTERS_KEY)
+    if top is None:
+        return []  # defaults only: judged with the clusters that merge them
+    try:
+        clusters = clusters_map(doc)
+    except ConfigError as exc:  # the shape of kubernetes::clusters: no cluster to judge
+        return [_settings_finding(str(exc), top.file, top.path, top.line)]
+    found: dict[str, Finding] = {}
+    for name, (_, node) in clusters.items():
+        report.clusters += 1
+        try:
+            judge_cluster(doc, name)
+        except TyphapkiError as exc:
+            if exc.exit_code != EXIT_USAGE:  # pragma: no cover - nothing asked, nothing else
+                raise
+            message = str(exc)
+            found.setdefault(message, _settings_finding(message, node.file, node.path, node.line))
+    return list(found.values())
+
+
+def _settings_finding(message: str, file: Path, key_path: str, line: int) -> Finding:
+    """A finding located where the message says the value is written, else at the
+    cluster (or the key) it is about."""
+    where = _WHERE.search(message)
+    if where is not None:
+        file, line, key_path = Path(where["file"]), int(where["line"]), where["key"]
+    return Finding(file, key_path, line, "settings", message)
 
 
 @record
@@ -191,7 +280,8 @@ def lint(
     # Read every file first: a malformed one stops the lint before any DNS traffic.
     wanted = [p for p in paths if _mentions_clusters(p)]
     loaded = [(path, iter_host_entries(path)) for path in wanted]
-    stacks = _dual_stack([load_hiera(p) for p in wanted]) if not offline else []
+    docs = _with_defaults([load_hiera(p) for p in wanted])
+    stacks = _dual_stack(docs) if not offline else []
     located: list[_Located] = []
     for index, (_, entries) in enumerate(loaded):
         report.entries += sum(1 for e in entries if e.key_path.endswith("]"))
@@ -201,6 +291,12 @@ def lint(
         for problem in problems:
             e = problem.entry
             report.findings.append(Finding(e.file, e.key_path, e.line, "invalid", problem.line()))
+        # A bad host entry is refused by the settings' judge too: listed once, above.
+        listed = {(f.file, f.line, f.key_path) for f in report.findings}
+        for finding in _settings_findings(docs[index], report):
+            if (finding.file, finding.line, finding.key_path) not in listed:
+                report.refused += 1
+                report.findings.append(finding)
         if offline:
             continue
         dual, any_dual = stacks[index]
@@ -216,6 +312,7 @@ def lint(
                 _Located(entry.file, entry.key_path, entry.line, entry.where, host, ipv6)
             )
     if offline:
+        report.findings.sort(key=lambda f: (str(f.file), f.line or 0, f.key_path))
         return report
 
     names_v6 = sorted({x.host for x in located if x.ipv6 and parse_ip(x.host) is None})

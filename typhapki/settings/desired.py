@@ -67,11 +67,19 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     the set by its own bundle. `ask_signer` False builds the signer without asking for its
     CA (nothing in the desired state depends on the signer then).
     """
+    typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
+    return resolve_loaded(request, typha, require_signer, ask_signer)
+
+
+def resolve_loaded(
+    request: Request, typha: TyphaSettings | None, require_signer: bool, ask_signer: bool = True
+) -> Desired:
+    """`resolve` over a cluster's ``typha:`` mapping already loaded (`request.hiera` is not
+    read): `lint-hiera` judges each cluster of a hiera file by this very code."""
     from typhapki.pki.plan import Desired
     from typhapki.pki.signers.factory import build_signer
     from typhapki.pki.verify import load_trusted
 
-    typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
     pki, signer_opts = merge_cluster(request.pki, request.signer, typha)
     settings = build_settings(pki)
     roles = tuple(parse_roles(request.role))

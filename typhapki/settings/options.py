@@ -471,7 +471,8 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         JSON,
     )),
     Command("lint-hiera",
-            "Check every cluster_nodes / control_plane_nodes entry: valid, and resolving.", (
+            "Check every cluster_nodes / control_plane_nodes entry (valid, resolving) and every "
+            "cluster's settings, as `check --hiera` judges them on its nodes.", (
         _own("files", "FILES", Path, "Hiera YAML files (or directories).", required=True,
              multiple=True, argument=True),
         _own("offline", "--offline", bool, "Syntax and validity only, no DNS."),

@@ -27,7 +27,9 @@
 #   typhapki::certs::ca_key: ENC[PKCS7,...]
 #
 # @param mode
-#   How the set is issued: `local`, `shipped` or `cfssl` (Typhapki::Mode).
+#   How the set is issued: `local`, `shipped` or `cfssl` (Typhapki::Mode); undef (the
+#   default): `cfssl` when the cluster's `typha:` mapping says `signer: cfssl`, else
+#   `local`.
 # @param paused
 #   Stop making the set right (no issue/install exec), e.g. while a CA rotation is run
 #   stage by stage with `typhapki rotate-ca`. Restarts still follow their markers.
@@ -51,7 +53,8 @@
 # @param shipped_felix_key
 #   shipped: Felix's key (PEM), Sensitive.
 # @param cfssl_url
-#   cfssl: the cfssl server's URL (`--cfssl-url`).
+#   cfssl: the cfssl server's URL (`--cfssl-url`); undef: `cfssl_url` of the cluster's
+#   `typha:` mapping, which the CLI reads from `cluster_file`. One of the two is required.
 # @param cfssl_auth_key
 #   cfssl: the hex HMAC key of authsign (`--cfssl-auth-key`), Sensitive.
 # @param cfssl_auth_key_typha
@@ -65,8 +68,9 @@
 # @param cfssl_client_cert
 #   cfssl: this node's certificate for mutual TLS to the PKI's HTTPS front
 #   (`--cfssl-client-cert`): `puppet` for the Puppet agent's own certificate and key
-#   (its CA then trusted for the front unless `cfssl_ca_cert` is given), or the path
-#   of a certificate on the node with `cfssl_client_key`.
+#   (the Puppet CA then trusted for the front unless `cfssl_ca_cert` is given; paths
+#   from `$trusted['certname']` and `puppet_ssldir`, never the server's `$settings::`),
+#   or the path of a certificate on the node with `cfssl_client_key`.
 # @param cfssl_client_key
 #   cfssl: the path of the key of a `cfssl_client_cert` path (`--cfssl-client-key`).
 # @param puppet_ssldir
@@ -109,7 +113,6 @@
 #   `OUT/.restart-felix` an older typhapki left exists; undef (the default): none, Felix
 #   re-reads its files on reconnect.
 class typhapki::certs (
-  Typhapki::Mode $mode,
   Boolean $paused,
   Stdlib::Absolutepath $ca_dir,
   Stdlib::Absolutepath $shipped_dir,
@@ -117,6 +120,7 @@ class typhapki::certs (
   Stdlib::Absolutepath $puppet_ssldir,
   Optional[String[1]] $restart_typha,
   Optional[String[1]] $restart_felix,
+  Optional[Typhapki::Mode] $mode = undef,
   Optional[String[1]] $ca_cert = undef,
   Optional[Sensitive[String[1]]] $ca_key = undef,
   Optional[String[1]] $shipped_bundle = undef,
@@ -124,7 +128,7 @@ class typhapki::certs (
   Optional[Sensitive[String[1]]] $shipped_typha_key = undef,
   Optional[String[1]] $shipped_felix_cert = undef,
   Optional[Sensitive[String[1]]] $shipped_felix_key = undef,
-  Optional[Stdlib::HTTPUrl] $cfssl_url = undef,
+  Optional[Typhapki::CfsslUrl] $cfssl_url = undef,
   Optional[Sensitive[String[1]]] $cfssl_auth_key = undef,
   Optional[Sensitive[String[1]]] $cfssl_auth_key_typha = undef,
   Optional[Sensitive[String[1]]] $cfssl_auth_key_felix = undef,
@@ -135,18 +139,40 @@ class typhapki::certs (
   Optional[Typhapki::CfsslName] $cfssl_profile_felix = undef,
   Optional[Typhapki::CfsslName] $cfssl_label = undef,
   Optional[Typhapki::KeyType] $key_type = undef,
-  Optional[Integer[1]] $days = undef,
+  Optional[Integer[1, 36500]] $days = undef,
   Optional[Typhapki::Lifetime] $typha_lifetime = undef,
   Optional[Typhapki::Lifetime] $felix_lifetime = undef,
   Optional[Typhapki::RenewBefore] $renew_before = undef,
   Optional[String[1]] $key_owner = undef,
   Optional[String[1]] $key_group = undef,
-  Optional[Stdlib::Filemode] $key_mode = undef,
+  Optional[Typhapki::KeyMode] $key_mode = undef,
 ) {
   assert_private('declare class typhapki (typhapki::manage_certs) instead of typhapki::certs')
 
   $role = $typhapki::role
   $config_dir = $typhapki::config_dir
+
+  # What the cluster's typha: mapping holds reaches the node in cluster.yaml, where the
+  # CLI reads it: the module only needs the mode and, for the struct, cfssl's URL. Its
+  # own parameters win, as flags and the node configuration win over hiera on the node.
+  $typha = $typhapki::cluster_typha
+  $typha_keys = $typhapki::cluster_typha_keys
+  $issuance = $mode.lest || { $typha['signer'] ? { 'cfssl' => 'cfssl', default => 'local' } }
+  if $issuance == 'cfssl' and $cfssl_url =~ Undef {
+    $mapped_url = $typha['cfssl_url']
+    if $mapped_url =~ Undef {
+      $in_mapping = $typhapki::cluster ? {
+        undef   => '',
+        default => "cfssl_url in the typha: mapping of cluster '${typhapki::cluster}' in kubernetes::clusters, or ",
+      }
+      fail("typhapki::certs: mode cfssl needs cfssl's URL: set ${in_mapping}typhapki::certs::cfssl_url")
+    }
+    unless $mapped_url =~ Typhapki::CfsslUrl {
+      $where = $typha_keys['cfssl_url']
+      fail("typhapki::certs: ${where}: expected https://HOST[:PORT] (plain http:// to loopback only), got '${mapped_url}' (or set typhapki::certs::cfssl_url)")
+    }
+  }
+
   $with_typha = $role in ['typha', 'both']
   $with_felix = $role in ['felix', 'both']
 
@@ -154,18 +180,18 @@ class typhapki::certs (
   # (types/certs/) refuses a stray one of another mode and a missing one for the role.
   # A secret appears as `true`; its value travels apart, as a Sensitive parameter.
   $settings = {
-    'mode'                 => $mode,
+    'mode'                 => $issuance,
     'role'                 => $role,
-    'ca_dir'               => $mode ? { 'local' => $ca_dir, default => undef },
+    'ca_dir'               => $issuance ? { 'local' => $ca_dir, default => undef },
     'ca_cert'              => $ca_cert,
     'ca_key'               => $ca_key =~ NotUndef,
-    'shipped_dir'          => $mode ? { 'shipped' => $shipped_dir, default => undef },
+    'shipped_dir'          => $issuance ? { 'shipped' => $shipped_dir, default => undef },
     'shipped_bundle'       => $shipped_bundle,
     'shipped_typha_cert'   => $shipped_typha_cert,
     'shipped_typha_key'    => $shipped_typha_key =~ NotUndef,
     'shipped_felix_cert'   => $shipped_felix_cert,
     'shipped_felix_key'    => $shipped_felix_key =~ NotUndef,
-    'cfssl_url'            => $cfssl_url,
+    'cfssl_url'            => $issuance ? { 'cfssl' => $cfssl_url.lest || { $typha['cfssl_url'] }, default => $cfssl_url },
     'cfssl_auth_key'       => $cfssl_auth_key =~ NotUndef,
     'cfssl_auth_key_typha' => $cfssl_auth_key_typha =~ NotUndef,
     'cfssl_auth_key_felix' => $cfssl_auth_key_felix =~ NotUndef,
@@ -184,9 +210,9 @@ class typhapki::certs (
       'cfssl_auth_key_typha' => $cfssl_auth_key_typha,
       'cfssl_auth_key_felix' => $cfssl_auth_key_felix,
     },
-  }[$mode]
+  }[$issuance]
 
-  $mode_class = "typhapki::certs::${mode}"
+  $mode_class = "typhapki::certs::${issuance}"
   class { $mode_class:
     settings => $settings,
     *        => $secrets,
@@ -197,7 +223,9 @@ class typhapki::certs (
 
   # What typhapki::config writes into the node configuration file's defaults: the mode's
   # own entries, and those of every mode.
-  $config_defaults = getvar("${mode_class}::config_defaults") + {
+  # A local CA overrides a cluster whose mapping names a signer, as on the command line.
+  $signer = ($issuance == 'local' and $typha['signer'] =~ NotUndef) ? { true => 'local', default => undef }
+  $config_defaults = { 'signer' => $signer } + getvar("${mode_class}::config_defaults") + {
     'trust'          => $trust_files.empty ? { true => undef, default => $trust_files },
     'key_type'       => $key_type,
     'days'           => $days,

@@ -116,8 +116,24 @@ class typhapki (
       'kubernetes::clusters_defaults' => $clusters_defaults.lest || { {} },
       'kubernetes::clusters'          => { $groups[0] => { $cluster => $clusters[$groups[0]][$cluster] } },
     }
+    # The cluster's `typha:` mapping, its defaults merged as the CLI merges them (a key
+    # of the cluster wins, `~` unsets one), and the hiera key each value is written
+    # under: typhapki::certs takes the issuance mode (`signer`) and `cfssl_url` from it
+    # unless its own parameters say otherwise, and names the key in a compile error.
+    $typha_layers = {
+      'kubernetes::clusters_defaults.typha'                 => $clusters_defaults.then |$d| { $d['typha'] },
+      "kubernetes::clusters.${groups[0]}.${cluster}.typha" => $clusters[$groups[0]][$cluster].then |$c| {
+        $c ? { Hash => $c['typha'], default => undef }
+      },
+    }.map |$path, $layer| { [$path, $layer ? { Hash => $layer, default => {} }] }.convert_to(Hash)
+    $cluster_typha = $typha_layers.reduce({}) |$merged, $layer| { $merged + $layer[1] }
+    $cluster_typha_keys = $typha_layers.reduce({}) |$keys, $layer| {
+      $keys + $layer[1].keys.map |$key| { [$key, "${layer[0]}.${key}"] }.convert_to(Hash)
+    }
   } else {
     $cluster_data = undef
+    $cluster_typha = {}
+    $cluster_typha_keys = {}
   }
 
   contain typhapki::install

@@ -62,7 +62,9 @@ class typhapki::certs::cfssl (
 
   $config_defaults = {
     'signer'              => 'cfssl',
-    'cfssl_url'           => $settings['cfssl_url'],
+    # The parameter only: a URL from the cluster's mapping reaches the CLI in cluster.yaml,
+    # so an error there names the hiera key that holds it.
+    'cfssl_url'           => getvar('typhapki::certs::cfssl_url'),
     'cfssl_ca_file'       => $settings['cfssl_ca_cert'].then |$pem| { $ca_file },
     'cfssl_profile_typha' => $settings['cfssl_profile_typha'],
     'cfssl_profile_felix' => $settings['cfssl_profile_felix'],

@@ -145,6 +145,38 @@ describe 'typhapki' do
         it { is_expected.to contain_file('/etc/typhapki/cfssl-ca.crt').that_comes_before('Exec[typhapki-issue]') }
       end
 
+      context 'mode cfssl and its URL from the cluster\'s typha: mapping' do
+        let(:spec_case) { 'cfssl_mapping' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
+
+        it 'names the signer and leaves the URL to cluster.yaml, where the CLI reads it' do
+          expect(node_config(catalogue)['defaults']).to include('signer' => 'cfssl', 'hiera' => '/etc/typhapki/cluster.yaml')
+          expect(node_config(catalogue)['defaults']).not_to have_key('cfssl_url')
+          cluster = YAML.safe_load(catalogue.resource('File', '/etc/typhapki/cluster.yaml')[:content])
+          expect(cluster.dig('kubernetes::clusters', 'main', 'staging-eqiad', 'typha', 'cfssl_url')).to eq('https://pki.example.org:8888')
+        end
+        it { is_expected.to contain_file('/etc/typhapki/cfssl-auth.key') }
+      end
+
+      context 'mode cfssl from the mapping, its URL overridden by the parameter' do
+        let(:spec_case) { 'cfssl_mapping_overridden' }
+
+        it { is_expected.to compile.with_all_deps }
+        it { expect(node_config(catalogue)['defaults']).to include('signer' => 'cfssl', 'cfssl_url' => 'https://other-pki.example.org:8888') }
+      end
+
+      context 'mode local although the mapping names cfssl' do
+        let(:spec_case) { 'cfssl_mapping_local' }
+
+        it { is_expected.to compile.with_all_deps }
+        it { is_expected.to contain_exec('typhapki-ca-init') }
+        it 'tells the CLI to sign locally, as a flag would over hiera' do
+          expect(node_config(catalogue)['defaults']).to include('signer' => 'local', 'ca_dir' => '/etc/typhapki/ca')
+          expect(node_config(catalogue)['defaults']).not_to have_key('cfssl_url')
+        end
+      end
+
       context 'mode cfssl, the Puppet agent certificate as the node identity' do
         let(:spec_case) { 'cfssl_puppet' }
 
@@ -195,7 +227,9 @@ describe 'typhapki' do
           'bad_stray_cfssl' => %r{Class\[Typhapki::Certs::Local\]:\n.*variant 0 unrecognized key 'cfssl_url'},
           'bad_shipped_missing' => %r{Class\[Typhapki::Certs::Shipped\]:\n\s+parameter 'settings' variant 0 expects a value for key 'shipped_typha_cert'\n\s+parameter 'settings' variant 0 expects a value for key 'shipped_typha_key'},
           'bad_shipped_extra' => %r{variant 2 unrecognized key 'shipped_typha_cert'\n\s+parameter 'settings' variant 2 unrecognized key 'shipped_typha_key'},
-          'bad_cfssl_no_url' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' expects a value for key 'cfssl_url'},
+          # The hiera keys to set, the cluster's mapping first.
+          'bad_cfssl_no_url' => %r{typhapki::certs: mode cfssl needs cfssl's URL: set cfssl_url in the typha: mapping of cluster 'staging-eqiad' in kubernetes::clusters, or typhapki::certs::cfssl_url},
+          'bad_cfssl_mapping_url' => %r{typhapki::certs: kubernetes::clusters\.main\.staging-eqiad\.typha\.cfssl_url: expected https://HOST\[:PORT\] \(plain http:// to loopback only\), got 'ftp://pki' \(or set typhapki::certs::cfssl_url\)},
           'bad_ca_half' => %r{variant 0 unrecognized key 'ca_cert'\n\s+parameter 'settings' variant 1 expects a value for key 'ca_key'},
           'bad_stray_secret' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' unrecognized key 'ca_key'},
           'bad_mode' => %r{Class\[Typhapki::Certs\]: parameter 'mode' expects a match for Typhapki::Mode = Enum\['cfssl', 'local', 'shipped'\], got 'vault'},

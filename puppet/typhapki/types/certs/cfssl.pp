@@ -9,7 +9,7 @@
 type Typhapki::Certs::Cfssl = Struct[{
   mode                           => Enum['cfssl'],
   role                           => Typhapki::Role,
-  cfssl_url                      => Stdlib::HTTPUrl,
+  cfssl_url                      => Typhapki::CfsslUrl,
   Optional[cfssl_auth_key]       => Boolean[true],
   Optional[cfssl_auth_key_typha] => Boolean[true],
   Optional[cfssl_auth_key_felix] => Boolean[true],

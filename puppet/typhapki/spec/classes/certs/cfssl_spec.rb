@@ -49,6 +49,6 @@ describe 'typhapki::certs::cfssl' do
   context 'with a plain-text URL scheme it cannot use' do
     let(:settings) { super().merge('cfssl_url' => 'ftp://cfssl.example.org') }
 
-    it { is_expected.to compile.and_raise_error(%r{entry 'cfssl_url' expects a match for Stdlib::HTTPUrl}) }
+    it { is_expected.to compile.and_raise_error(%r{entry 'cfssl_url' expects a match for Typhapki::CfsslUrl}) }
   end
 end
