@@ -22,6 +22,7 @@ def check_nagios(
     warning: str | None = None,
     critical: str | None = None,
     signer: SignerOptions | None = None,
+    state_dir: Path | None = None,
 ) -> int:
     """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3.
 
@@ -44,6 +45,7 @@ def check_nagios(
             warning,
             critical,
             signer,
+            state_dir,
         )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
         result = unknown(str(exc))
@@ -66,6 +68,7 @@ def _evaluate(
     warning: str | None,
     critical: str | None,
     signer: SignerOptions | None = None,
+    state_dir: Path | None = None,
 ) -> NagiosResult:
     from typhapki.commands.monitoring_options import observed_request
     from typhapki.monitoring.nagios import Thresholds, evaluate
@@ -75,7 +78,7 @@ def _evaluate(
 
     observed, request = observed_request(
         out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
-        ferm_state=False,
+        ferm_state=False, state_dir=state_dir,
     )  # fmt: skip
     if observed.errors:
         raise observed.errors[0]  # a bad hiera: UNKNOWN, not a guess

@@ -96,7 +96,13 @@ def facts(raw: RawFactOptions) -> int:
         pki_error = None
     # The one resolution `check` makes (hiera read once, typha.trust included), with a
     # failure reported in the fact instead of raised: a broken hiera file is a fact.
-    observed = observe(pki, flags, Path(raw.hiera) if raw.hiera else None, raw.cluster or None)
+    observed = observe(
+        pki,
+        flags,
+        Path(raw.hiera) if raw.hiera else None,
+        raw.cluster or None,
+        Path(raw.state_dir) if raw.state_dir else None,
+    )
     errors += [str(exc) or type(exc).__name__ for exc in observed.errors]
     if ferm_output is None and observed.typha is not None and observed.typha.ferm_output:
         ferm_output = Path(observed.typha.ferm_output)
@@ -112,7 +118,7 @@ def facts(raw: RawFactOptions) -> int:
         ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
         trust=[Path(t) for t in raw.trust],
         ferm_output=ferm_output,
-        state_dir=Path(raw.state_dir) if raw.state_dir else None,
+        state_dir=observed.state_dir,
         probe_address=raw.probe_address or None,
         probe=not raw.no_probe,
         errors=errors,

@@ -54,7 +54,7 @@ def observed_request(
     from typhapki.settings.desired import observe
     from typhapki.settings.signer import SignerOptions
 
-    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
+    observed = observe(pki, signer or SignerOptions(), hiera, cluster, state_dir)
     request = status_request(
         out,
         role,
@@ -64,7 +64,7 @@ def observed_request(
         probe_address,
         no_probe,
         ferm_state=ferm_state,
-        state_dir=state_dir,
+        state_dir=observed.state_dir,
         signer=observed.signer,
         trusted=observed.trusted,
     )

@@ -44,6 +44,9 @@ class Request:
     hiera: Path | None = None
     cluster: str | None = None
     source: Path | None = None  # shipped mode: `--from DIR`
+    # --state-dir or the node configuration's state_dir as given (None: not given);
+    # `state_root` resolves it once per run (typhapki/firewall/state.py `state_dir`).
+    state_dir: Path | None = None
 
 
 def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
@@ -53,6 +56,16 @@ def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
     from typhapki.pki.pem import parse_certs
 
     return tuple(c for pem in typha.trust for c in parse_certs(pem.encode(), "typha.trust"))
+
+
+def state_root(given: Path | None) -> Path:
+    """The state directory of this run, resolved once: --state-dir, else the node
+    configuration's state_dir (both arrive as the option's value, flags winning), else
+    $TYPHAPKI_STATE_DIR, else /var/lib/typhapki. Every reader of the run (the signer-CA
+    cache, ferm.json) is handed this one path."""
+    from typhapki.firewall.state import state_dir
+
+    return state_dir(given)
 
 
 def wants_signer(request: Request, signer: SignerOptions) -> bool:
@@ -93,7 +106,9 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     # signs for the settings' lifetimes, a remote signer for its profile's.
     if request.ca_dir is not None:
         check_local_renewal(settings, roles, pki)
-    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
+    signer = build_signer(
+        signer_opts, request.ca_dir, settings, state_dir=state_root(request.state_dir), roles=roles
+    )
     current = signer.current_ca() if ask_signer else None
     if current is not None and not current.anchors:
         for role, lifetime in current.lifetimes.items():
@@ -112,10 +127,12 @@ class Observed:
     signer options when they name cfssl, whose CA monitoring reads from the cache `check`
     and `issue` keep (never asked); else None. `trusted`: hiera's ``typha.trust`` CAs,
     which join the bundle after the --trust files', as in `resolve`. `typha`: the
-    cluster's mapping, when loaded.
+    cluster's mapping, when loaded. `state_dir`: the run's state directory
+    (`state_root`), where the signer-CA cache and ferm.json are read.
     """
 
     settings: PkiSettings | Exception
+    state_dir: Path
     signer: SignerOptions | None = None
     trusted: tuple[x509.Certificate, ...] = ()
     typha: TyphaSettings | None = None
@@ -129,11 +146,16 @@ class Observed:
 
 
 def observe(
-    pki: PkiOptions, signer: SignerOptions, hiera: Path | None, cluster: str | None
+    pki: PkiOptions,
+    signer: SignerOptions,
+    hiera: Path | None,
+    cluster: str | None,
+    state_dir: Path | None = None,
 ) -> Observed:
     """Flags over the cluster's hiera, as `resolve` merges them, for `facts`, `metrics` and
-    `check --nagios`. Hiera is read once; nothing is asked of a signer; never raises:
-    each part that fails is in `errors`, and the parts that did not fail are kept."""
+    `check --nagios`. Hiera is read once; nothing is asked of a signer; the state
+    directory is resolved as `resolve` resolves it; never raises: each part that fails
+    is in `errors`, and the parts that did not fail are kept."""
     errors: list[Exception] = []
     typha = None
     try:
@@ -157,4 +179,4 @@ def observe(
         except Exception as exc:
             errors.append(exc)
     cfssl = merged if merged.signer == "cfssl" else None
-    return Observed(settings, cfssl, trusted, typha, tuple(errors))
+    return Observed(settings, state_root(state_dir), cfssl, trusted, typha, tuple(errors))
