@@ -1,7 +1,11 @@
 """One node configuration, one state directory, one verdict: `issue`, `check`, the fact,
 the metrics, `check --nagios` and `typhapki fleet` (the fact as PuppetDB hands it back)
 agree on one node whose node configuration names its state directory, as the typhapki
-Puppet module writes it (`typhapki::state_dir` under `defaults:`).
+Puppet module writes it (`typhapki::state_dir` under `defaults:`); and, for every option
+`check` takes from the option table (typhapki/settings/options.py), set alone in that
+node configuration, the fact, the metrics, `check --nagios` and `fleet` say what `check`
+says (healthy or not): each reads it, and each refuses what `check` refuses
+(typhapki/settings/desired.py `checked_signer`, `check_signer_renewal`).
 
 Issue 29: facts and metrics read the node configuration's state_dir, check, issue and
 check --nagios did not, so the signer-CA cache was written in one place and read in
@@ -32,6 +36,7 @@ from tests.conftest import run_cli
 from tests.pki.test_plan import damage
 from tests.support.cfssl import CfsslServer, cfssl, write_auth_key
 from tests.support.hostile_cfssl import Answer, HostileCfssl, hostile_cfssl
+from typhapki.settings import options
 
 __all__ = ["cfssl", "hostile_cfssl"]  # the fixtures
 
@@ -138,3 +143,85 @@ def test_every_reader_agrees_with_check_on_one_state_root(
         not_after = datetime.strptime(typha["not_after"], "%Y-%m-%dT%H:%M:%SZ")
         left = not_after.replace(tzinfo=UTC) - due
         assert 952200 / 2 < left.total_seconds() <= 952200, left
+
+
+# A value for each option `check` takes from the node configuration, unlike the node's
+# (a cfssl node, default identities, ECDSA P-256, cfssl's 365-day profiles, keys
+# root's 0600). Some make the set wrong, some move its renewal, some are refused, some
+# change nothing `check` judges: whichever, every reader must say what check says.
+SAMPLES = [
+    ("typha_cn", "typha-other"),
+    ("felix_cn", "felix-other"),
+    ("typha_uri_san", "spiffe://cluster.local/typha"),
+    ("felix_uri_san", "spiffe://cluster.local/felix"),
+    ("key_type", "ecdsa-p384"),
+    ("days", "30"),
+    ("typha_lifetime", "28d"),
+    ("felix_lifetime", "24h"),
+    ("renew_before", "300d"),
+    ("renew_before", "400d"),  # longer than cfssl's 365-day profile: refused
+    ("key_owner", "1"),
+    ("key_group", "1"),
+    ("key_mode", "0640"),
+    ("node_name", "kubestage1002.eqiad.wmnet"),
+    ("signer", "local"),
+    ("cfssl_url", "http://127.0.0.1:9"),
+    ("cfssl_auth_key", "/nonexistent/auth.key"),
+    ("cfssl_auth_key_typha", "/nonexistent/typha.key"),
+    ("cfssl_auth_key_felix", "/nonexistent/felix.key"),
+    ("cfssl_ca_file", "/nonexistent/ca.pem"),
+    ("cfssl_client_cert", "/nonexistent/client.pem"),
+    ("cfssl_client_key", "/nonexistent/client.key"),
+    ("cfssl_profile_typha", "felix"),
+    ("cfssl_profile_felix", "typha"),
+    ("cfssl_label", "discovery2026"),
+    ("cfssl_timeout", "400"),
+    ("cfssl_ca_ttl", "1s"),
+    ("state_dir", "/nonexistent/state"),
+]
+CHECKED = [o.name for o in options.COMMAND["check"].options if o in options.OPTIONS]
+
+
+def test_every_option_check_takes_has_a_sample() -> None:
+    named = {name for name, _ in SAMPLES}
+    assert named == {n for n in CHECKED if not options.BY_NAME[n].flag_only}
+
+
+def _verdicts(env: dict[str, str], hostile: Callable[..., HostileCfssl]) -> dict[str, Any]:
+    """Each reader's word on the node: healthy or not, and its renewal moments."""
+    check = run_cli("check", env=env)
+    fact = json.loads(run_cli("facts", env=env).stdout)["typhapki"]
+    metrics = run_cli("metrics", env=env)
+    nagios = run_cli("check", "--nagios", env=env)
+    fleet = run_cli("fleet", "--puppetdb", hostile(_puppetdb(fact)).url, "--json", env=env)
+    errors = [_series(metrics.stdout, "collect_error", source=s) for s in ("settings", "set")]
+    return {
+        "check": check.returncode == 0,
+        "fact": fact["ok"] is True,
+        "metrics": _series(metrics.stdout, "set_valid", cluster=CLUSTER) == 1 and not any(errors),
+        "nagios": nagios.returncode == 0,
+        "fleet": fleet.returncode == 0,
+        "why": (check.stdout, check.stderr, fact.get("error"), metrics.stderr, nagios.stdout),
+    }
+
+
+@pytest.mark.parametrize(("name", "value"), SAMPLES)
+def test_fact_metrics_nagios_and_fleet_agree_with_check_on_each_option(
+    tmp_path: Path,
+    cfssl: CfsslServer,
+    hostile_cfssl: Callable[..., HostileCfssl],
+    name: str,
+    value: str,
+) -> None:
+    """One option at a time set in the node configuration, over a node issued without
+    it: every reader that takes it sees it, and all agree with check."""
+    env = _node(tmp_path, cfssl)[2]
+    issued = run_cli("issue", env=env)
+    assert issued.returncode == 0, issued.stderr
+    config = Path(env["TYPHAPKI_CONFIG"])
+    doc = yaml.safe_load(config.read_text())
+    doc["defaults"][name] = value
+    config.write_text(yaml.safe_dump(doc))
+    verdicts = _verdicts(env, hostile_cfssl)
+    why = verdicts.pop("why")
+    assert len(set(verdicts.values())) == 1, (name, verdicts, *why)

@@ -71,6 +71,7 @@ def _evaluate(
     state_dir: Path | None = None,
 ) -> NagiosResult:
     from typhapki.commands.monitoring_options import observed_request
+    from typhapki.errors import ConfigError
     from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
 
@@ -87,7 +88,10 @@ def _evaluate(
         from typhapki.pki.plan import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
-    return evaluate(collect(request, lambda: settings), thresholds)
+    status = collect(request, lambda: settings)
+    if "settings" in status.errors:  # judged without the CA check would judge by
+        raise ConfigError(status.errors["settings"])
+    return evaluate(status, thresholds)
 
 
 def thresholds_without_nagios() -> int:

@@ -24,10 +24,13 @@ from typhapki.settings.signer import SignerOptions
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cryptography import x509
 
     from typhapki.pki.plan import Desired
-    from typhapki.pki.settings import PkiSettings
+    from typhapki.pki.settings import PkiSettings, RoleName
+    from typhapki.pki.signers import CurrentCa, Signer
     from typhapki.puppet.hiera import TyphaSettings
 
 
@@ -68,9 +71,43 @@ def state_root(given: Path | None) -> Path:
     return state_dir(given)
 
 
-def wants_signer(request: Request, signer: SignerOptions) -> bool:
-    """Whether the options name a signer at all (`check --out` alone names none)."""
-    return request.ca_dir is not None or signer.kind != "local"
+def checked_signer(
+    signer: SignerOptions,
+    ca_dir: Path | None,
+    settings: PkiSettings,
+    pki: PkiOptions,
+    roles: tuple[RoleName, ...],
+    state_dir: Path,
+    require_signer: bool,
+) -> Signer | None:
+    """The signer the options name, refused (exit 2) as `check` and `issue` refuse it,
+    asked nothing; None when they name none and none is required (`check --out` alone
+    judges the set by its own bundle). `resolve` and `observe` both call it, so the
+    fact, the metrics and `check --nagios` refuse what `check` refuses."""
+    from typhapki.pki.signers.factory import build_signer
+
+    if not require_signer and ca_dir is None and signer.kind == "local":
+        signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
+        return None
+    # A renewal window as long as the lifetime would renew on every run: the local CA
+    # signs for the settings' lifetimes, a remote signer for its profile's.
+    if ca_dir is not None:
+        check_local_renewal(settings, roles, pki)
+    return build_signer(signer, ca_dir, settings, state_dir=state_dir, roles=roles)
+
+
+def check_signer_renewal(
+    settings: PkiSettings, current: CurrentCa, roles: Sequence[RoleName], name: str
+) -> None:
+    """A renewal window as long as the lifetime the signer signs for (cfssl: its
+    profile's expiry) would reissue on every run: refused (exit 2), by `check` and
+    `issue` (`resolve`) as by monitoring judging the cached CA
+    (typhapki/monitoring/status.py `judge_set`)."""
+    if current.anchors:
+        return
+    for role, lifetime in current.lifetimes.items():
+        if role in roles:
+            check_renewal(settings, lifetime, f"the {role.value} lifetime ({name})")
 
 
 def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> Desired:
@@ -81,7 +118,6 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     CA (nothing in the desired state depends on the signer then).
     """
     from typhapki.pki.plan import Desired
-    from typhapki.pki.signers.factory import build_signer
     from typhapki.pki.verify import load_trusted
 
     typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
@@ -98,22 +134,16 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
             raise UsageError(f"--from (a shipped set) excludes --ca-dir and --signer{given}")
         shipped = read_shipped(request.source, settings, roles)
         return Desired(request.out, roles, settings, shipped=shipped)
-    if not require_signer and not wants_signer(request, signer_opts):
-        signer_opts.refuse_cfssl_options()  # as build_signer would, in check as in issue
+    state = state_root(request.state_dir)
+    signer = checked_signer(
+        signer_opts, request.ca_dir, settings, pki, roles, state, require_signer
+    )
+    if signer is None:
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
-    # A renewal window as long as the lifetime would renew on every run: the local CA
-    # signs for the settings' lifetimes, a remote signer for its profile's.
-    if request.ca_dir is not None:
-        check_local_renewal(settings, roles, pki)
-    signer = build_signer(
-        signer_opts, request.ca_dir, settings, state_dir=state_root(request.state_dir), roles=roles
-    )
     current = signer.current_ca() if ask_signer else None
-    if current is not None and not current.anchors:
-        for role, lifetime in current.lifetimes.items():
-            if role in roles:
-                check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
+    if current is not None:
+        check_signer_renewal(settings, current, roles, signer.name)
     return Desired(request.out, roles, settings, signer, current, trusted)
 
 
@@ -151,11 +181,16 @@ def observe(
     hiera: Path | None,
     cluster: str | None,
     state_dir: Path | None = None,
+    ca_dir: Path | None = None,
+    roles: Sequence[RoleName] | None = None,
 ) -> Observed:
     """Flags over the cluster's hiera, as `resolve` merges them, for `facts`, `metrics` and
-    `check --nagios`. Hiera is read once; nothing is asked of a signer; the state
-    directory is resolved as `resolve` resolves it; never raises: each part that fails
-    is in `errors`, and the parts that did not fail are kept."""
+    `check --nagios`. Hiera is read once; the state directory is resolved as `resolve`
+    resolves it; the signer is built and refused as `resolve` builds and refuses it
+    (`checked_signer`), and asked nothing. Never raises: each part that fails is in
+    `errors`, and the parts that did not fail are kept."""
+    from typhapki.pki.settings import RoleName
+
     errors: list[Exception] = []
     typha = None
     try:
@@ -163,8 +198,10 @@ def observe(
     except Exception as exc:
         errors.append(exc)
     settings: PkiSettings | Exception
+    merged_pki = pki
     try:
-        settings = build_settings(merge_pki(pki, typha))
+        merged_pki = merge_pki(pki, typha)
+        settings = build_settings(merged_pki)
     except Exception as exc:
         settings = exc
     merged = signer
@@ -178,5 +215,12 @@ def observe(
             trusted = hiera_trusted(typha)
         except Exception as exc:
             errors.append(exc)
+    root = state_root(state_dir)
+    if not errors and not isinstance(settings, Exception):
+        try:  # what check would refuse before asking the signer anything
+            wanted = tuple(roles) if roles is not None else (RoleName.TYPHA, RoleName.FELIX)
+            checked_signer(merged, ca_dir, settings, merged_pki, wanted, root, False)
+        except Exception as exc:
+            errors.append(exc)
     cfssl = merged if merged.signer == "cfssl" else None
-    return Observed(settings, state_root(state_dir), cfssl, trusted, typha, tuple(errors))
+    return Observed(settings, root, cfssl, trusted, typha, tuple(errors))

@@ -393,9 +393,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _as_text(HIERA, "Hiera file (with --cluster)."),
         _as_text(CLUSTER, "Cluster name in it."),
         *(_as_text(o) for o in _PKI),
-        # cfssl mode: which cached CA to judge by (facts never ask cfssl)
-        *(_as_text(BY_NAME[n]) for n in ("signer", "cfssl_url", "cfssl_label",
-                                          "cfssl_profile_typha", "cfssl_profile_felix")),
+        # The signer options `check` takes: which cached CA to judge by, and what check
+        # would refuse (facts never ask cfssl).
+        *(o if o.kind is bool else _as_text(o) for o in _SIGNER),
         PROBE_ADDRESS, NO_PROBE,
     ), extra_args=True),
     Command("manifests",
