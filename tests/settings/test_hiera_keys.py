@@ -53,11 +53,19 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
 }
 
 
-def _hiera(path: Path, typha: dict[str, Any], cluster: dict[str, Any] | None = None) -> Path:
+def _hiera(
+    path: Path,
+    typha: dict[str, Any],
+    cluster: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> Path:
     entry: dict[str, Any] = {"cluster_nodes": ["kube1001.example"], **(cluster or {})}
     if typha:
         entry["typha"] = typha
-    path.write_text(yaml.safe_dump({"kubernetes::clusters": {"main": {CLUSTER: entry}}}))
+    doc: dict[str, Any] = {"kubernetes::clusters": {"main": {CLUSTER: entry}}}
+    if defaults:
+        doc["kubernetes::clusters_defaults"] = defaults
+    path.write_text(yaml.safe_dump(doc))
     return path
 
 
@@ -115,9 +123,10 @@ def _renewal(out: Path, *args: str | Path) -> str:
     return moment[1]
 
 
+@pytest.mark.parametrize("where", ["cluster", "defaults"])
 @pytest.mark.parametrize(("lifetime", "moves"), [("28d", True), ("24h", False)])
 def test_pki_renew_seconds_moves_renewal_while_shorter_than_half_the_lifetime(
-    tmp_path: Path, ca_dir: Path, lifetime: str, moves: bool
+    tmp_path: Path, ca_dir: Path, lifetime: str, moves: bool, where: str
 ) -> None:
     """docs/issuance.md: 952200 s (11 days) is the window of a 28-day leaf, as
     `--renew-before 952200` makes it; a 24-hour leaf keeps the last third of its life."""
@@ -126,7 +135,10 @@ def test_pki_renew_seconds_moves_renewal_while_shorter_than_half_the_lifetime(
     issued = run_cli("issue", "--ca-dir", ca_dir, "--out", out, *life)
     assert issued.returncode == 0, issued.stderr
     plain = _hiera(tmp_path / "plain.yaml", {})
-    fleet = _hiera(tmp_path / "fleet.yaml", {}, {"pki_renew_seconds": 952200})
+    renew = {"pki_renew_seconds": 952200}  # in the cluster, or kubernetes::clusters_defaults
+    fleet = _hiera(
+        tmp_path / "fleet.yaml", {}, *((renew, None) if where == "cluster" else (None, renew))
+    )
     before = _renewal(out, *life, "--hiera", plain, "--cluster", CLUSTER)
     after = _renewal(out, *life, "--hiera", fleet, "--cluster", CLUSTER)
     assert (after != before) == moves, (before, after)
