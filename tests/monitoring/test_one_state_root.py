@@ -195,6 +195,13 @@ def _verdicts(env: dict[str, str], hostile: Callable[..., HostileCfssl]) -> dict
     nagios = run_cli("check", "--nagios", env=env)
     fleet = run_cli("fleet", "--puppetdb", hostile(_puppetdb(fact)).url, "--json", env=env)
     errors = [_series(metrics.stdout, "collect_error", source=s) for s in ("settings", "set")]
+    if check.returncode == 0:  # the renewal moment each one computed (node_name, renew_before)
+        moment = re.search(r"renews typha at ([0-9TZ:-]+)", check.stdout)
+        assert moment is not None, check.stdout
+        due = datetime.strptime(moment[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        metric = _series(metrics.stdout, "cert_renewal_due_timestamp_seconds", role="typha")
+        assert fact["set"]["roles"]["typha"]["renewal_due_at"] == moment[1], fact
+        assert int(metric) == due.timestamp(), metrics.stdout
     return {
         "check": check.returncode == 0,
         "fact": fact["ok"] is True,
