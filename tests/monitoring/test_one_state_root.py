@@ -166,18 +166,18 @@ SAMPLES = [
     ("node_name", "kubestage1002.eqiad.wmnet"),
     ("signer", "local"),
     ("cfssl_url", "http://127.0.0.1:9"),
-    ("cfssl_auth_key", "/nonexistent/auth.key"),
-    ("cfssl_auth_key_typha", "/nonexistent/typha.key"),
-    ("cfssl_auth_key_felix", "/nonexistent/felix.key"),
-    ("cfssl_ca_file", "/nonexistent/ca.pem"),
-    ("cfssl_client_cert", "/nonexistent/client.pem"),
-    ("cfssl_client_key", "/nonexistent/client.key"),
+    ("cfssl_auth_key", "{tmp}/missing/auth.key"),
+    ("cfssl_auth_key_typha", "{tmp}/missing/typha.key"),
+    ("cfssl_auth_key_felix", "{tmp}/missing/felix.key"),
+    ("cfssl_ca_file", "{tmp}/missing/ca.pem"),
+    ("cfssl_client_cert", "{tmp}/missing/client.pem"),
+    ("cfssl_client_key", "{tmp}/missing/client.key"),
     ("cfssl_profile_typha", "felix"),
     ("cfssl_profile_felix", "typha"),
     ("cfssl_label", "discovery2026"),
     ("cfssl_timeout", "400"),
     ("cfssl_ca_ttl", "1s"),
-    ("state_dir", "/nonexistent/state"),
+    ("state_dir", "{tmp}/another-state"),  # written to: under the test's own directory
 ]
 CHECKED = [o.name for o in options.COMMAND["check"].options if o in options.OPTIONS]
 
@@ -227,7 +227,7 @@ def test_fact_metrics_nagios_and_fleet_agree_with_check_on_each_option(
     assert issued.returncode == 0, issued.stderr
     config = Path(env["TYPHAPKI_CONFIG"])
     doc = yaml.safe_load(config.read_text())
-    doc["defaults"][name] = value
+    doc["defaults"][name] = value.format(tmp=tmp_path)
     config.write_text(yaml.safe_dump(doc))
     verdicts = _verdicts(env, hostile_cfssl)
     why = verdicts.pop("why")
