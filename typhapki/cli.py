@@ -171,11 +171,14 @@ def issue_cmd(
     dry_run: bool,
     pki: PkiOptions,
     signer: SignerOptions,
+    state_dir: Optional[Path],
 ) -> int:
     from typhapki.commands.issue import issue
     from typhapki.settings.desired import Request
 
-    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster)
+    request = Request(
+        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, state_dir=state_dir
+    )
     return guarded(lambda: issue(request, json_out, dry_run))
 
 

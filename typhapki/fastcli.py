@@ -125,6 +125,7 @@ def check_body(
     source: Path | None,
     pki: PkiOptions,
     signer: SignerOptions,
+    state_dir: Path | None,
 ) -> int:
     """`check`: judge the set by issue's desired state (typhapki/commands/check.py)."""
     if nagios:
@@ -144,6 +145,7 @@ def check_body(
                 warning,
                 critical,
                 signer,
+                state_dir,
             )
         )
     if warning is not None or critical is not None:
@@ -153,7 +155,9 @@ def check_body(
     from typhapki.commands.check import check
     from typhapki.settings.desired import Request
 
-    request = Request(out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source)
+    request = Request(
+        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source, state_dir
+    )
     return guarded(lambda: check(request, quiet))
 
 

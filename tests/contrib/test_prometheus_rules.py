@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, require
+from tests.conftest import ROOT, require, run_cli
 
 RULES = ROOT / "contrib" / "prometheus" / "typhapki.rules.yml"
 TESTS = ROOT / "contrib" / "prometheus" / "typhapki.rules.test.yml"
@@ -109,3 +109,69 @@ def test_certificate_alerts_are_tested_over_24h_28d_and_365d_leaves() -> None:
         assert alerts == {"TyphapkiCertificateRenewalOverdue", "TyphapkiCertificateNearExpiry"}
         lifetimes.add(int(after.split("x")[0]) - int(before.split("x")[0]))
     assert lifetimes == {86400, 28 * 86400, 365 * 86400}
+
+
+def _input_series(exposition: str, instance: str, samples: int) -> list[dict[str, str]]:
+    """`typhapki metrics` output as promtool input series: each sample line held for
+    `samples` evaluations, with the labels node_exporter's scrape adds."""
+    series = []
+    for line in exposition.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        selector, value = line.rsplit(" ", 1)
+        name, _, labels = selector.partition("{")
+        scraped = f'instance="{instance}",job="node"'
+        labels = f"{labels.rstrip('}')},{scraped}" if labels else scraped
+        held = " ".join([repr(float(value))] * samples)
+        series.append({"series": f"{name}{{{labels}}}", "values": held})
+    return series
+
+
+def test_collect_error_fires_over_the_real_metrics_of_a_failing_node(
+    tmp_path: Path, ca_dir: Path
+) -> None:
+    """Two nodes' real `typhapki metrics`: one in cfssl mode with nothing cached (its
+    collector cannot read the signer's CA: the state directory fault of issue 29), one
+    healthy. TyphapkiCollectError fires for the first, on its settings source only."""
+    out = tmp_path / "out"
+    assert run_cli("issue", "--ca-dir", ca_dir, "--out", out).returncode == 0
+    healthy = run_cli("metrics", "--out", out, "--ca-dir", ca_dir, "--no-probe")
+    failing = run_cli(
+        "metrics", "--out", out, "--signer", "cfssl", "--cfssl-url", "http://127.0.0.1:9",
+        "--no-probe",
+    )  # fmt: skip
+    assert healthy.returncode == failing.returncode == 0, (healthy.stderr, failing.stderr)
+    assert failing.stderr.startswith("typhapki: metrics: settings: "), failing.stderr
+    alert = next(a for a in _alerts() if a["alert"] == "TyphapkiCollectError")
+    case = {
+        "interval": "5m",
+        "input_series": _input_series(healthy.stdout, "healthy", 13)
+        + _input_series(failing.stdout, "failing", 13),
+        "alert_rule_test": [
+            {"eval_time": "20m", "alertname": alert["alert"], "exp_alerts": []},
+            {
+                "eval_time": "55m",
+                "alertname": alert["alert"],
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "instance": "failing",
+                            "job": "node",
+                            "source": "settings",
+                            "severity": "warning",
+                        },
+                        "exp_annotations": {
+                            key: text.replace("{{ $labels.instance }}", "failing").replace(
+                                "{{ $labels.source }}", "settings"
+                            )
+                            for key, text in alert["annotations"].items()
+                        },
+                    }
+                ],
+            },
+        ],
+    }
+    tests = {"rule_files": [str(RULES)], "evaluation_interval": "5m", "tests": [case]}
+    (tmp_path / "collect.test.yml").write_text(yaml.safe_dump(tests))
+    proc = _promtool("test", "rules", "collect.test.yml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,6 +1,7 @@
 """One resolution, hiera read once: every command that judges or makes the set reads the
 cluster's hiera exactly once, in every issuance mode (issue 18: "`issue --hiera` loads
-hiera twice" must not come back anywhere).
+hiera twice" must not come back anywhere), and so does every command of the option
+table that takes --hiera (issue 29).
 
 The loader (typhapki/puppet/hiera.py `load_hiera`, under `load_cluster`) is wrapped to
 count its calls; the commands run in this process (tests/support/inprocess.py), so the
@@ -160,3 +161,43 @@ def test_observe_never_raises_on_a_broken_hiera(tmp_path: Path) -> None:
     assert observed.built_settings().typha.cn == "flag"  # the flags alone still count
     unpaired = observe(PkiOptions(), SignerOptions(), broken, None)
     assert ["--hiera needs --cluster" in str(e) for e in unpaired.errors] == [True]
+
+
+# Values for the required options of the commands below (fleet gate's --hiera is the
+# changed tree it compares with the old one: two reads, by design).
+_REQUIRED = {"role": "felix", "stage": "trust-new", "mode": "strict"}
+
+
+def test_every_command_that_takes_hiera_reads_it_once(tmp_path: Path, loads: list[Path]) -> None:
+    """Generated from the option table: every command with --hiera reads it once, past
+    its settings (it may fail later: a closed probe port, a missing CSR)."""
+    from typhapki.settings import options
+
+    ca_dir, new_ca = tmp_path / "ca", tmp_path / "new-ca"
+    for directory in (ca_dir, new_ca):
+        init_ca(directory, KeyType.ECDSA_P256, 3650, None, False)
+    out = tmp_path / "out"
+    assert _run("issue", "--ca-dir", ca_dir, "--out", out)[0] == 0
+    doc = {"kubernetes::clusters": {"main": {CLUSTER: {"cluster_nodes": ["192.0.2.10"]}}}}
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(yaml.safe_dump(doc))
+    paths = {"out": out, "ca_dir": ca_dir, "new_ca_dir": new_ca, "csr": tmp_path / "no.csr"}
+    commands = [
+        c
+        for c in options.COMMANDS
+        if "hiera" in {o.name for o in c.options} and c.name != "fleet gate"
+    ]
+    assert {"check", "issue", "install", "request", "sign", "probe", "ferm", "nft"} <= {
+        c.name for c in commands
+    }
+    for command in commands:
+        argv: list[str | Path] = [*command.name.split(), "--hiera", hiera, "--cluster", CLUSTER]
+        for opt in command.options:
+            if opt.required and opt.name not in ("hiera", "cluster"):
+                argv += [opt.flag, paths.get(opt.name) or _REQUIRED[opt.name]]
+        extra: dict[str, list[str | Path]] = {"facts": ["--out", out], "install": ["--from", out]}
+        argv += extra.get(command.name, [])
+        loads.clear()
+        code, stdout, stderr = _run(*argv)
+        assert "Traceback" not in stderr, (argv, stderr)
+        assert len(loads) == 1, (argv, loads, code, stdout, stderr)

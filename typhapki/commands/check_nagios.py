@@ -22,6 +22,7 @@ def check_nagios(
     warning: str | None = None,
     critical: str | None = None,
     signer: SignerOptions | None = None,
+    state_dir: Path | None = None,
 ) -> int:
     """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3.
 
@@ -44,6 +45,7 @@ def check_nagios(
             warning,
             critical,
             signer,
+            state_dir,
         )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
         result = unknown(str(exc))
@@ -66,8 +68,10 @@ def _evaluate(
     warning: str | None,
     critical: str | None,
     signer: SignerOptions | None = None,
+    state_dir: Path | None = None,
 ) -> NagiosResult:
     from typhapki.commands.monitoring_options import observed_request
+    from typhapki.errors import ConfigError
     from typhapki.monitoring.nagios import Thresholds, evaluate
     from typhapki.monitoring.status import collect
 
@@ -75,7 +79,7 @@ def _evaluate(
 
     observed, request = observed_request(
         out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
-        ferm_state=False,
+        ferm_state=False, state_dir=state_dir,
     )  # fmt: skip
     if observed.errors:
         raise observed.errors[0]  # a bad hiera: UNKNOWN, not a guess
@@ -84,7 +88,10 @@ def _evaluate(
         from typhapki.pki.plan import load_wanted_bundle
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
-    return evaluate(collect(request, lambda: settings), thresholds)
+    status = collect(request, lambda: settings)
+    if "settings" in status.errors:  # judged without the CA check would judge by
+        raise ConfigError(status.errors["settings"])
+    return evaluate(status, thresholds)
 
 
 def thresholds_without_nagios() -> int:

@@ -7,6 +7,12 @@ from pathlib import Path
 from typhapki.errors import EXIT_OK, UsageError
 from typhapki.record import field, record
 
+TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from typhapki.settings.signer import SignerOptions
+
 
 @record(frozen=True)
 class RawFactOptions:
@@ -33,12 +39,22 @@ class RawFactOptions:
     key_group: str | None = None
     key_mode: str | None = None
     node_name: str | None = None
-    # cfssl mode: which cached CA to judge by (never asked: only check and issue ask)
+    # The signer options as check takes them (typhapki/settings/signer.py): which cached
+    # CA to judge by, and what check would refuse; cfssl is never asked.
     signer: str | None = None
     cfssl_url: str | None = None
-    cfssl_label: str | None = None
+    cfssl_auth_key: str | None = None
+    cfssl_auth_key_typha: str | None = None
+    cfssl_auth_key_felix: str | None = None
+    cfssl_ca_file: str | None = None
+    cfssl_client_cert: str | None = None
+    cfssl_client_key: str | None = None
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None
+    cfssl_label: str | None = None
+    cfssl_timeout: str | None = None
+    cfssl_ca_ttl: str | None = None
+    cfssl_allow_http: bool = False
     probe_address: str | None = None
     no_probe: bool = False
     extra_args: Sequence[str] = ()
@@ -55,6 +71,28 @@ def _days(value: str | None, source: str) -> int | None:
         raise UsageError(
             f"days {value!r} (from {source}): expected a whole number of days"
         ) from None
+
+
+def _signer_options(raw: RawFactOptions) -> SignerOptions:
+    """The signer options from their text, converted as their flags convert them; a
+    value that does not convert is a usage error naming it and where it came from."""
+    from typhapki.settings import options
+    from typhapki.settings.signer import OPTION_NAMES, SignerOptions
+
+    given: dict[str, Any] = {}
+    for name in OPTION_NAMES:
+        value, kind = getattr(raw, name), options.BY_NAME[name].kind
+        if value is None or kind in (str, bool):
+            given[name] = value
+        elif kind is float:
+            try:
+                given[name] = float(value)
+            except ValueError:
+                source = raw.sources.get(name, options.BY_NAME[name].flag)
+                raise UsageError(f"{name} {value!r} (from {source}): expected seconds") from None
+        else:
+            given[name] = Path(value)
+    return SignerOptions(**given, sources=raw.sources)
 
 
 def facts(raw: RawFactOptions) -> int:
@@ -77,14 +115,11 @@ def facts(raw: RawFactOptions) -> int:
         errors.append(str(exc))
 
     ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
-    flags = SignerOptions(
-        signer=raw.signer,
-        cfssl_url=raw.cfssl_url,
-        cfssl_label=raw.cfssl_label,
-        cfssl_profile_typha=raw.cfssl_profile_typha,
-        cfssl_profile_felix=raw.cfssl_profile_felix,
-        sources=raw.sources,
-    )
+    try:
+        flags = _signer_options(raw)
+    except UsageError as exc:
+        errors.append(str(exc))
+        flags = SignerOptions()
     pki = PkiOptions()
     try:
         given = {name: getattr(raw, name) for name in OPTION_NAMES}
@@ -96,7 +131,15 @@ def facts(raw: RawFactOptions) -> int:
         pki_error = None
     # The one resolution `check` makes (hiera read once, typha.trust included), with a
     # failure reported in the fact instead of raised: a broken hiera file is a fact.
-    observed = observe(pki, flags, Path(raw.hiera) if raw.hiera else None, raw.cluster or None)
+    observed = observe(
+        pki,
+        flags,
+        Path(raw.hiera) if raw.hiera else None,
+        raw.cluster or None,
+        Path(raw.state_dir) if raw.state_dir else None,
+        Path(raw.ca_dir) if raw.ca_dir else None,
+        roles,
+    )
     errors += [str(exc) or type(exc).__name__ for exc in observed.errors]
     if ferm_output is None and observed.typha is not None and observed.typha.ferm_output:
         ferm_output = Path(observed.typha.ferm_output)
@@ -112,7 +155,7 @@ def facts(raw: RawFactOptions) -> int:
         ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
         trust=[Path(t) for t in raw.trust],
         ferm_output=ferm_output,
-        state_dir=Path(raw.state_dir) if raw.state_dir else None,
+        state_dir=observed.state_dir,
         probe_address=raw.probe_address or None,
         probe=not raw.no_probe,
         errors=errors,

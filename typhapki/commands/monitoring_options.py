@@ -51,10 +51,15 @@ def observed_request(
     """The one resolution `check` makes (typhapki/settings/desired.py `observe`: hiera
     read once, typha.trust included), and the request that gathers the set's status by
     it, for `metrics` and `check --nagios`."""
+    from typhapki.errors import UsageError
     from typhapki.settings.desired import observe
     from typhapki.settings.signer import SignerOptions
 
-    observed = observe(pki, signer or SignerOptions(), hiera, cluster)
+    try:
+        roles = parse_roles(role)
+    except UsageError:
+        roles = None  # status_request below refuses it (exit 2)
+    observed = observe(pki, signer or SignerOptions(), hiera, cluster, state_dir, ca_dir, roles)
     request = status_request(
         out,
         role,
@@ -64,7 +69,7 @@ def observed_request(
         probe_address,
         no_probe,
         ferm_state=ferm_state,
-        state_dir=state_dir,
+        state_dir=observed.state_dir,
         signer=observed.signer,
         trusted=observed.trusted,
     )

@@ -176,8 +176,13 @@ def judge_set(
             current = CurrentCa(load_certs(path, "CA certificate")[0], str(path))
         elif signer is not None and signer.signer == "cfssl":
             from typhapki.pki.signers.factory import cached_ca
+            from typhapki.settings.desired import check_signer_renewal
 
             current = cached_ca(signer, tuple(roles), state_dir, now.timestamp())
+            try:  # what check refuses with this CA: said, and the set still judged by it
+                check_signer_renewal(settings, current, roles, f"cfssl {signer.cfssl_url}")
+            except TyphapkiError as exc:
+                error = str(exc)
         if current is not None:
             from typhapki.pki.verify import load_trusted
 

@@ -24,10 +24,13 @@ from typhapki.settings.signer import SignerOptions
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cryptography import x509
 
     from typhapki.pki.plan import Desired
-    from typhapki.pki.settings import PkiSettings
+    from typhapki.pki.settings import PkiSettings, RoleName
+    from typhapki.pki.signers import CurrentCa, Signer
     from typhapki.puppet.hiera import TyphaSettings
 
 
@@ -44,6 +47,9 @@ class Request:
     hiera: Path | None = None
     cluster: str | None = None
     source: Path | None = None  # shipped mode: `--from DIR`
+    # --state-dir or the node configuration's state_dir as given (None: not given);
+    # `state_root` resolves it once per run (typhapki/firewall/state.py `state_dir`).
+    state_dir: Path | None = None
 
 
 def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
@@ -55,9 +61,53 @@ def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
     return tuple(c for pem in typha.trust for c in parse_certs(pem.encode(), "typha.trust"))
 
 
-def wants_signer(request: Request, signer: SignerOptions) -> bool:
-    """Whether the options name a signer at all (`check --out` alone names none)."""
-    return request.ca_dir is not None or signer.kind != "local"
+def state_root(given: Path | None) -> Path:
+    """The state directory of this run, resolved once: --state-dir, else the node
+    configuration's state_dir (both arrive as the option's value, flags winning), else
+    $TYPHAPKI_STATE_DIR, else /var/lib/typhapki. Every reader of the run (the signer-CA
+    cache, ferm.json) is handed this one path."""
+    from typhapki.firewall.state import state_dir
+
+    return state_dir(given)
+
+
+def checked_signer(
+    signer: SignerOptions,
+    ca_dir: Path | None,
+    settings: PkiSettings,
+    pki: PkiOptions,
+    roles: tuple[RoleName, ...],
+    state_dir: Path,
+    require_signer: bool,
+) -> Signer | None:
+    """The signer the options name, refused (exit 2) as `check` and `issue` refuse it,
+    asked nothing; None when they name none and none is required (`check --out` alone
+    judges the set by its own bundle). `resolve` and `observe` both call it, so the
+    fact, the metrics and `check --nagios` refuse what `check` refuses."""
+    from typhapki.pki.signers.factory import build_signer
+
+    if not require_signer and ca_dir is None and signer.kind == "local":
+        signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
+        return None
+    # A renewal window as long as the lifetime would renew on every run: the local CA
+    # signs for the settings' lifetimes, a remote signer for its profile's.
+    if ca_dir is not None:
+        check_local_renewal(settings, roles, pki)
+    return build_signer(signer, ca_dir, settings, state_dir=state_dir, roles=roles)
+
+
+def check_signer_renewal(
+    settings: PkiSettings, current: CurrentCa, roles: Sequence[RoleName], name: str
+) -> None:
+    """A renewal window as long as the lifetime the signer signs for (cfssl: its
+    profile's expiry) would reissue on every run: refused (exit 2), by `check` and
+    `issue` (`resolve`) as by monitoring judging the cached CA
+    (typhapki/monitoring/status.py `judge_set`)."""
+    if current.anchors:
+        return
+    for role, lifetime in current.lifetimes.items():
+        if role in roles:
+            check_renewal(settings, lifetime, f"the {role.value} lifetime ({name})")
 
 
 def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> Desired:
@@ -77,7 +127,6 @@ def resolve_loaded(
     """`resolve` over a cluster's ``typha:`` mapping already loaded (`request.hiera` is not
     read): `lint-hiera` judges each cluster of a hiera file by this very code."""
     from typhapki.pki.plan import Desired
-    from typhapki.pki.signers.factory import build_signer
     from typhapki.pki.verify import load_trusted
 
     pki, signer_opts = merge_cluster(request.pki, request.signer, typha)
@@ -93,20 +142,16 @@ def resolve_loaded(
             raise UsageError(f"--from (a shipped set) excludes --ca-dir and --signer{given}")
         shipped = read_shipped(request.source, settings, roles)
         return Desired(request.out, roles, settings, shipped=shipped)
-    if not require_signer and not wants_signer(request, signer_opts):
-        signer_opts.refuse_cfssl_options()  # as build_signer would, in check as in issue
+    state = state_root(request.state_dir)
+    signer = checked_signer(
+        signer_opts, request.ca_dir, settings, pki, roles, state, require_signer
+    )
+    if signer is None:
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
-    # A renewal window as long as the lifetime would renew on every run: the local CA
-    # signs for the settings' lifetimes, a remote signer for its profile's.
-    if request.ca_dir is not None:
-        check_local_renewal(settings, roles, pki)
-    signer = build_signer(signer_opts, request.ca_dir, settings, roles=roles)
     current = signer.current_ca() if ask_signer else None
-    if current is not None and not current.anchors:
-        for role, lifetime in current.lifetimes.items():
-            if role in roles:
-                check_renewal(settings, lifetime, f"the {role.value} lifetime ({signer.name})")
+    if current is not None:
+        check_signer_renewal(settings, current, roles, signer.name)
     return Desired(request.out, roles, settings, signer, current, trusted)
 
 
@@ -120,10 +165,12 @@ class Observed:
     signer options when they name cfssl, whose CA monitoring reads from the cache `check`
     and `issue` keep (never asked); else None. `trusted`: hiera's ``typha.trust`` CAs,
     which join the bundle after the --trust files', as in `resolve`. `typha`: the
-    cluster's mapping, when loaded.
+    cluster's mapping, when loaded. `state_dir`: the run's state directory
+    (`state_root`), where the signer-CA cache and ferm.json are read.
     """
 
     settings: PkiSettings | Exception
+    state_dir: Path
     signer: SignerOptions | None = None
     trusted: tuple[x509.Certificate, ...] = ()
     typha: TyphaSettings | None = None
@@ -137,11 +184,21 @@ class Observed:
 
 
 def observe(
-    pki: PkiOptions, signer: SignerOptions, hiera: Path | None, cluster: str | None
+    pki: PkiOptions,
+    signer: SignerOptions,
+    hiera: Path | None,
+    cluster: str | None,
+    state_dir: Path | None = None,
+    ca_dir: Path | None = None,
+    roles: Sequence[RoleName] | None = None,
 ) -> Observed:
     """Flags over the cluster's hiera, as `resolve` merges them, for `facts`, `metrics` and
-    `check --nagios`. Hiera is read once; nothing is asked of a signer; never raises:
-    each part that fails is in `errors`, and the parts that did not fail are kept."""
+    `check --nagios`. Hiera is read once; the state directory is resolved as `resolve`
+    resolves it; the signer is built and refused as `resolve` builds and refuses it
+    (`checked_signer`), and asked nothing. Never raises: each part that fails is in
+    `errors`, and the parts that did not fail are kept."""
+    from typhapki.pki.settings import RoleName
+
     errors: list[Exception] = []
     typha = None
     try:
@@ -149,8 +206,10 @@ def observe(
     except Exception as exc:
         errors.append(exc)
     settings: PkiSettings | Exception
+    merged_pki = pki
     try:
-        settings = build_settings(merge_pki(pki, typha))
+        merged_pki = merge_pki(pki, typha)
+        settings = build_settings(merged_pki)
     except Exception as exc:
         settings = exc
     merged = signer
@@ -164,5 +223,12 @@ def observe(
             trusted = hiera_trusted(typha)
         except Exception as exc:
             errors.append(exc)
+    root = state_root(state_dir)
+    if not errors and not isinstance(settings, Exception):
+        try:  # what check would refuse before asking the signer anything
+            wanted = tuple(roles) if roles is not None else (RoleName.TYPHA, RoleName.FELIX)
+            checked_signer(merged, ca_dir, settings, merged_pki, wanted, root, False)
+        except Exception as exc:
+            errors.append(exc)
     cfssl = merged if merged.signer == "cfssl" else None
-    return Observed(settings, cfssl, trusted, typha, tuple(errors))
+    return Observed(settings, root, cfssl, trusted, typha, tuple(errors))

@@ -44,7 +44,7 @@ class Opt:
     flag: str  # "--ca-dir"; for an argument, its metavar ("PATHS")
     kind: type
     help: str
-    group: str  # "pki", "signer", "proof", "puppetdb", "confirm", or the command's own
+    group: str  # "pki", "signer", "state", "proof", "puppetdb", "confirm", or "command"
     choices: tuple[str, ...] = ()
     hiera: bool = False
     secret: bool = False
@@ -142,6 +142,12 @@ OPTIONS: tuple[Opt, ...] = (
         "How long cfssl's CA is cached before check/issue ask again (default 1h).", "signer"),
     Opt("cfssl_allow_http", "--cfssl-allow-http", bool,
         "Allow plain http:// beyond loopback (discouraged).", "signer", flag_only=True),
+    # typhapki's own state on the node, read and written by every command that keeps
+    # some (typhapki/firewall/state.py `state_dir`): one root, one precedence.
+    Opt("state_dir", "--state-dir", Path,
+        "typhapki's state directory: ferm.json (the DNS gate's runs, the mTLS proof) and "
+        "the signer-CA cache (signer-ca/). Default: the node configuration's state_dir, "
+        "else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki.", "state"),
     # The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md).
     Opt("out", "--out", Path,
         "This node's set: a relaxed rule's mTLS proof connects as its Felix.", "proof"),
@@ -256,12 +262,7 @@ FIREWALL_TAIL = (
         "networks only: report the names, write the rule).",
         choices=("enforce", "warn"),
     ),
-    _own(
-        "state_dir",
-        "--state-dir",
-        Path,
-        "Where ferm.json records each run (default $TYPHAPKI_STATE_DIR or /var/lib/typhapki).",
-    ),
+    BY_NAME["state_dir"],
     *group("proof"),
 )
 
@@ -315,7 +316,7 @@ need only --role felix.""", (
         OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
         _own("dry_run", "--dry-run", bool,
              "Print the plan and exit as `check` would; change nothing."),
-        *_PKI, *_SIGNER,
+        *_PKI, *_SIGNER, BY_NAME["state_dir"],
     )),
     Command("check", """Exit 0 when `issue` would change nothing, 1 (one line per problem) \
 when it would.
@@ -342,7 +343,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              "of the lifetime."),
         _own("source", "--from", Path,
              "Shipped mode: exit 0 when `install --from DIR` would change nothing."),
-        *_PKI, *_SIGNER,
+        *_PKI, *_SIGNER, BY_NAME["state_dir"],
     )),
     Command("install",
             "Verify a set or certificate made elsewhere, then publish it atomically into OUT.", (
@@ -388,14 +389,13 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _as_text(CA_DIR, "Also judge the set against this CA."),
         _as_text(TRUST, "Extra CA kept in the bundle."),
         _own("ferm_output", "--ferm-output", str, "The managed ferm rule file."),
-        _own("state_dir", "--state-dir", str,
-             "Where `ferm` records its runs (default as for ferm)."),
+        _as_text(BY_NAME["state_dir"]),
         _as_text(HIERA, "Hiera file (with --cluster)."),
         _as_text(CLUSTER, "Cluster name in it."),
         *(_as_text(o) for o in _PKI),
-        # cfssl mode: which cached CA to judge by (facts never ask cfssl)
-        *(_as_text(BY_NAME[n]) for n in ("signer", "cfssl_url", "cfssl_label",
-                                          "cfssl_profile_typha", "cfssl_profile_felix")),
+        # The signer options `check` takes: which cached CA to judge by, and what check
+        # would refuse (facts never ask cfssl).
+        *(o if o.kind is bool else _as_text(o) for o in _SIGNER),
         PROBE_ADDRESS, NO_PROBE,
     ), extra_args=True),
     Command("manifests",
@@ -457,8 +457,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         TRUST, HIERA, CLUSTER,
         _own("textfile_dir", "--textfile-dir", Path,
              "Write DIR/typhapki.prom atomically for node_exporter (default: print)."),
-        _own("state_dir", "--state-dir", Path,
-             "Where `ferm` keeps ferm.json. Default $TYPHAPKI_STATE_DIR or /var/lib/typhapki."),
+        BY_NAME["state_dir"],
         PROBE_ADDRESS, NO_PROBE, *_PKI, *_SIGNER,
     )),
     Command("probe",

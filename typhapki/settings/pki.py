@@ -115,9 +115,15 @@ class PkiOptions(Sourced):
         """These options, falling back to `base` (e.g. hiera) where not given.
 
         Lifetimes merge per role: a flag's --felix-lifetime wins over hiera's days for
-        Felix, and Typha keeps hiera's.
+        Felix, and Typha keeps hiera's. The cluster's pki_renew_seconds, which no flag
+        sets, is kept from whichever side carries it: dropping it here made hiera's
+        renewal window act nowhere (docs/issuance.md, "Renewal").
         """
-        merged: dict[str, Any] = {}
+        merged: dict[str, Any] = {
+            "cluster_renew": (
+                self.cluster_renew if self.cluster_renew is not None else base.cluster_renew
+            )
+        }
         sources: dict[str, str] = {}
         for name in OPTION_NAMES:
             if name in LIFETIME_OPTIONS:
