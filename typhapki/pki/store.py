@@ -28,7 +28,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -456,6 +456,54 @@ def collect_garbage(directory: Path, names: Collection[str] = ()) -> None:
         ):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
+
+
+# What write_file_atomic leaves when killed before its rename: ".NAME...tmp_" + 12 hex.
+_ATOMIC_TMP = re.compile(r"\..+\." + re.escape(_TMP_PREFIX) + r"[0-9a-f]{12}")
+
+
+def collect_leftovers(managed: Iterable[Path], flat: Iterable[tuple[Path, str]] = ()) -> list[str]:
+    """What killed runs left, collected at the start of a run (under the set's lock),
+    whether or not that run goes on to change anything; returns the paths removed.
+
+    In each `managed` directory (one that holds generations): `collect_garbage`. In each
+    `flat` (directory, prefix): the temporary files `write_file_atomic` leaves when
+    killed before its rename (``.NAME...tmp_XXXXXXXXXXXX``, a copy of a staged key or
+    a marker, half written or whole) whose NAME starts with `prefix`, when they are
+    plain files or links owned by this user. Give only names written under the same
+    lock, so a temporary file a live run is writing is never taken. A directory that
+    is missing or a link is left alone.
+    """
+    removed: list[str] = []
+    for directory in managed:
+        before = _names(directory)
+        with contextlib.suppress(OSError):
+            collect_garbage(directory)
+        removed += [str(directory / n) for n in sorted(before - _names(directory))]
+    for directory, prefix in flat:
+        for name in sorted(_names(directory)):
+            if not (_ATOMIC_TMP.fullmatch(name) and name.startswith(f".{prefix}")):
+                continue
+            path = directory / name
+            try:
+                st = os.lstat(path)
+                if st.st_uid != os.geteuid() or not (stat.S_ISREG(st.st_mode)
+                                                      or stat.S_ISLNK(st.st_mode)):  # fmt: skip
+                    continue
+                os.unlink(path)
+            except OSError:
+                continue
+            removed.append(str(path))
+    return removed
+
+
+def _names(directory: Path) -> set[str]:
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return set()
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
 
 
 def _remove_own_dir(path: Path) -> bool:
