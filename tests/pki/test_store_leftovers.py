@@ -8,7 +8,6 @@ way a power cut or the OOM killer ends a run between two steps.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -46,7 +45,6 @@ def killed_run(at: int, *args: str | Path) -> int:
         [sys.executable, "-c", KILLED_AT, str(at), *map(str, args)],
         capture_output=True,
         timeout=120,
-        env={**os.environ, "TYPHAPKI_CONFIG": "/nonexistent/typhapki.yaml"},
     )
     return proc.returncode
 
