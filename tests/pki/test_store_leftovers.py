@@ -8,6 +8,7 @@ way a power cut or the OOM killer ends a run between two steps.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -161,3 +162,19 @@ def test_what_is_not_typhapkis_own_is_left_alone(issued: Path, ca_dir: Path) -> 
     assert run_cli("issue", "--ca-dir", ca_dir, "--out", issued).returncode == 0
     assert all(p.exists() for p in keep)
     assert not any(p.exists() for p in planted)
+
+
+def test_an_exposed_previous_is_still_dropped_and_said(issued: Path, ca_dir: Path) -> None:
+    """The collection at the start keeps an exposed ..previous for the plan, whose
+    step drops it and says so: no change goes unreported."""
+    role_dir = SetPaths(issued).role_dir(RoleName.FELIX)
+    again = ("issue", "--ca-dir", ca_dir, "--out", issued, "--key-type", "ecdsa-p384")
+    assert run_cli(*again).returncode == 0
+    previous = role_dir / os.readlink(role_dir / PREVIOUS_LINK)
+    (previous / "calico-node.key").chmod(0o644)
+    (role_dir / "..tmp_killed").mkdir()
+    result = run_cli(*again)
+    assert result.returncode == 0, result.stderr
+    assert "dropped" in result.stdout, result.stdout
+    assert not previous.exists() and not (role_dir / PREVIOUS_LINK).exists()
+    assert leftovers(issued) == []
