@@ -286,3 +286,24 @@ def test_a_staged_key_others_could_read_is_replaced_never_reused(
     bundle = ca_dir / "typhaca.crt"
     result = run_cli("install", "--out", out, "--role", "felix", "--cert", crt, "--bundle", bundle)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_a_staged_key_that_is_not_a_file_is_never_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO or a directory where the staged key belongs: one line, exit 4, no hang.
+    A link is replaced by a new key of our own; what it pointed to is left as it was."""
+    out = tmp_path / "node"
+    (out / STAGING_DIR).mkdir(parents=True, mode=0o700)
+    staged = out / STAGING_DIR / "calico-node.key"
+    target = tmp_path / "elsewhere.key"
+    target.write_bytes(b"not ours")
+    {"fifo": lambda: os.mkfifo(staged), "directory": staged.mkdir,
+     "symlink": lambda: staged.symlink_to(target)}[kind]()  # fmt: skip
+    result = run_cli("request", "--out", out, "--role", "felix", timeout=30)
+    if kind == "symlink":
+        assert result.returncode == 0, result.stderr
+        assert "not a regular file: treated as exposed" in result.stderr
+        assert not staged.is_symlink() and b"PRIVATE KEY" in staged.read_bytes()
+        assert target.read_bytes() == b"not ours"
+    else:
+        assert_one_line_error(result, 4, str(staged))
