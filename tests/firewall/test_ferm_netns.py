@@ -274,7 +274,7 @@ def adjacent_nodes(draw: st.DrawFn) -> tuple[list[str], int, int]:
 
 
 @settings(
-    max_examples=5,
+    max_examples=3,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.generate],

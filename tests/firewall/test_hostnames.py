@@ -231,7 +231,7 @@ def near_networks(draw: st.DrawFn) -> list[ipaddress.IPv4Network | ipaddress.IPv
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(networks=near_networks())
 @example(
     networks=[

@@ -87,7 +87,7 @@ def shipped(tmp_path: Path, ca_dir: Path) -> Path:
 
 
 @settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(at=st.integers(1, 12))
 @example(at=1)  # the first generation renamed into place: nothing live has moved yet
