@@ -243,7 +243,7 @@ def test_after_a_void_no_relaxed_rule_rests_on_an_earlier_proof(
 def test_a_void_recorded_meanwhile_beats_an_earlier_proof(tmp_path: Path) -> None:
     """Two runs at once: A read a fresh proof before B saw Typha accept a client without
     a certificate; A records after B. The void stays, so the next run writes nothing."""
-    from typhapki.firewall.mtls_proof import NOT_ENFORCED, ProofRecord, decide
+    from typhapki.firewall.mtls_proof import decide
     from typhapki.firewall.state import recorded_proof
 
     now = int(time.time()) - 100
@@ -257,8 +257,22 @@ def test_a_void_recorded_meanwhile_beats_an_earlier_proof(tmp_path: Path) -> Non
     record_run(tmp_path, cluster="c", mode="relaxed", dns_gate="enforce", succeeded=True,
                failed_hosts=[], output=None, now=now + 6, proof=late.record)  # fmt: skip
     after = recorded_proof(read_state(tmp_path), "c")
-    assert after == ProofRecord(None, None, NOT_ENFORCED, False)
+    assert (after.proven_at, after.expires) == (None, None)  # as after B, not as A read it
     assert not _run(tmp_path, "unknown", now + 7)
+
+    # Again, with a third run between the void and A's record: the file then says
+    # "unknown" without a proof, and A still does not bring its proof back.
+    assert _run(tmp_path, "enforced", now + 10)
+    fresh = recorded_proof(read_state(tmp_path), "c")
+    assert not _run(tmp_path, "not_enforced", now + 11)  # B
+    assert not _run(tmp_path, "unknown", now + 12)  # C
+    for skipped in (False, True):
+        late = decide(fresh, None if skipped else Proof("a:1", "unknown", "l"), now=now + 13,
+                      lifetime=3600, skipped=skipped)  # fmt: skip
+        record_run(tmp_path, cluster="c", mode="relaxed", dns_gate="enforce", succeeded=True,
+                   failed_hosts=[], output=None, now=now + 13, proof=late.record)  # fmt: skip
+        assert recorded_proof(read_state(tmp_path), "c").proven_at is None
+        assert not _run(tmp_path, "unknown", now + 14)
 
 
 def test_a_void_that_cannot_be_written_removes_the_earlier_proof(tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ the same alert fires on ``typhapki_ferm_state{status="corrupt"}``.
 The ``mtls_*`` fields are the proof that Typha enforces mutual TLS, which a relaxed
 rule needs (typhapki/firewall/mtls_proof.py); a file without them (written before the
 proof existed) reads as "never proven". A proof made in the future is corrupt as well.
-A void proof stays void: `record_run` reads the file again as it writes, and a void
-recorded after a proof was made wins over it (runs at the same time); a void that
-cannot be written removes the old file with its proof.
+A void proof stays void: `record_run` reads the file again as it writes; a run that
+made no proof of its own writes the proof times the file holds then (not those it read
+at its start), and a void recorded after a proof was made wins over it (runs at the
+same time); a void that cannot be written removes the old file with its proof.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.mtls_proof import NOT_ENFORCED, VERDICTS, ProofRecord
-from typhapki.record import fields, record
+from typhapki.firewall.mtls_proof import ENFORCED, NOT_ENFORCED, VERDICTS, ProofRecord
+from typhapki.record import fields, record, replace
 
 STATE_ENV = "TYPHAPKI_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
@@ -274,13 +275,18 @@ def record_run(
         on_disk = recorded_proof(current, cluster)
         if proof is None:
             proof = on_disk
+        elif proof.proven_at is not None and (proof.verdict != ENFORCED or proof.skipped):
+            # Not proven by this run: its proof times were read at its start. Take them
+            # as they are now, so a void recorded meanwhile by a run at the same time
+            # (or a run after that one) is never undone by this record.
+            proof = replace(proof, proven_at=on_disk.proven_at, expires=on_disk.expires)
         elif (
             proof.proven_at is not None
             and on_disk.verdict == NOT_ENFORCED
             and proof.proven_at < current.last_attempt
         ):
-            # A run that saw Typha accept what it must refuse recorded that after this
-            # proof was made (runs at the same time): the void stands, never the proof.
+            # Proven by this run, but a run that saw Typha accept what it must refuse
+            # recorded that after this proof was made: the void stands.
             proof = ProofRecord(None, None, NOT_ENFORCED, proof.skipped)
     if proof is None:
         proof = ProofRecord()
