@@ -387,7 +387,9 @@ def prove(address: str, out: Path, typha_identity: Identity, timeout: float) -> 
         return judge(address, no_cert, None, None)
     # The same client under TLS 1.3, whatever TLS 1.2 showed: a Typha seen accepting a
     # client without a certificate under any version does not enforce mTLS.
-    tls13 = _handshake(address, _negative_context(ssl.TLSVersion.TLSv1_3), timeout)
+    tls13 = no_cert
+    if ssl.HAS_TLSv1_3:  # an OpenSSL without TLS 1.3 cannot be offered it either
+        tls13 = _handshake(address, _negative_context(ssl.TLSVersion.TLSv1_3), timeout)
     if tls13.outcome == ACCEPTED:
         return judge(address, replace(tls13, version="TLS 1.3"), None, None)
     if no_cert.outcome != REFUSED:
