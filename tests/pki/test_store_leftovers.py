@@ -154,7 +154,7 @@ def test_what_is_not_typhapkis_own_is_left_alone(issued: Path, ca_dir: Path) -> 
     for path in keep:
         path.write_bytes(b"x")
     planted = [
-        issued / ".restart-typha...tmp_0123456789ab",
+        issued / "..restart-typha...tmp_0123456789ab",  # for OUT/.restart-typha
         issued / STAGING_DIR / ".typha.key...tmp_abcdefabcdef",
     ]
     for path in planted:

@@ -301,7 +301,7 @@ def staged_key_problem(path: Path, settings: PkiSettings) -> str | None:
     return None
 
 
-_MARKER_PREFIX = "restart-"  # OUT/.restart-COMPONENT (typhapki/pki/restarts.py marker_path)
+_MARKER_PREFIX = ".restart-"  # OUT/.restart-COMPONENT (typhapki/pki/restarts.py marker_path)
 
 
 def collect_set_leftovers(paths: SetPaths) -> list[str]:

@@ -465,8 +465,9 @@ def collect_garbage(
                 os.unlink(entry.path)
 
 
-# What write_file_atomic leaves when killed before its rename: ".NAME...tmp_" + 12 hex.
-_ATOMIC_TMP = re.compile(r"\..+\." + re.escape(_TMP_PREFIX) + r"[0-9a-f]{12}")
+# What write_file_atomic leaves when killed before its rename: "." + NAME + "...tmp_"
+# + 12 hex digits (NAME the file it was writing).
+_ATOMIC_TMP = re.compile(r"\.(.+)\." + re.escape(_TMP_PREFIX) + r"[0-9a-f]{12}")
 
 
 def collect_leftovers(managed: Iterable[Path], flat: Iterable[tuple[Path, str]] = ()) -> list[str]:
@@ -477,7 +478,8 @@ def collect_leftovers(managed: Iterable[Path], flat: Iterable[tuple[Path, str]] 
     keeps an exposed ``..previous`` here (dropping it is a change `issue` reports). In each
     `flat` (directory, prefix): the temporary files `write_file_atomic` leaves when
     killed before its rename (``.NAME...tmp_XXXXXXXXXXXX``, a copy of a staged key or
-    a marker, half written or whole) whose NAME starts with `prefix`, when they are
+    a marker, half written or whole) whose NAME, the file it was writing, starts with
+    `prefix`, when they are
     plain files or links owned by this user. Give only names written under the same
     lock, so a temporary file a live run is writing is never taken. A directory that
     is missing or a link is left alone.
@@ -490,7 +492,8 @@ def collect_leftovers(managed: Iterable[Path], flat: Iterable[tuple[Path, str]] 
         removed += [str(directory / n) for n in sorted(before - _names(directory))]
     for directory, prefix in flat:
         for name in sorted(_names(directory)):
-            if not (_ATOMIC_TMP.fullmatch(name) and name.startswith(f".{prefix}")):
+            match = _ATOMIC_TMP.fullmatch(name)
+            if match is None or not match[1].startswith(prefix):
                 continue
             path = directory / name
             try:
