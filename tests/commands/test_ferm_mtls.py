@@ -15,7 +15,13 @@ import pytest
 
 from tests.conftest import CliResult, assert_one_line_error, run_cli
 from tests.support.gopeers import GoPeers, go_peers
-from tests.support.mtlspeers import closed_port, go_typha, hanging_typha, openssl_typha
+from tests.support.mtlspeers import (
+    closed_port,
+    go_typha,
+    hanging_typha,
+    openssl_typha,
+    split_typha,
+)
 
 __all__ = ["go_peers"]
 
@@ -247,3 +253,33 @@ def test_nft_takes_the_same_proof(go_peers: GoPeers, issued: Path, lab: Path, mo
         assert result.returncode == 1, result
         assert "accepted a TLS client without a certificate" in result.stderr
         assert rule == OLD_RULE  # byte for byte
+
+
+def test_a_typha_open_under_tls13_voids_the_proof_for_good(
+    go_peers: GoPeers, issued: Path, lab: Path
+) -> None:
+    """issue 30, class 6: proven, then the same address enforces mTLS under TLS 1.2
+    only and takes a client without a certificate under TLS 1.3. The proof is void: the
+    relaxed rule is not written, and when Typha then cannot be reached, the relaxed
+    rule is not kept on the earlier proof either."""
+    with closed_port() as local:
+        with go_typha(go_peers, issued, "verify") as address:
+            assert ferm(lab, issued, local, "--typha-address", address).returncode == 0
+        assert state(lab)["mtls_verdict"] == "enforced"
+        (lab / "rule").write_bytes(OLD_RULE)  # to see that nothing is written below
+
+        open13 = openssl_typha(issued, "-verify", "1", "-tls1_3")
+        strict12 = openssl_typha(issued, "-Verify", "1", "-verify_return_error", "-tls1_2")
+        with strict12 as old, open13 as new, split_typha(old, new) as address:
+            seen = ferm(lab, issued, local, "--typha-address", address)
+        assert seen.returncode == 1, seen
+        lines = seen.stderr.splitlines()
+        assert len(lines) == 1 and "without a certificate under TLS 1.3" in lines[0], lines
+        assert (lab / "rule").read_bytes() == OLD_RULE
+        assert state(lab)["mtls_verdict"] == "not_enforced"
+        assert state(lab)["mtls_proven_at"] is None
+        assert facts(lab)["mtls_enforced"] is False
+
+        gone = ferm(lab, issued, local)  # nothing listens, no --typha-address
+        assert gone.returncode == 1 and "no fresh proof" in gone.stderr, gone
+        assert (lab / "rule").read_bytes() == OLD_RULE

@@ -14,14 +14,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import EXIT_REFUSED, EXIT_USAGE
-from typhapki.pki.install import STAGING_DIR
 from typhapki.pki.issuance import load_issuer
-from typhapki.pki.layout import SetPaths
+from typhapki.pki.layout import STAGING_DIR, SetPaths
 from typhapki.pki.profiles import public_key_der
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.signers.csr import csr_pem, parse_csr
@@ -251,3 +250,65 @@ def test_sign_and_issue_take_per_role_lifetimes(tmp_path: Path, ca_dir: Path) ->
         leaf = x509.load_pem_x509_certificate(SetPaths(out).cert(role).read_bytes())
         assert wanted <= valid_until(leaf) - valid_from(leaf) <= wanted + timedelta(minutes=10)
     assert run_cli("check", "--ca-dir", ca_dir, "--out", out, *flags).returncode == 0
+
+
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(mode=st.sampled_from([0o600, 0o400, 0o640, 0o604, 0o644, 0o660, 0o606, 0o700, 0o620]))
+@example(mode=0o644)  # the loop of issue 30: readable by all, certificate refused
+def test_a_staged_key_others_could_read_is_replaced_never_reused(
+    tmp_path_factory: pytest.TempPathFactory, ca_dir: Path, mode: int
+) -> None:
+    """issue 30, class 7: request replaces a staged key whose mode lets anyone else read
+    or write it (a warning line names it), so the certificate signed for the new CSR
+    installs; a key only its owner could reach is kept. No request/install loop."""
+    root = tmp_path_factory.mktemp("staged")
+    out, csr, crt = root / "node", root / "felix.csr", root / "felix.crt"
+    assert run_cli("request", "--out", out, "--role", "felix").returncode == 0
+    staged = out / STAGING_DIR / "calico-node.key"
+    old = staged.read_bytes()
+    staged.chmod(mode)
+
+    result = run_cli("request", "--out", out, "--role", "felix", "--csr-out", csr)
+    assert result.returncode == 0, result.stderr
+    exposed = bool(mode & 0o077)
+    replaced = staged.read_bytes() != old
+    assert replaced == exposed
+    if exposed:
+        assert result.stderr.startswith(f"typhapki: warning: {staged}: mode {mode:04o} ")
+        assert len(result.stderr.splitlines()) == 1 and "replaced with a new key" in result.stderr
+        assert b"PRIVATE KEY" not in result.stderr.encode() + result.stdout.encode()
+    else:
+        assert result.stderr == ""
+    assert stat.S_IMODE(staged.stat().st_mode) == (0o600 if exposed else mode)
+    signed = run_cli("sign", "--ca-dir", ca_dir, "--csr", csr, "--role", "felix", "--cert-out", crt)
+    assert signed.returncode == 0, signed.stderr
+    bundle = ca_dir / "typhaca.crt"
+    result = run_cli("install", "--out", out, "--role", "felix", "--cert", crt, "--bundle", bundle)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_a_staged_key_that_is_not_a_file_is_never_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO or a directory where the staged key belongs: one line, exit 4, no hang.
+    A link is replaced by a new key of our own; what it pointed to is left as it was."""
+    out = tmp_path / "node"
+    (out / STAGING_DIR).mkdir(parents=True, mode=0o700)
+    staged = out / STAGING_DIR / "calico-node.key"
+    target = tmp_path / "elsewhere.key"
+    target.write_bytes(b"not ours")
+    if kind == "fifo":
+        os.mkfifo(staged)
+    elif kind == "directory":
+        staged.mkdir()
+    else:
+        staged.symlink_to(target)
+    result = run_cli("request", "--out", out, "--role", "felix", timeout=30)
+    if kind == "symlink":
+        assert result.returncode == 0, result.stderr
+        assert "not a regular file: treated as exposed" in result.stderr
+        assert not staged.is_symlink() and b"PRIVATE KEY" in staged.read_bytes()
+        assert target.read_bytes() == b"not ours"
+    else:
+        assert_one_line_error(result, 4, str(staged))

@@ -9,7 +9,9 @@ ferm.conf includes conf.d and closes everything not explicitly allowed.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import require, require_root, run_cli
 from tests.firewall.test_ferm import FERM_DEFS
@@ -252,3 +256,64 @@ def test_rule_of_fixed_networks_without_dns_dependency(
     assert lab.connects(lab.allowed, 6)
     assert not lab.connects(lab.blocked, 4)
     assert not lab.connects(lab.blocked, 6)
+
+
+@st.composite
+def adjacent_nodes(draw: st.DrawFn) -> tuple[list[str], int, int]:
+    """Node literals spread over neighbouring /8s and /32s, and prefixes near the limits:
+    their derived subnets touch, and a plain collapse would merge them past /8 or /32."""
+    v4 = [
+        str(ipaddress.IPv4Address(top << 24 | draw(st.integers(1, 2**24 - 2))))
+        for top in draw(st.lists(st.sampled_from([10, 11, 12, 13]), min_size=1, max_size=4))
+    ]
+    v6 = [
+        str(ipaddress.IPv6Address((0xFD000000 + top) << 96 | draw(st.integers(1, 2**96 - 1))))
+        for top in draw(st.lists(st.integers(0, 3), min_size=1, max_size=4))
+    ]
+    return sorted(set(v4 + v6)), draw(st.integers(8, 10)), draw(st.integers(32, 34))
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(case=adjacent_nodes())
+@example(case=(["10.1.1.1", "11.1.1.1", "fd00::1", "fd00:1::1"], 8, 32))
+def test_derived_subnets_never_merge_past_the_limits(
+    lab: Lab, tmp_path: Path, case: tuple[list[str], int, int]
+) -> None:
+    """issue 30, class 5: neighbouring /8 (or /32) subnets stay two sources in the rule
+    ferm applies, never one /7 (or /31); the allowed client still gets in."""
+    nodes, prefix_v4, prefix_v6 = case
+    nodes = sorted({*lab.addresses[lab.allowed], *nodes})
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(
+        "kubernetes::clusters:\n  lab:\n    netns:\n"
+        f"      cluster_nodes: [{', '.join(nodes)}]\n"
+        f"      typha: {{mode: relaxed, prefix_v4: {prefix_v4}, prefix_v6: {prefix_v6}}}\n"
+    )
+    out = tmp_path / "10_calico-typha"
+    result = run_cli(
+        "ferm", "--hiera", hiera, "--cluster", "netns", "--output", out,
+        "--state-dir", tmp_path / "state", "--skip-mtls-proof",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = apply_ferm(lab, out.read_text(), tmp_path)
+    sources = [
+        ipaddress.ip_network(s)
+        for s in re.findall(rf"-A INPUT -s (\S+) -p tcp -m tcp --dport {PORT} -j ACCEPT", saved)
+    ]
+    assert all(s.prefixlen >= (8 if s.version == 4 else 32) for s in sources), sources
+    for version, prefix in ((4, prefix_v4), (6, prefix_v6)):
+        wanted = {
+            ipaddress.ip_network(f"{n}/{prefix}", strict=False)
+            for n in nodes
+            if ipaddress.ip_address(n).version == version
+        }
+        held = [s for s in sources if s.version == version]
+        assert list(ipaddress.collapse_addresses(held)) == list(  # type: ignore[type-var]
+            ipaddress.collapse_addresses(wanted)  # type: ignore[type-var]
+        )
+    assert lab.connects(lab.allowed, 4) and lab.connects(lab.allowed, 6)

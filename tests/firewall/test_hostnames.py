@@ -5,13 +5,14 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
+    merge_within_bounds,
     not_a_node,
     validate_cidr,
     validate_ferm_variable,
@@ -207,3 +208,53 @@ def test_source_networks_within_the_limits_and_clear_of_special_ranges(
 )
 def test_not_a_node(address: str, label: str | None) -> None:
     assert not_a_node(address) == label
+
+
+@st.composite
+def near_networks(draw: st.DrawFn) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Networks within the limits that often touch across a /8 or /32 boundary (10/8
+    and 11/8, fd00::/32 and fd00:1::/32), so that a plain collapse would widen them."""
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for _ in range(draw(st.integers(1, 12))):
+        if draw(st.booleans()):
+            prefix = draw(st.sampled_from([8, 8, 9, 16]) | st.integers(8, 32))
+            top = draw(st.sampled_from([10, 11, 12, 13, 44, 45]))
+            low = draw(st.integers(0, 2**24 - 1))
+            out.append(ipaddress.ip_network(f"{ipaddress.IPv4Address(top << 24 | low)}/{prefix}",
+                                            strict=False))  # fmt: skip
+        else:
+            prefix = draw(st.sampled_from([32, 32, 33, 48]) | st.integers(32, 128))
+            top = 0xFD000000 + draw(st.integers(0, 5))
+            low = draw(st.integers(0, 2**96 - 1))
+            out.append(ipaddress.ip_network(f"{ipaddress.IPv6Address(top << 96 | low)}/{prefix}",
+                                            strict=False))  # fmt: skip
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(networks=near_networks())
+@example(
+    networks=[
+        ipaddress.ip_network(n) for n in ("10.0.0.0/8", "11.0.0.0/8", "fd00::/32", "fd00:1::/32")
+    ]
+)
+def test_merging_never_widens_past_the_limits(
+    networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
+) -> None:
+    """issue 30, class 5: merged within /8 and /32, the same addresses, no overlaps,
+    never more networks than given."""
+    merged = merge_within_bounds(networks)
+    for network in merged:
+        limit = MIN_PREFIX_V4 if network.version == 4 else MIN_PREFIX_V6
+        assert network.prefixlen >= limit, network
+        validate_source_network(network.with_prefixlen)
+    for version in (4, 6):
+        given_family = [n for n in networks if n.version == version]
+        merged_family = [n for n in merged if n.version == version]
+        assert list(ipaddress.collapse_addresses(merged_family)) == list(  # type: ignore[type-var]
+            ipaddress.collapse_addresses(given_family)  # type: ignore[type-var]
+        )
+        assert merged_family == sorted(merged_family)
+        assert not any(a.overlaps(b) for i, a in enumerate(merged_family)
+                       for b in merged_family[i + 1:])  # fmt: skip
+    assert len(merged) <= len(networks)

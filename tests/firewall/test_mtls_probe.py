@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.gopeers import GoPeers, go_peers
-from tests.support.mtlspeers import closed_port, go_typha, hanging_typha, openssl_typha
+from tests.support.mtlspeers import (
+    closed_port,
+    go_typha,
+    hanging_typha,
+    openssl_typha,
+    silent_tls13_typha,
+    split_typha,
+)
 from typhapki.firewall.mtls_probe import _ServerFlight, probe_target, prove
 from typhapki.firewall.mtls_proof import ENFORCED, NOT_ENFORCED, UNKNOWN
 from typhapki.pki.settings import Identity
@@ -24,6 +31,17 @@ TYPHA = Identity("calico-typha", None)
 TIMEOUT = 2.0
 
 Server = Callable[[GoPeers, Path], AbstractContextManager[str]]
+
+
+@contextmanager
+def split_front(
+    tls12: AbstractContextManager[str], tls13: AbstractContextManager[str]
+) -> Iterator[str]:
+    """One address: a TLS 1.3 ClientHello reaches `tls13`, any other `tls12`."""
+    with tls12 as old, tls13 as new, split_typha(old, new) as address:
+        yield address
+
+
 SERVERS: dict[str, tuple[Server, str, str]] = {
     # name: (server, verdict, words of the one line)
     "go verify": (lambda p, o: go_typha(p, o, "verify"), ENFORCED, "enforces mTLS"),
@@ -38,6 +56,36 @@ SERVERS: dict[str, tuple[Server, str, str]] = {
         lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3"),
         UNKNOWN,
         "refused TLS 1.2 before asking for a client certificate",
+    ),
+    # issue 30, class 6: accepting a certificate-less client under TLS 1.3 only is seen.
+    "go no-client-cert, TLS 1.3 only": (
+        lambda p, o: go_typha(p, o, "no-client-cert", TLS_MIN_VERSION="1.3"),
+        NOT_ENFORCED,
+        "accepted a TLS client without a certificate under TLS 1.3",
+    ),
+    "openssl -verify, TLS 1.3 only": (
+        lambda p, o: openssl_typha(o, "-verify", "1", "-verify_return_error", "-tls1_3"),
+        NOT_ENFORCED,
+        "accepted a TLS client without a certificate under TLS 1.3",
+    ),
+    "openssl -Verify, TLS 1.3 only": (
+        lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error", "-tls1_3"),
+        UNKNOWN,
+        "refused TLS 1.2 before asking for a client certificate",
+    ),
+    # Enforced under TLS 1.2, nothing under TLS 1.3: the TLS 1.2 probes alone proved it.
+    "TLS 1.2 enforced, TLS 1.3 not": (
+        lambda p, o: split_front(
+            openssl_typha(o, "-Verify", "1", "-verify_return_error", "-tls1_2"),
+            openssl_typha(o, "-verify", "1", "-tls1_3"),
+        ),
+        NOT_ENFORCED,
+        "accepted a TLS client without a certificate under TLS 1.3 (it sent a session ticket",
+    ),
+    "python ssl, TLS 1.3, silent": (
+        lambda p, o: silent_tls13_typha(o),
+        NOT_ENFORCED,
+        "accepted a TLS client without a certificate under TLS 1.3 (it kept the connection",
     ),
     "openssl -Verify": (
         lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error"),

@@ -17,6 +17,7 @@ from typhapki.firewall.mtls_proof import (
     NOT_ENFORCED,
     PLAIN,
     REFUSED,
+    SILENT,
     UNKNOWN,
     UNREACHABLE,
     VERDICTS,
@@ -27,7 +28,7 @@ from typhapki.firewall.mtls_proof import (
     judge,
 )
 
-OUTCOMES = (ACCEPTED, REFUSED, PLAIN, UNREACHABLE, INCONCLUSIVE)
+OUTCOMES = (ACCEPTED, REFUSED, PLAIN, UNREACHABLE, INCONCLUSIVE, SILENT)
 attempts = st.builds(Attempt, st.sampled_from(OUTCOMES), st.text("abc :.", max_size=10))
 NOW = 1_800_000_000
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import require, require_root
@@ -91,24 +91,36 @@ def covered(networks: list[_NetworkT], by: list[_NetworkT]) -> bool:
 
 @st.composite
 def sources(draw: st.DrawFn) -> list[str]:
-    """Addresses and networks of both families, overlapping at times, within /8 and /32."""
+    """Addresses and networks of both families within /8 and /32, overlapping at times,
+    and often adjacent across a /8 or /32 boundary (10/8 and 11/8, fd00::/32 and
+    fd00:1::/32), which a plain collapse would merge into a wider network."""
     out = []
     address: ipaddress.IPv4Address | ipaddress.IPv6Address
     for _ in range(draw(st.integers(1, 12))):
         if draw(st.booleans()):
-            prefix = draw(st.integers(8, 32))
-            address = ipaddress.IPv4Address((10 << 24) | draw(st.integers(0, 2**24 - 1)))
+            prefix = draw(st.sampled_from([8, 8, 9]) | st.integers(8, 32))
+            top = draw(st.sampled_from([10, 11, 12, 13]))
+            address = ipaddress.IPv4Address((top << 24) | draw(st.integers(0, 2**24 - 1)))
         else:
-            prefix = draw(st.integers(32, 128))
-            address = ipaddress.IPv6Address((0xFD00 << 112) | draw(st.integers(0, 2**112 - 1)))
+            prefix = draw(st.sampled_from([32, 32, 33]) | st.integers(32, 128))
+            top = 0xFD000000 + draw(st.integers(0, 3))
+            address = ipaddress.IPv6Address((top << 96) | draw(st.integers(0, 2**96 - 1)))
         out.append(ipaddress.ip_network(f"{address}/{prefix}", strict=False).with_prefixlen)
     return out
+
+
+def within_limits(networks: list[_NetworkT]) -> bool:
+    return all(n.prefixlen >= (8 if n.version == 4 else 32) for n in networks)
+
+
+ADJACENT = ["10.0.0.0/8", "11.0.0.0/8", "12.1.0.0/16", "fd00::/32", "fd00:1::/32"]
 
 
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(networks=sources(), port=st.integers(1, 65535))
+@example(networks=ADJACENT, port=5473)
 def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
     netns: str, tmp_path: Path, networks: list[str], port: int
 ) -> None:
@@ -127,6 +139,7 @@ def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
     wanted = [ipaddress.ip_network(n) for n in networks]
     held = kernel_set(netns, SET_V4) + kernel_set(netns, SET_V6)
     assert covered(wanted, held) and covered(held, wanted)
+    assert within_limits(held), held  # issue 30: never merged past /8 or /32
     listed = nft(netns, "list", "chain", "inet", "filter", "input").stdout
     assert f"ip saddr @{SET_V4} tcp dport {port} accept" in listed
     assert f"ip6 saddr @{SET_V6} tcp dport {port} accept" in listed
@@ -147,13 +160,16 @@ def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
     assert applied.returncode == 0, applied.stderr
     held = kernel_set(netns, SET_V4) + kernel_set(netns, SET_V6)
     assert covered(wanted, held) and covered(held, wanted)
+    assert within_limits(held), held
 
 
 @given(networks=sources())
+@example(networks=ADJACENT)
 def test_split_merges_overlaps_and_keeps_families_apart(networks: list[str]) -> None:
     v4, v6 = split_sources(Sources(tuple(networks)))
     for family, elements in ((4, v4), (6, v6)):
         nets = [ipaddress.ip_network(e) for e in elements]
+        assert within_limits(nets), nets  # merged, but never into a /7 or a /31
         assert all(n.version == family for n in nets)
         assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1 :])
         assert nets == sorted(nets)

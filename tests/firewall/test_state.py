@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,129 @@ def test_an_mtls_proof_made_in_the_future_is_corrupt(
     else:
         with pytest.raises(StateError, match=r"mtls_proven_at"):
             read_state(directory, now=NOW)
+
+
+# -- issue 30, class 6: a void proof stays void -----------------------------------------
+
+EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["enforced", "not_enforced", "unknown", "skipped", "no probe"]),
+        st.integers(1, 4 * 3600),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _run(directory: Path, event: str, now: int) -> bool:
+    """One `ferm` run as typhapki/commands/ferm.py does it: the recorded proof, this
+    run's decision, the record; whether a relaxed rule was allowed."""
+    from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME, Proof, ProofRecord, decide
+    from typhapki.firewall.state import recorded_proof
+
+    if event == "no probe":  # a strict run, or a relaxed one whose DNS gate failed
+        record_run(directory, cluster="c", mode="strict", dns_gate="enforce", succeeded=True,
+                   failed_hosts=[], output=None, now=now)  # fmt: skip
+        return False
+    try:
+        previous = recorded_proof(read_state(directory, now), "c")
+    except StateError:
+        previous = ProofRecord()
+    verdict = {"enforced": "enforced", "not_enforced": "not_enforced"}.get(event, "unknown")
+    decision = decide(
+        previous,
+        None if event == "skipped" else Proof("a:1", verdict, "line"),
+        now=now,
+        lifetime=DEFAULT_LIFETIME,
+        skipped=event == "skipped",
+    )
+    record_run(directory, cluster="c", mode="relaxed", dns_gate="enforce",
+               succeeded=decision.allowed, failed_hosts=[], output=None, now=now,
+               proof=decision.record)  # fmt: skip
+    return decision.allowed
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=EVENTS)
+def test_after_a_void_no_relaxed_rule_rests_on_an_earlier_proof(
+    tmp_path_factory: pytest.TempPathFactory, events: list[tuple[str, int]]
+) -> None:
+    """Over any sequence of runs: a relaxed rule is allowed by a proof only when that
+    proof was made after the last time Typha was seen accepting what it must refuse."""
+    from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME
+
+    directory = tmp_path_factory.mktemp("state")
+    now = int(time.time()) - sum(step for _, step in events) - 10
+    proven_at: int | None = None  # the last proof since the last void
+    for event, step in events:
+        now += step
+        allowed = _run(directory, event, now)
+        if event == "enforced":
+            proven_at = now
+        elif event == "not_enforced":
+            proven_at = None
+        if event == "unknown":
+            assert allowed == (proven_at is not None and now < proven_at + DEFAULT_LIFETIME)
+        elif event != "skipped":
+            assert allowed == (event == "enforced")
+
+
+def test_a_void_recorded_meanwhile_beats_an_earlier_proof(tmp_path: Path) -> None:
+    """Two runs at once: A read a fresh proof before B saw Typha accept a client without
+    a certificate; A records after B. The void stays, so the next run writes nothing."""
+    from typhapki.firewall.mtls_proof import decide
+    from typhapki.firewall.state import recorded_proof
+
+    now = int(time.time()) - 100
+    assert _run(tmp_path, "enforced", now)
+    fresh = recorded_proof(read_state(tmp_path), "c")
+    assert not _run(tmp_path, "not_enforced", now + 5)  # B
+    from typhapki.firewall.mtls_proof import Proof
+
+    late = decide(fresh, Proof("a:1", "unknown", "l"), now=now + 6, lifetime=3600, skipped=False)
+    assert late.allowed  # A decided on what it had read
+    record_run(tmp_path, cluster="c", mode="relaxed", dns_gate="enforce", succeeded=True,
+               failed_hosts=[], output=None, now=now + 6, proof=late.record)  # fmt: skip
+    after = recorded_proof(read_state(tmp_path), "c")
+    assert (after.proven_at, after.expires) == (None, None)  # as after B, not as A read it
+    assert not _run(tmp_path, "unknown", now + 7)
+
+    # Again, with a third run between the void and A's record: the file then says
+    # "unknown" without a proof, and A still does not bring its proof back.
+    assert _run(tmp_path, "enforced", now + 10)
+    fresh = recorded_proof(read_state(tmp_path), "c")
+    assert not _run(tmp_path, "not_enforced", now + 11)  # B
+    assert not _run(tmp_path, "unknown", now + 12)  # C
+    for skipped in (False, True):
+        late = decide(fresh, None if skipped else Proof("a:1", "unknown", "l"), now=now + 13,
+                      lifetime=3600, skipped=skipped)  # fmt: skip
+        record_run(tmp_path, cluster="c", mode="relaxed", dns_gate="enforce", succeeded=True,
+                   failed_hosts=[], output=None, now=now + 13, proof=late.record)  # fmt: skip
+        assert recorded_proof(read_state(tmp_path), "c").proven_at is None
+        assert not _run(tmp_path, "unknown", now + 14)
+
+
+def test_a_void_that_cannot_be_written_removes_the_earlier_proof(tmp_path: Path) -> None:
+    """No inode left for the new state file (a real tmpfs): the old file, whose proof
+    the run voided, goes, so the next run keeps no relaxed rule on it."""
+    from tests.pki.test_hostile_store import tmpfs
+
+    with tmpfs(tmp_path / "mnt", "1m") as mount:
+        directory = mount / "state"
+        now = int(time.time()) - 100
+        assert _run(directory, "enforced", now)
+        used = int(subprocess.run(["df", "--output=iused", mount], capture_output=True,
+                                  text=True, check=True).stdout.split()[-1])  # fmt: skip
+        subprocess.run(["mount", "-o", f"remount,nr_inodes={used}", mount], check=True)
+        from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME, Proof, decide
+        from typhapki.firewall.state import recorded_proof
+
+        previous = recorded_proof(read_state(directory), "c")
+        void = decide(previous, Proof("a:1", "not_enforced", "l"), now=now + 1,
+                      lifetime=DEFAULT_LIFETIME, skipped=False)  # fmt: skip
+        warning = record_run(directory, cluster="c", mode="relaxed", dns_gate="enforce",
+                             succeeded=False, failed_hosts=[], output=None, now=now + 1,
+                             proof=void.record)  # fmt: skip
+        assert warning is not None and "the old state with its mTLS proof is removed" in warning
+        assert len(warning.splitlines()) == 1
+        assert not _run(directory, "unknown", now + 2)

@@ -7,6 +7,10 @@ pair of a set under `out`:
   no-client-cert (TLS, no client check) or plain (TLS off);
 - `openssl_typha`: `openssl s_server` with the flags given (-Verify, -verify, ...);
 - `hanging_typha`: a socket that accepts connections and never says a word;
+- `split_typha`: a front that hands a connection whose ClientHello offers TLS 1.3 to
+  one server and any other to another (a Typha that enforces mTLS under TLS 1.2 only);
+- `silent_tls13_typha`: Python's ssl under TLS 1.3 that asks for a certificate but
+  takes none, sends no session ticket and never says a word after the handshake;
 - `closed_port`: a port bound but not listening (connections refused), held for the
   duration so that nothing else can take it.
 """
@@ -14,7 +18,9 @@ pair of a set under `out`:
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,3 +79,119 @@ def closed_port() -> Iterator[int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield sock.getsockname()[1]
+
+
+def offers_tls13(hello: bytes) -> bool:
+    """Whether a ClientHello record lists TLS 1.3 in its supported_versions extension."""
+    try:
+        at = 5 + 4 + 2 + 32  # record and handshake headers, client_version, random
+        at += 1 + hello[at]  # session id
+        at += 2 + int.from_bytes(hello[at : at + 2], "big")  # cipher suites
+        at += 1 + hello[at]  # compression methods
+        end = at + 2 + int.from_bytes(hello[at : at + 2], "big")
+        at += 2
+        while at + 4 <= end:
+            kind, size = (int.from_bytes(hello[at + i : at + i + 2], "big") for i in (0, 2))
+            body = hello[at + 4 : at + 4 + size]
+            if kind == 43:  # supported_versions: a length byte, then 2 bytes each
+                return any(body[i : i + 2] == b"\x03\x04" for i in range(1, len(body), 2))
+            at += 4 + size
+    except IndexError:
+        pass
+    return False
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+@contextmanager
+def split_typha(tls12: str, tls13: str) -> Iterator[str]:
+    """HOST:PORT of a front sending each connection to `tls13` when its ClientHello
+    offers TLS 1.3, else to `tls12`, byte for byte (the TLS is end to end)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def handle(client: socket.socket) -> None:
+        with client:
+            client.settimeout(10)
+            hello = client.recv(5)
+            while len(hello) >= 5 and len(hello) < 5 + int.from_bytes(hello[3:5], "big"):
+                more = client.recv(65536)
+                if not more:
+                    return
+                hello += more
+            host, port = (tls13 if offers_tls13(hello) else tls12).rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=10) as server:
+                server.sendall(hello)
+                back = threading.Thread(target=_pipe, args=(server, client), daemon=True)
+                back.start()
+                _pipe(client, server)
+                back.join(10)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=handle, args=(client,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+@contextmanager
+def silent_tls13_typha(out: Path) -> Iterator[str]:
+    """A TLS 1.3 server that asks for a client certificate, takes a client without one,
+    sends no session ticket, and then keeps the connection open without a word."""
+    paths = SetPaths(out)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(paths.cert(RoleName.TYPHA), paths.key(RoleName.TYPHA))
+    ctx.load_verify_locations(paths.bundle)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.num_tickets = 0
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            try:
+                client.settimeout(5)
+                held.append(ctx.wrap_socket(client, server_side=True))
+            except (OSError, ssl.SSLError):
+                client.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+        for conn in held:
+            conn.close()

@@ -21,7 +21,9 @@ def request(
     from typhapki.pki.store import write_file_atomic
 
     settings, name = single_role_settings(opts, hiera, cluster, role, "a CSR")
-    key = request_key(out, name, settings)
+    key, replaced = request_key(out, name, settings)
+    if replaced is not None:
+        print(f"typhapki: warning: {replaced}", file=sys.stderr)
     pem = csr_pem(build_csr(key, settings.identity(name)))
     if csr_out is None:
         sys.stdout.write(pem.decode())

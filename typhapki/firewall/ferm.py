@@ -5,7 +5,8 @@ Modes decide which sources the rule allows:
 - ``strict``: every resolved address of every cluster node (IPv4 and IPv6);
 - ``relaxed``: the cluster's hiera ``networks``, or a ferm variable such as
   ``$DOMAIN_NETWORKS``, or else the subnets of the resolved addresses at
-  ``prefix_v4`` / ``prefix_v6`` (default /24 and /64), collapsed.
+  ``prefix_v4`` / ``prefix_v6`` (default /24 and /64), collapsed, but never into a
+  network wider than /8 (IPv4) or /32 (IPv6).
 
 Styles decide the syntax: ``plain`` (a ``domain (ip ip6) table filter chain INPUT``
 block) or ``function`` (``&R_SERVICE(tcp, PORT, (...))`` of Puppet ferm modules).
@@ -35,6 +36,7 @@ from typhapki.errors import ConfigError
 from typhapki.firewall.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
+    merge_within_bounds,
     validate_ferm_variable,
     validate_ip,
     validate_port,
@@ -99,7 +101,8 @@ def strict_sources(addresses: Iterable[str], host_count: int) -> Sources:
 
 
 def derived_subnets(addresses: Iterable[str], prefix_v4: int, prefix_v6: int) -> tuple[str, ...]:
-    """The /prefix subnets holding `addresses`, deduplicated and collapsed."""
+    """The /prefix subnets holding `addresses`, deduplicated and collapsed, each at most
+    /MIN_PREFIX_V4 or /MIN_PREFIX_V6 wide (`merge_within_bounds`)."""
     if not MIN_PREFIX_V4 <= prefix_v4 <= 32:
         raise ConfigError(f"prefix_v4: expected {MIN_PREFIX_V4}-32, got {prefix_v4}")
     if not MIN_PREFIX_V6 <= prefix_v6 <= 128:
@@ -112,11 +115,9 @@ def derived_subnets(addresses: Iterable[str], prefix_v4: int, prefix_v6: int) ->
             v4.append(ipaddress.IPv4Network(f"{ip}/{prefix_v4}", strict=False))
         else:
             v6.append(ipaddress.IPv6Network(f"{ip}/{prefix_v6}", strict=False))
-    collapsed: list[_NetworkT] = [
-        *ipaddress.collapse_addresses(v4),
-        *ipaddress.collapse_addresses(v6),
-    ]
-    return tuple(validate_source_network(n.with_prefixlen, "derived subnet") for n in collapsed)
+    # Merged only within the limit: adjacent /8s stay two /8s, never one /7.
+    merged = merge_within_bounds([*v4, *v6])
+    return tuple(validate_source_network(n.with_prefixlen, "derived subnet") for n in merged)
 
 
 def relaxed_sources(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 
 from typhapki.errors import ConfigError
 
@@ -151,6 +152,28 @@ def validate_source_network(value: object, where: str = "") -> str:
                 "no cluster node has such an address"
             )
     return text
+
+
+def merge_within_bounds(networks: Iterable[_IPNetwork]) -> list[_IPNetwork]:
+    """Overlapping and adjacent networks merged, never into one wider than the limit.
+
+    ipaddress.collapse_addresses alone would merge 10.0.0.0/8 and 11.0.0.0/8 into
+    10.0.0.0/7, a source no rule may allow. Here every merged network wider than
+    /MIN_PREFIX_V4 (IPv4) or /MIN_PREFIX_V6 (IPv6) is cut back into networks of the
+    limit's size; each of them holds at least one of the inputs (none is wider than the
+    limit), so there are never more of them than inputs. The result covers exactly the
+    addresses of the inputs, without overlaps, IPv4 first, each family in numeric order.
+    """
+    given = list(networks)
+    out: list[_IPNetwork] = []
+    for version, limit in ((4, MIN_PREFIX_V4), (6, MIN_PREFIX_V6)):
+        family = [n for n in given if n.version == version]
+        for merged in ipaddress.collapse_addresses(family):  # type: ignore[type-var]
+            if merged.prefixlen < limit:
+                out.extend(merged.subnets(new_prefix=limit))
+            else:
+                out.append(merged)
+    return out
 
 
 def validate_ferm_variable(value: object, where: str = "") -> str:

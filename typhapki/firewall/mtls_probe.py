@@ -1,8 +1,9 @@
 """The probes of the mTLS proof: the socket I/O of typhapki/firewall/mtls_proof.py.
 
 Against one Typha, in order, stopping at the first that decides: a TLS 1.2 client
-without a certificate, a TLS 1.2 client with a certificate of a throwaway CA (made in
-memory, never on disk), then this node's Felix (as typhapki/monitoring/probe.py
+without a certificate, the same client under TLS 1.3 (an acceptance under either
+version voids the proof), a TLS 1.2 client with a certificate of a throwaway CA (made
+in memory, never on disk), then this node's Felix (as typhapki/monitoring/probe.py
 connects, over TLS 1.2 too).
 
 The negative probes' handshake runs over memory BIOs so that the server's first
@@ -29,11 +30,13 @@ from typhapki.firewall.mtls_proof import (
     INCONCLUSIVE,
     PLAIN,
     REFUSED,
+    SILENT,
     UNREACHABLE,
     Attempt,
     Proof,
     judge,
 )
+from typhapki.record import replace
 
 if TYPE_CHECKING:
     from typhapki.pki.settings import Identity
@@ -152,7 +155,9 @@ def _handshake(
 ) -> Attempt:
     """A client handshake over memory BIOs, bounded by `timeout` in all, connect
     included. `check`: once the handshake completed, why this client would still walk
-    away (None: it would not)."""
+    away (None: it would not). A TLS 1.3 handshake is judged after it completes
+    (`_tls13_verdict`): under 1.3 the server refuses a client certificate (or its
+    absence) with an alert after the client's handshake is over."""
     host, port = _split(address)
     deadline = time.monotonic() + timeout
     try:
@@ -174,6 +179,8 @@ def _handshake(
                 problem = check(tls) if check is not None else None
                 if problem is not None:
                     return Attempt(INCONCLUSIVE, problem)
+                if tls.version() == "TLSv1.3":
+                    return _tls13_verdict(sock, tls, outgoing, incoming, deadline, timeout)
                 return Attempt(ACCEPTED, f"handshake completed ({tls.version()})")
             except ssl.SSLWantReadError:
                 pass
@@ -202,10 +209,70 @@ def _handshake(
     return _classify_failure(flight, failure)
 
 
+def _tls13_verdict(
+    sock: socket.socket,
+    tls: ssl.SSLObject,
+    outgoing: ssl.MemoryBIO,
+    incoming: ssl.MemoryBIO,
+    deadline: float,
+    timeout: float,
+) -> Attempt:
+    """What the server did with our certificate (or its absence) after a TLS 1.3
+    handshake: the client's last flight (its Certificate, empty or not, and Finished)
+    is sent only now, and the server judges it on receipt.
+
+    - an alert (certificate required, bad or unknown certificate...), or a close
+      without one: REFUSED;
+    - a session ticket (sent once the server completed its side of the handshake, so
+      after it judged us) or application data: ACCEPTED;
+    - the connection kept open and silent until the probe's deadline, at least half of
+      the timeout after our flight: ACCEPTED, since a server that enforces mTLS answers a
+      missing certificate at once; a shorter wait: INCONCLUSIVE.
+    """
+    flight_sent_at = None
+    while True:
+        try:
+            if tls.read(1):
+                return Attempt(ACCEPTED, "it sent data once the handshake was over")
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:
+            return Attempt(REFUSED, "it closed the connection after the TLS 1.3 handshake")
+        except ssl.SSLError as exc:
+            return Attempt(REFUSED, f"{_reason(exc)} (after the TLS 1.3 handshake)")
+        session = tls.session
+        if session is not None and session.has_ticket:
+            return Attempt(ACCEPTED, "it sent a session ticket: it completed the handshake")
+        try:
+            pending = outgoing.read()
+            if pending:
+                sock.sendall(pending)
+            if flight_sent_at is None:
+                flight_sent_at = time.monotonic()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            data = sock.recv(16384)
+        except TimeoutError:
+            waited = time.monotonic() - flight_sent_at if flight_sent_at else 0.0
+            if waited >= timeout / 2:
+                return Attempt(
+                    ACCEPTED,
+                    f"it kept the connection open {waited:.1f}s after the handshake, no alert",
+                )
+            return Attempt(INCONCLUSIVE, "no verdict on the client after the TLS 1.3 handshake")
+        except OSError as exc:
+            return Attempt(REFUSED, f"{_reason(exc)} (after the TLS 1.3 handshake)")
+        if not data:
+            return Attempt(REFUSED, "it closed the connection after the TLS 1.3 handshake")
+        incoming.write(data)
+
+
 def _classify_silence(flight: _ServerFlight, timeout: float) -> Attempt:
     if not flight.received:
-        return Attempt(INCONCLUSIVE, f"no answer to a TLS ClientHello within {timeout:g}s")
-    return Attempt(INCONCLUSIVE, f"the TLS handshake hung for {timeout:g}s")
+        return Attempt(SILENT, f"no answer to a TLS ClientHello within {timeout:g}s")
+    return Attempt(SILENT, f"the TLS handshake hung for {timeout:g}s")
 
 
 def _classify_failure(flight: _ServerFlight, failure: BaseException | None) -> Attempt:
@@ -230,10 +297,11 @@ def _classify_failure(flight: _ServerFlight, failure: BaseException | None) -> A
     return Attempt(REFUSED, why)
 
 
-def _negative_context() -> ssl.SSLContext:
+def _negative_context(version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2) -> ssl.SSLContext:
+    """A client of one TLS version, which does not care who the server is."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # the server judges us inside the handshake
+    ctx.minimum_version = version
+    ctx.maximum_version = version
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # who Typha is does not matter to a refusal
     return ctx
@@ -315,6 +383,15 @@ def prove(address: str, out: Path, typha_identity: Identity, timeout: float) -> 
     from typhapki.pki.settings import RoleName
 
     no_cert = _handshake(address, _negative_context(), timeout)
+    if no_cert.outcome in (ACCEPTED, PLAIN, UNREACHABLE, SILENT):
+        return judge(address, no_cert, None, None)
+    # The same client under TLS 1.3, whatever TLS 1.2 showed: a Typha seen accepting a
+    # client without a certificate under any version does not enforce mTLS.
+    tls13 = no_cert
+    if ssl.HAS_TLSv1_3:  # an OpenSSL without TLS 1.3 cannot be offered it either
+        tls13 = _handshake(address, _negative_context(ssl.TLSVersion.TLSv1_3), timeout)
+    if tls13.outcome == ACCEPTED:
+        return judge(address, replace(tls13, version="TLS 1.3"), None, None)
     if no_cert.outcome != REFUSED:
         return judge(address, no_cert, None, None)
     other_ca = _handshake(address, _stranger_context(SetPaths(out).cert(RoleName.FELIX)), timeout)

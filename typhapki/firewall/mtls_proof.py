@@ -10,10 +10,12 @@ settings are the Deployment's) that Typha
    memory, with the same identity as this node's Felix, so only the CA differs);
 3. accepts this node's Felix (the set under OUT; typhapki/monitoring/probe.py).
 
-The two negative probes speak TLS 1.2 only: under TLS 1.3 the client's handshake ends
-before the server has judged the client certificate, and a slow Typha would be read as
-one that accepted. Under TLS 1.2 the server's Finished comes only after it has checked
-the client's certificate, so a completed handshake is an acceptance. The handshake runs
+The two negative probes speak TLS 1.2: under TLS 1.2 the server's Finished comes only
+after it has checked the client's certificate, so a completed handshake is an
+acceptance. The client without a certificate is tried under TLS 1.3 as well (a Typha
+that takes one under any version enforces nothing); there the client's handshake ends
+before the server has judged it, and the verdict comes after it: an alert (refused), a
+session ticket or data (accepted), or a silence that lasts (accepted). The handshake runs
 over memory BIOs so that the server's first flight can be read: a refusal counts only
 after Typha sent its ServerHello and asked for a certificate, never for a server that
 does not speak TLS 1.2 at all (that is no proof either way). Every probe is bounded by
@@ -44,6 +46,7 @@ REFUSED = "refused"  # Typha spoke TLS, asked for a certificate, then refused ou
 PLAIN = "plain"  # not a TLS server: no TLS answer to a ClientHello
 UNREACHABLE = "unreachable"  # nothing listens, or no TCP connection within the timeout
 INCONCLUSIVE = "inconclusive"  # TLS, but no judgement of the certificate was seen
+SILENT = "silent"  # no answer to a ClientHello, or a handshake that hung: no proof either
 
 
 @record(frozen=True)
@@ -52,6 +55,7 @@ class Attempt:
 
     outcome: str
     detail: str
+    version: str = ""  # "TLS 1.3" for the probe that speaks it; "" for TLS 1.2
 
 
 @record(frozen=True)
@@ -107,7 +111,10 @@ def judge(address: str, no_cert: Attempt, other_ca: Attempt | None, felix: Attem
         if attempt is None:
             break
         if attempt.outcome == ACCEPTED:
-            return Proof(address, NOT_ENFORCED, f"{where} accepted {what}: mTLS is not enforced")
+            under = f" under {attempt.version} ({attempt.detail})" if attempt.version else ""
+            return Proof(
+                address, NOT_ENFORCED, f"{where} accepted {what}{under}: mTLS is not enforced"
+            )
         if attempt.outcome == PLAIN:
             return Proof(
                 address, NOT_ENFORCED, f"{where} speaks plain TCP, not TLS: {attempt.detail}"

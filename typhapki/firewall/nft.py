@@ -15,7 +15,9 @@ element`` of both sets. ``nft -f`` applies a file as one transaction, so a conne
 never sees the sets empty in between, and the ruleset is not reloaded.
 
 Every source is validated again here (typhapki/firewall/hostnames.py), whatever the
-caller did, and overlapping networks are merged: an interval set refuses overlaps. A
+caller did, and overlapping networks are merged (an interval set refuses overlaps),
+but never into a network wider than /8 (IPv4) or /32 (IPv6): 10.0.0.0/8 and
+11.0.0.0/8 stay two elements, not 10.0.0.0/7 (hostnames.merge_within_bounds). A
 ferm variable (relaxed ``network_variable``) has no nftables meaning and is refused.
 The output is deterministic: no timestamps, sources in numeric order.
 """
@@ -27,7 +29,11 @@ from collections.abc import Iterable
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.ferm import _NAME, MODES, Sources
-from typhapki.firewall.hostnames import validate_port, validate_source_network
+from typhapki.firewall.hostnames import (
+    merge_within_bounds,
+    validate_port,
+    validate_source_network,
+)
 
 TABLE = "inet filter"  # the fleet's table, where `flush set` / `add element` find the sets
 CHAIN = "input"
@@ -47,9 +53,11 @@ def split_sources(sources: Sources) -> tuple[tuple[str, ...], tuple[str, ...]]:
     ]
     if not networks:
         raise ConfigError("a rule needs source addresses")
-    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
-    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
-    return _elements(ipaddress.collapse_addresses(v4)), _elements(ipaddress.collapse_addresses(v6))
+    merged = merge_within_bounds(networks)
+    return (
+        _elements(n for n in merged if n.version == 4),
+        _elements(n for n in merged if n.version == 6),
+    )
 
 
 def _elements(networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> tuple[str, ...]:

@@ -23,6 +23,10 @@ the same alert fires on ``typhapki_ferm_state{status="corrupt"}``.
 The ``mtls_*`` fields are the proof that Typha enforces mutual TLS, which a relaxed
 rule needs (typhapki/firewall/mtls_proof.py); a file without them (written before the
 proof existed) reads as "never proven". A proof made in the future is corrupt as well.
+A void proof stays void: `record_run` reads the file again as it writes; a run that
+made no proof of its own writes the proof times the file holds then (not those it read
+at its start), and a void recorded after a proof was made wins over it (runs at the
+same time); a void that cannot be written removes the old file with its proof.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.mtls_proof import VERDICTS, ProofRecord
-from typhapki.record import fields, record
+from typhapki.firewall.mtls_proof import ENFORCED, NOT_ENFORCED, VERDICTS, ProofRecord
+from typhapki.record import fields, record, replace
 
 STATE_ENV = "TYPHAPKI_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
@@ -264,12 +268,28 @@ def record_run(
     """
     now_int = int(time.time() if now is None else now)
     previous: int | None = None
+    on_disk = ProofRecord()
+    with contextlib.suppress(ConfigError):
+        current = read_state(directory)
+        previous = current.last_success
+        on_disk = recorded_proof(current, cluster)
+        if proof is None:
+            proof = on_disk
+        elif proof.proven_at is not None and (proof.verdict != ENFORCED or proof.skipped):
+            # Not proven by this run: its proof times were read at its start. Take them
+            # as they are now, so a void recorded meanwhile by a run at the same time
+            # (or a run after that one) is never undone by this record.
+            proof = replace(proof, proven_at=on_disk.proven_at, expires=on_disk.expires)
+        elif (
+            proof.proven_at is not None
+            and on_disk.verdict == NOT_ENFORCED
+            and proof.proven_at < current.last_attempt
+        ):
+            # Proven by this run, but a run that saw Typha accept what it must refuse
+            # recorded that after this proof was made: the void stands.
+            proof = ProofRecord(None, None, NOT_ENFORCED, proof.skipped)
     if proof is None:
         proof = ProofRecord()
-        with contextlib.suppress(ConfigError):
-            proof = recorded_proof(read_state(directory), cluster)
-    with contextlib.suppress(ConfigError):
-        previous = read_state(directory).last_success
     failed = sorted(set(failed_hosts))
     state = FermState(
         version=VERSION,
@@ -302,8 +322,15 @@ def record_run(
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        removed = ""
+        if proof.proven_at is None and on_disk.proven_at is not None:
+            # The old file would keep a proof this run voided or let lapse, and a later
+            # run would keep a relaxed rule on it: without a state, nothing is proven.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed = "; the old state with its mTLS proof is removed"
         return (
             f"typhapki: warning: ferm state {path}: {exc.strerror or exc} "
-            "(facts and metrics will not see this run)"
+            f"(facts and metrics will not see this run){removed}"
         )
     return None

@@ -14,7 +14,9 @@ content, same files: a second run changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,12 +25,18 @@ from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, StoreError
 from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
-from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
+from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, STAGING_DIR, SetPaths
 from typhapki.pki.pem import parse_certs, parse_key
 from typhapki.pki.profiles import PrivateKey, cert_pem, generate_key, key_pem, key_type_of
 from typhapki.pki.restarts import restarts_recorded
 from typhapki.pki.settings import PkiSettings, RoleName
-from typhapki.pki.store import FileSpec, ensure_dir, publish_all, write_file_atomic
+from typhapki.pki.store import (
+    FileSpec,
+    collect_leftovers,
+    ensure_dir,
+    publish_all,
+    write_file_atomic,
+)
 from typhapki.pki.store import locked as store_locked
 from typhapki.pki.verify import (
     RoleState,
@@ -42,8 +50,6 @@ from typhapki.pki.verify import (
 )
 from typhapki.record import record, replace
 from typhapki.safeio import read_regular
-
-STAGING_DIR = ".typhapki-staging"  # inside OUT, 0700; never mounted into a pod
 
 
 @record
@@ -252,6 +258,7 @@ def install_shipped(
     """
     shipped = read_shipped(source, settings, roles, now)
     with store_locked(SetPaths(out).lock):
+        collect_set_leftovers(SetPaths(out))
         return _publish(SetPaths(out), shipped.candidates(out, settings)), shipped.warnings
 
 
@@ -275,22 +282,104 @@ def _staging_dir(out: Path) -> Path:
     return directory
 
 
-def request_key(out: Path, role: RoleName, settings: PkiSettings) -> PrivateKey:
-    """The staged key for `role`: kept when it fits the settings, else made anew (0600)."""
+def staged_key_problem(path: Path, settings: PkiSettings) -> str | None:
+    """Why a staged key must not be used for a new CSR: not a plain file, not ours, or a
+    mode that lets anyone else read or write it (`request` writes 0600). Stricter than
+    `key_exposure`, which `install --cert` judges by: whatever request keeps, install
+    accepts, so a CSR is never made for a key install would refuse."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not {os.geteuid()}"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077 or key_exposure(path, settings) is not None:
+        return f"mode {mode:04o} lets others read or write it"
+    return None
+
+
+_MARKER_PREFIX = ".restart-"  # OUT/.restart-COMPONENT (typhapki/pki/restarts.py marker_path)
+
+
+def collect_set_leftovers(paths: SetPaths) -> list[str]:
+    """Under OUT's lock, at the start of a run: what killed runs left in OUT.
+
+    Temporary directories and links, generations nothing points to
+    (`collect_leftovers`), temporary copies of a staged key or a marker, and a staged
+    key that is already live (an `install --cert` killed between publishing it and
+    removing it from the staging directory). Returns the paths removed.
+    """
+    # In OUT only the restart markers' temporaries: they are written under this lock,
+    # while a --csr-out or a manifest written into OUT is not.
+    flat = ((paths.out, _MARKER_PREFIX), (paths.staging, ""))
+    removed = collect_leftovers(paths.managed_dirs, flat)
+    for role in ROLES:
+        staged = staged_key_path(paths.out, role)
+        try:
+            if not stat.S_ISREG(os.lstat(staged).st_mode):
+                continue
+            live = _live(paths.role_dir(role), [ROLES[role].key_file])
+            if live is None:
+                continue
+            from typhapki.pki.profiles import public_key_der
+
+            staged_key = parse_key(read_regular(staged, "staged key"), str(staged))
+            live_key = parse_key(live[ROLES[role].key_file], str(paths.key(role)))
+            if public_key_der(staged_key) == public_key_der(live_key):
+                staged.unlink()
+                removed.append(str(staged))
+        except (OSError, ConfigError):
+            continue
+    return removed
+
+
+def collect_set_leftovers_now(out: Path) -> list[str]:
+    """`collect_set_leftovers` for a run that may change nothing (`issue` with nothing
+    to do): best effort, and never waits for the lock (a run that holds it collects)."""
+    paths = SetPaths(out)
+    if os.path.islink(out) or not os.path.isdir(out):
+        return []
+    with (
+        contextlib.suppress(StoreError, RefusedError, OSError),
+        store_locked(paths.lock, timeout=0, create=False),
+    ):
+        return collect_set_leftovers(paths)
+    return []
+
+
+def request_key(out: Path, role: RoleName, settings: PkiSettings) -> tuple[PrivateKey, str | None]:
+    """The staged key for `role`: kept when it fits the settings and nobody else could
+    have read it, else made anew (0600); and, when a staged key was replaced because it
+    was exposed, why (for a warning line).
+
+    A staged key others could read is never reused for a CSR: `install --cert` would
+    refuse the certificate signed for it, and `request` would hand out the same CSR
+    again, a loop with a certificate signed for an exposed key.
+    """
     paths = SetPaths(out)
     with store_locked(paths.lock):
         _staging_dir(out)
+        collect_set_leftovers(paths)
         path = staged_key_path(out, role)
-        if path.exists():
-            try:
-                key = parse_key(read_regular(path, "staged key"), str(path))
-                if key_type_of(key) is settings.key_type:
-                    return key
-            except ConfigError:
-                pass  # unreadable or corrupt: replaced below
+        replaced: str | None = None
+        if os.path.lexists(path):
+            problem = staged_key_problem(path, settings)
+            if problem is None:
+                try:
+                    key = parse_key(read_regular(path, "staged key"), str(path))
+                    if key_type_of(key) is settings.key_type:
+                        return key, None
+                except ConfigError:
+                    pass  # unreadable or corrupt: replaced below
+            else:
+                # write_file_atomic refuses to replace a FIFO or a directory (StoreError).
+                replaced = f"{path}: {problem}: treated as exposed, replaced with a new key"
         key = generate_key(settings.key_type)
         write_file_atomic(path, key_pem(key), 0o600)
-        return key
+        return key, replaced
 
 
 def install_certificate(
@@ -318,6 +407,7 @@ def install_certificate(
             raise ConfigError(f"{paths.bundle}: no CA bundle installed yet; give --bundle FILE")
         bundle = parse_certs(live_bundle[BUNDLE_FILE], str(paths.bundle))
     with store_locked(paths.lock):
+        collect_set_leftovers(paths)
         staged = staged_key_path(out, role)
         key: PrivateKey | None = None
         if staged.exists():

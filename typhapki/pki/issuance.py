@@ -253,6 +253,10 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
     now = now or datetime.now(UTC)
     signer = desired.signer
     assert signer is not None and desired.current is not None
+    # What killed runs left, even when this run has nothing to change (docs/security.md).
+    from typhapki.pki.install import collect_set_leftovers_now
+
+    collect_set_leftovers_now(desired.out)
     for _attempt in range(3):
         found = plan(desired, desired.judge(now), now, keep_leaves)
         if found.refusals:

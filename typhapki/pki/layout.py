@@ -17,6 +17,7 @@ CA_KEY_FILE = "typhaca.key"
 BUNDLE_DIR = "calico-typha-ca"
 BUNDLE_FILE = "typhaca.crt"
 LOCK_FILE = ".typhapki.lock"
+STAGING_DIR = ".typhapki-staging"  # inside OUT, 0700; never mounted into a pod
 
 
 @record(frozen=True)
@@ -54,6 +55,16 @@ class SetPaths:
     @property
     def lock(self) -> Path:
         return self.out / LOCK_FILE
+
+    @property
+    def staging(self) -> Path:
+        """Where `request` keeps a node's key until its certificate comes back."""
+        return self.out / STAGING_DIR
+
+    @property
+    def managed_dirs(self) -> tuple[Path, ...]:
+        """Every directory of OUT that holds generations: the bundle's, each role's."""
+        return (self.bundle_dir, *(self.role_dir(role) for role in ROLES))
 
     def role_dir(self, role: RoleName) -> Path:
         return self.out / ROLES[role].directory

@@ -28,7 +28,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -417,20 +417,27 @@ def publish(directory: Path, files: Mapping[str, FileSpec], keep_previous: bool 
         raise StoreError(_error_text(exc, directory)) from None
 
 
-def collect_garbage(directory: Path, names: Collection[str] = ()) -> None:
+def collect_garbage(
+    directory: Path, names: Collection[str] = (), drop_exposed: bool = True
+) -> None:
     """Remove what killed or earlier runs left: temporaries and unreferenced generations.
 
     Call it under the set's lock. Only typhapki's own things go: names it gives
     (``..tmp_*``, ``..YYYY_MM_DD_...``), directories owned by this user on the same
     file system, holding plain files only; anything else is left alone. A previous
-    generation whose key others can read is dropped with its ``..previous``. Links to
+    generation whose key others can read is dropped with its ``..previous`` (unless
+    `drop_exposed` is false: the caller's plan drops it, and says so). Links to
     ``..data/NAME`` for a NAME no longer published (not in `names`) go too, when
     `names` is given.
     """
     if os.path.islink(directory) or not os.path.isdir(directory):
         return
     previous = previous_generation(directory)
-    if previous is not None and _generation_exposes_a_key(directory, previous) is not None:
+    if (
+        drop_exposed
+        and previous is not None
+        and _generation_exposes_a_key(directory, previous) is not None
+    ):
         previous = None  # a key others could read is not kept, not even for rollback
     if os.path.lexists(directory / PREVIOUS_LINK) and previous is None:
         with contextlib.suppress(OSError):
@@ -456,6 +463,58 @@ def collect_garbage(directory: Path, names: Collection[str] = ()) -> None:
         ):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
+
+
+# What write_file_atomic leaves when killed before its rename: "." + NAME + "...tmp_"
+# + 12 hex digits (NAME the file it was writing).
+_ATOMIC_TMP = re.compile(r"\.(.+)\." + re.escape(_TMP_PREFIX) + r"[0-9a-f]{12}")
+
+
+def collect_leftovers(managed: Iterable[Path], flat: Iterable[tuple[Path, str]] = ()) -> list[str]:
+    """What killed runs left, collected at the start of a run (under the set's lock),
+    whether or not that run goes on to change anything; returns the paths removed.
+
+    In each `managed` directory (one that holds generations): `collect_garbage`, which
+    keeps an exposed ``..previous`` here (dropping it is a change `issue` reports). In each
+    `flat` (directory, prefix): the temporary files `write_file_atomic` leaves when
+    killed before its rename (``.NAME...tmp_XXXXXXXXXXXX``, a copy of a staged key or
+    a marker, half written or whole) whose NAME, the file it was writing, starts with
+    `prefix`, when they are
+    plain files or links owned by this user. Give only names written under the same
+    lock, so a temporary file a live run is writing is never taken. A directory that
+    is missing or a link is left alone.
+    """
+    removed: list[str] = []
+    for directory in managed:
+        before = _names(directory)
+        with contextlib.suppress(OSError):
+            collect_garbage(directory, drop_exposed=False)
+        removed += [str(directory / n) for n in sorted(before - _names(directory))]
+    for directory, prefix in flat:
+        for name in sorted(_names(directory)):
+            match = _ATOMIC_TMP.fullmatch(name)
+            if match is None or not match[1].startswith(prefix):
+                continue
+            path = directory / name
+            try:
+                st = os.lstat(path)
+                if st.st_uid != os.geteuid() or not (stat.S_ISREG(st.st_mode)
+                                                      or stat.S_ISLNK(st.st_mode)):  # fmt: skip
+                    continue
+                os.unlink(path)
+            except OSError:
+                continue
+            removed.append(str(path))
+    return removed
+
+
+def _names(directory: Path) -> set[str]:
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return set()
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
 
 
 def _remove_own_dir(path: Path) -> bool:
