@@ -7,8 +7,10 @@ file typhapki reads goes through read_regular().
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from typhapki.errors import ConfigError
@@ -34,8 +36,14 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes:
-    """The bytes of `path`, which must be a regular file of at most `limit` bytes.
+def read_regular(
+    path: Path,
+    what: str,
+    limit: int = DEFAULT_LIMIT,
+    judge: Callable[[os.stat_result], str | None] | None = None,
+) -> bytes:
+    """The bytes of `path`, which must be a regular file of at most `limit` bytes
+    (and pass `judge`, which says what is wrong with its status, if anything).
 
     Opened with O_NONBLOCK so that a FIFO cannot block the open itself; the type is
     then checked on the open descriptor (no race with a swap of the path).
@@ -50,6 +58,8 @@ def read_regular(path: Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes:
             raise UnreadableFileError(f"{what} {path}: {_kind(st.st_mode)}, not a regular file")
         if st.st_size > limit:
             raise UnreadableFileError(f"{what} {path}: larger than {limit} bytes")
+        if judge is not None and (why := judge(st)) is not None:
+            raise UnreadableFileError(f"{what} {path}: {why}")
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -65,3 +75,41 @@ def read_regular(path: Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes:
         raise UnreadableFileError(f"{what} {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def secret_problem(st: os.stat_result) -> str | None:
+    """What makes a file unfit to hold a secret typhapki reads but does not manage (a
+    client key, a token): an owner other than root or the user typhapki runs as (who
+    could swap it), any permission for others, or write for its group. Group read is
+    fine: Puppet keeps the agent's key 0640 for its group (docs/security.md)."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, not root or uid {os.geteuid()} that typhapki runs as"
+    mode = st.st_mode & 0o777
+    if mode & 0o007:
+        return f"mode {mode:04o} lets others read or write it; chmod o= it"
+    if mode & stat.S_IWGRP:
+        return f"mode {mode:04o} lets its group write it; chmod g-w it"
+    return None
+
+
+def read_secret(path: Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes:
+    """read_regular() of a file holding a secret: refused unless secret_problem() finds
+    nothing, judged on the open descriptor."""
+    return read_regular(path, what, limit, secret_problem)
+
+
+@contextlib.contextmanager
+def private_copies(*contents: bytes) -> Iterator[list[str]]:
+    """Each content in its own 0600 file of a private directory, removed on exit: for
+    `ssl`, which loads a client pair only from files, never from what typhapki read."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="typhapki-tls-") as directory:
+        paths = []
+        for index, data in enumerate(contents):
+            path = os.path.join(directory, f"{index}.pem")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            paths.append(path)
+        yield paths

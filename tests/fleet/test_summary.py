@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from typhapki.fleet.nodes import BROKEN, MISSING, STATES, VALID, Node
-from typhapki.fleet.summary import READY_STAGES, reached, ready, render_table, shown, summarise
+from typhapki.fleet.nodes import BROKEN, MISSING, STATES, VALID, Node, shown
+from typhapki.fleet.summary import READY_STAGES, reached, ready, render_table, summarise
 
 OLD, NEW = "a" * 64, "b" * 64
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

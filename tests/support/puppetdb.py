@@ -1,4 +1,5 @@
-"""A real PuppetDB (Debian's 7.12) on a private PostgreSQL 15 cluster, for tests and bench.
+"""A real PuppetDB (Debian's 7.12) on a private PostgreSQL 15 cluster, for tests and bench;
+and a stand-in (`running_standin`, at the end) for what the real one cannot send.
 
 Started once per session: `initdb` makes a throwaway cluster in a temp directory owned
 by the postgres user (PostgreSQL refuses to run as root), listening on a free loopback
@@ -23,8 +24,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,187 @@ def running_puppetdb(
             yield PuppetDB(root, http_port, ssl_port, time.monotonic() - started)
         finally:
             stop(process)
+
+
+# --- the stand-in -------------------------------------------------------------------
+#
+# The real PuppetDB above takes minutes to start and cannot store what a hostile node
+# might send (PuppetDB 7.12 itself fails near 960 levels of nesting). The stand-in
+# answers the three queries `typhapki fleet` makes (typhapki/fleet/query.py) from
+# nodes held in memory, as PuppetDB does (a JSON list of rows, chunked), and can send
+# what PuppetDB never would: raw JSON text of any depth, duplicate rows, and every part
+# of its answer trickled a few bytes at a time.
+
+
+@dataclass(frozen=True)
+class RawJson:
+    """JSON text sent as it is (json.dumps cannot write 1,000 levels)."""
+
+    text: str
+
+
+def nested(depth: int, shape: str = "list", leaf: str = '"x"') -> RawJson:
+    """A value `depth` levels deep: lists, objects, or both in turn."""
+    opens, closes = [], []
+    for level in range(depth):
+        if shape == "list" or (shape == "mixed" and level % 2):
+            opens.append("[")
+            closes.append("]")
+        else:
+            opens.append('{"k":')
+            closes.append("}")
+    return RawJson("".join(opens) + leaf + "".join(reversed(closes)))
+
+
+def _dump(value: object) -> str:
+    return value.text if isinstance(value, RawJson) else json.dumps(value)
+
+
+def valid_fact(now: datetime, cluster: str = "c1") -> dict[str, Any]:
+    """The parts of the `typhapki` fact the fleet view reads, for a valid set."""
+    later = (now + timedelta(days=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    role = {"present": True, "not_after": later, "renewal_due": False, "valid": True}
+    return {
+        "cluster": cluster,
+        "set": {"valid": True, "roles": {"typha": role, "felix": dict(role)},
+                "bundle": {"problems": []}},
+        "trust": {"bundle": ["a" * 64], "leaf_issuers": {"typha": "a" * 64, "felix": "a" * 64},
+                  "stage": "none"},
+    }  # fmt: skip
+
+
+@dataclass
+class StandInNode:
+    cluster: object  # the `cluster` parameter of Class[Typhapki] (None: no parameter)
+    fact: object = None  # None: no fact stored; RawJson: sent as it is
+    produced: object = None  # producer_timestamp; None: now
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """Send the part of the answer from `start` on `size` bytes at a time."""
+
+    part: str  # "status", "headers" or "body"
+    size: int = 1
+    interval: float = 0.1
+
+
+@dataclass
+class StandIn:
+    """A PuppetDB stand-in on loopback; tests set `nodes`, `extra_rows`, `trickle`."""
+
+    nodes: dict[str, StandInNode] = field(default_factory=dict)
+    extra_rows: dict[str, list[str]] = field(default_factory=dict)  # endpoint -> raw rows
+    trickle: Trickle | None = None
+    url: str = ""
+    asked: list[str] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.nodes, self.extra_rows, self.trickle = {}, {}, None
+
+    def rows(self, endpoint: str, query: Any) -> list[str]:
+        cluster = _cluster_of(query)
+        members = {
+            name: node for name, node in self.nodes.items()
+            if cluster is None or node.cluster == cluster
+        }  # fmt: skip
+        rows: list[str] = []
+        now = datetime.now(UTC).isoformat()
+        for name, node in members.items():
+            certname = json.dumps(name)
+            if endpoint == "resources":
+                params = "{}" if node.cluster is None else f'{{"cluster": {_dump(node.cluster)}}}'
+                rows.append(f'{{"certname": {certname}, "parameters": {params}}}')
+            elif endpoint == "facts" and node.fact is not None:
+                rows.append(f'{{"certname": {certname}, "value": {_dump(node.fact)}}}')
+            elif endpoint == "factsets" and node.fact is not None:
+                stamp = _dump(node.produced if node.produced is not None else now)
+                rows.append(f'{{"certname": {certname}, "producer_timestamp": {stamp}}}')
+        return rows + self.extra_rows.get(endpoint, [])
+
+    def answer(self, path: str, body: bytes) -> list[bytes]:
+        """The answer's parts: status line, headers, chunked body."""
+        endpoint = path.rsplit("/", 1)[-1]
+        self.asked.append(endpoint)
+        query = json.loads(body)["query"]
+        data = ("[" + ",".join(self.rows(endpoint, query)) + "]").encode()
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(piece), piece)
+            for piece in (data[i : i + 65536] for i in range(0, len(data), 65536))
+        )
+        return [
+            b"HTTP/1.1 200 OK\r\n",
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"X-Filler: " + b"x" * 40 + b"\r\n\r\n",
+            chunks + b"0\r\n\r\n",
+        ]
+
+
+def _cluster_of(query: Any) -> object:
+    """The cluster a query asks for (["=", "parameters.cluster", X] anywhere), or None."""
+    stack = [query]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            if len(item) == 3 and item[:2] == ["=", "parameters.cluster"]:
+                return item[2]
+            stack.extend(item)
+    return None
+
+
+@contextlib.contextmanager
+def running_standin() -> Iterator[StandIn]:
+    """The stand-in on a free loopback port, plain HTTP; stopped on exit."""
+    import threading
+
+    standin = StandIn()
+    listener = socket.create_server(("127.0.0.1", 0))
+    standin.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stopped = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                more = conn.recv(65536)
+                if not more:
+                    return
+                data += more
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(body) < length:
+                more = conn.recv(65536)
+                if not more:
+                    return
+                body += more
+            trickle = standin.trickle
+            parts = standin.answer(head.split(b" ")[1].decode(), body)
+            for part, piece in zip(("status", "headers", "body"), parts, strict=True):
+                if trickle is None or trickle.part != part:
+                    conn.sendall(piece)
+                    continue
+                for i in range(0, len(piece), trickle.size):
+                    if stopped.is_set():
+                        return
+                    time.sleep(trickle.interval)
+                    conn.sendall(piece[i : i + trickle.size])
+
+    def accept() -> None:
+        while not stopped.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield standin
+    finally:
+        stopped.set()
+        listener.close()

@@ -2,8 +2,9 @@
 
 Thin: options into a client (typhapki/fleet/puppetdb.py), the queries
 (typhapki/fleet/query.py), each node judged (typhapki/fleet/nodes.py) and summarised
-(typhapki/fleet/summary.py); exit 0 healthy or ready, 1 action needed, 6 PuppetDB
-failed (docs/exit-codes.md).
+(typhapki/fleet/summary.py); exit 0 healthy or ready, 1 action needed (or, for the
+gate, a change it cannot judge), 8 PuppetDB failed (docs/exit-codes.md). Every text
+from PuppetDB or hiera is printed through `shown` (typhapki/fleet/nodes.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.record import record
 
 if TYPE_CHECKING:
+    from typhapki.fleet.gate import Unjudged
     from typhapki.fleet.nodes import Node
     from typhapki.fleet.puppetdb import PuppetDB
 
@@ -46,10 +48,17 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
         from typhapki.puppet.agent_ssl import agent_ssl
 
         agent = agent_ssl()  # puppet.conf read as cfssl's `puppet` reads it: no Ruby run
+
+        def what(option: str, setting: str, given: object) -> str:
+            return option if given else f"{option} ({setting} from {agent.source})"
+
         tls = ClientTls(
             agent.hostcert,
             opts.puppetdb_key or agent.hostprivkey,
             opts.puppetdb_ca or agent.localcacert,
+            what("--puppetdb-cert puppet", "hostcert", False),
+            what("--puppetdb-key", "hostprivkey", opts.puppetdb_key),
+            what("--puppetdb-ca", "localcacert", opts.puppetdb_ca),
         )
     else:
         cert = Path(opts.puppetdb_cert) if opts.puppetdb_cert else None
@@ -130,8 +139,8 @@ def fleet_ready(
 ) -> int:
     """Exit 0 when every member of CLUSTER reached STAGE by fingerprints, else 1 listing
     the nodes that hold it back."""
-    from typhapki.fleet.nodes import BrokenFact, parse_time
-    from typhapki.fleet.summary import READY_STAGES, ready, shown
+    from typhapki.fleet.nodes import BrokenFact, parse_time, shown
+    from typhapki.fleet.summary import READY_STAGES, ready
 
     if stage not in READY_STAGES:
         raise UsageError(f"--stage: expected trust-new, reissue or drop-old, got {stage!r:.40}")
@@ -164,38 +173,40 @@ def fleet_ready(
     return EXIT_NEEDS_ACTION
 
 
-def _old_tree(hiera: Path, base: str, into: Path) -> Path:
-    """HIERA as it was at git revision BASE, written under INTO."""
-    repo = subprocess.run(
-        ["git", "-C", str(hiera if hiera.is_dir() else hiera.parent), "rev-parse",
-         "--show-toplevel", "--show-prefix"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", *args], capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def _old_tree(hiera: Path, base: str, into: Path) -> tuple[Path, list[Unjudged]]:
+    """HIERA as it was at git revision BASE, written under INTO, and the entries of it
+    the gate cannot judge (typhapki/fleet/gate.py `git_tree`)."""
+    from typhapki.fleet.gate import git_tree
+    from typhapki.fleet.nodes import shown
+
+    repo = _git("-C", str(hiera if hiera.is_dir() else hiera.parent), "rev-parse",
+                "--show-toplevel", "--show-prefix")  # fmt: skip
     if repo.returncode:
         raise UsageError(f"--base: {hiera} is not in a git repository")
-    lines = repo.stdout.splitlines()
+    lines = repo.stdout.decode("utf-8", "surrogateescape").splitlines()
     top, prefix = lines[0], (lines[1] if len(lines) > 1 else "")
     relative = Path(prefix) / (hiera.name if not hiera.is_dir() else "")
-    listed = subprocess.run(
-        ["git", "-C", top, "ls-tree", "-r", "--name-only", base, "--", str(relative)],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    listed = _git("-C", top, "ls-tree", "-r", "-z", base, "--", str(relative))
     if listed.returncode:
-        raise UsageError(f"--base: {base!r:.40}: not a revision of {top}")
-    target = into / relative
-    for name in listed.stdout.splitlines():
+        raise UsageError(f"--base: {shown(base, 40)}: not a revision of {top}")
+    files, refused = git_tree(listed.stdout)
+    for name, oid in files:
         if not name.endswith((".yaml", ".yml")):
             continue
-        shown_file = subprocess.run(
-            ["git", "-C", top, "show", f"{base}:{name}"],
-            capture_output=True, stdin=subprocess.DEVNULL, check=True,
-        )  # fmt: skip
+        blob = _git("-C", top, "cat-file", "blob", oid)
+        if blob.returncode:
+            raise UsageError(f"--base: {shown(base, 40)}: cannot read {shown(name)} ({oid})")
         dest = into / name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(shown_file.stdout)
+        dest.write_bytes(blob.stdout)
+    target = into / relative
     if hiera.is_dir():
         target.mkdir(parents=True, exist_ok=True)
-    return target
+    return target, refused
 
 
 def fleet_gate(
@@ -207,13 +218,22 @@ def fleet_gate(
 ) -> int:
     """Refuse (exit 1) a hiera change that advances a cluster's rotation before every
     member reached the previous stage; with --no-puppetdb, warn and pass."""
-    from typhapki.fleet.gate import advances, rotation_keys
-    from typhapki.fleet.summary import reached, shown
+    from typhapki.fleet.gate import advances, rotation_keys, unjudged
+    from typhapki.fleet.nodes import shown
+    from typhapki.fleet.summary import reached
 
     if (base is None) == (old is None):
         raise UsageError("give exactly one of --base REV (git) and --old PATH")
     with tempfile.TemporaryDirectory(prefix="typhapki-gate-") as tmp:
-        old_path = old if old is not None else _old_tree(hiera, base or "", Path(tmp))
+        if old is not None:
+            old_path, refused_entries = old, unjudged(old)
+        else:
+            old_path, refused_entries = _old_tree(hiera, base or "", Path(tmp))
+        refused_entries += unjudged(hiera)
+        if refused_entries:
+            for entry in refused_entries:
+                print(entry.line())
+            return EXIT_NEEDS_ACTION
         before = rotation_keys(old_path) if _has_yaml(old_path) else {}
     moves = advances(before, rotation_keys(hiera))
     if not moves:

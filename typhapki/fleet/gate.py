@@ -8,18 +8,131 @@ A change advances a cluster's CA rotation (docs/rotation.md) when it
 - removes an entry from `typha: trust` (drop-old: every member must have reached
   reissue).
 Defaults (`kubernetes::clusters_defaults`) are merged in first, so a change to the
-defaults advances every cluster it reaches. Pure: the trees are loaded here, PuppetDB
-is asked by the caller.
+defaults advances every cluster it reaches. The trees are loaded here, PuppetDB is
+asked by the caller.
+
+The gate never passes a change it could not judge: an entry of either tree that it
+cannot read as hiera (a submodule, a symlink, a FIFO or any other non-regular entry,
+a name git quotes) is a refusal line of its own (`unjudged`, `git_tree`), never a
+skip and never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from typhapki.fleet.nodes import shown
 from typhapki.puppet.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
 from typhapki.record import record
+
+_REGULAR_MODES = (b"100644", b"100755")
+_GIT_MODES = {
+    b"120000": "a symlink in git",
+    b"160000": "a submodule (the gate cannot see inside it)",
+}
+
+
+@record(frozen=True)
+class Unjudged:
+    """An entry the gate cannot read as hiera, and why."""
+
+    path: str
+    why: str
+
+    def line(self) -> str:
+        why = f"{self.why}; the gate judges no change it cannot read"
+        return f"{shown(self.path, 200)}: refused: {why}"
+
+
+def git_quotes(name: bytes) -> bool:
+    """Whether git prints this path quoted (core.quotePath, its default): control
+    characters, DEL, a double quote, a backslash or any byte beyond ASCII."""
+    return any(b < 0x20 or b >= 0x7F or b in b'"\\' for b in name)
+
+
+def git_tree(listing: bytes) -> tuple[list[tuple[str, str]], list[Unjudged]]:
+    """From `git ls-tree -r -z` output: the regular files (path, object id) and the
+    entries the gate cannot judge (submodules, symlinks, other modes, quoted names)."""
+    files: list[tuple[str, str]] = []
+    refused: list[Unjudged] = []
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, tab, raw = entry.partition(b"\t")
+        fields = meta.split(b" ")
+        name = raw.decode("utf-8", "surrogateescape")
+        if not tab or len(fields) != 3:
+            refused.append(
+                Unjudged(name or entry.decode("utf-8", "replace"), "not a git tree entry")
+            )
+            continue
+        mode, _kind, oid = fields
+        if mode not in _REGULAR_MODES:
+            why = _GIT_MODES.get(
+                mode, f"not a regular file (git mode {mode.decode('ascii', 'replace')})"
+            )
+            refused.append(Unjudged(name, why))
+        elif git_quotes(raw):
+            refused.append(
+                Unjudged(name, "a file name git quotes (control, quote, backslash or non-ASCII)")
+            )
+        else:
+            files.append((name, oid.decode("ascii")))
+    return files, refused
+
+
+def unjudged(root: Path) -> list[Unjudged]:
+    """The entries under ROOT (a hiera file or directory, never followed through a
+    link) that the gate cannot judge: symlinks, FIFOs, sockets, devices, submodules
+    (a directory holding `.git`), names git quotes. ROOT's own `.git` is not hiera."""
+    found: list[Unjudged] = []
+    try:
+        top = os.stat(root)  # the root as named; below it, no link is followed
+    except OSError as exc:
+        return [Unjudged(str(root), exc.strerror or "cannot be read")]
+    if not stat.S_ISDIR(top.st_mode):
+        why = _fs_problem(os.fsencode(root.name), top.st_mode)
+        return [Unjudged(str(root), why)] if why else []
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            found.append(Unjudged(str(directory), exc.strerror or "cannot be listed"))
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if directory == root and entry.name == ".git":
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError as exc:
+                found.append(Unjudged(str(path), exc.strerror or "cannot be read"))
+                continue
+            why = _fs_problem(os.fsencode(entry.name), mode)
+            if why is None and stat.S_ISDIR(mode):
+                if os.path.lexists(path / ".git"):
+                    why = "a submodule or another repository (the gate cannot see inside it)"
+                else:
+                    stack.append(path)
+            if why is not None:
+                found.append(Unjudged(str(path), why))
+    return sorted(found, key=lambda u: u.path)
+
+
+def _fs_problem(name: bytes, mode: int) -> str | None:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "not a regular file (a FIFO, socket or device)"
+    if git_quotes(name):
+        return "a file name git quotes (control, quote, backslash or non-ASCII)"
+    return None
 
 
 @record(frozen=True)
@@ -83,9 +196,13 @@ def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list
                     name,
                     "reissue",
                     "trust-new",
-                    f"moves the signer from {before.signer!r:.40} to {after.signer!r:.40}",
+                    f"moves the signer from {_quoted(before.signer)} to {_quoted(after.signer)}",
                 )
             )
         if before.trust - after.trust:
             found.append(Advance(name, "drop-old", "reissue", "removes a CA from typha.trust"))
     return found
+
+
+def _quoted(signer: str | None) -> str:
+    return "none" if signer is None else f"'{shown(signer, 40)}'"

@@ -2,8 +2,11 @@
 
 The fact arrives from every node of the fleet, so it is read as hostile: any value of
 the wrong type, a fingerprint that is not 64 hex digits, a date that does not parse, a
-list longer than a bundle can be, makes the node "fact broken" with the reason, never
-an exception. Pure: no I/O, the time is an argument.
+list longer than a bundle can be, a value nested deeper than JSON can be read
+(typhapki/fleet/answer.py), makes the node "fact broken" with the reason, never an
+exception. A fact stamped more than FUTURE_SKEW ahead of now is not fresh: the node's
+clock, or the stamp, is wrong. Every text from PuppetDB is printed through `shown`.
+Pure: no I/O, the time is an argument.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from typhapki.fleet.answer import NestedTooDeep
 from typhapki.record import record
 
 # A node's one state, in the order the table shows them; the first that applies wins.
@@ -34,6 +38,23 @@ STAGES = ("none", "trust-new", "reissue")
 MAX_BUNDLE = 16  # a bundle holds one CA, two during a rotation
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}\Z")
 _ROLES = ("typha", "felix")
+# How far ahead of now a fact's stamp may be (clock skew), as for certificates and
+# state files (docs/security.md); beyond it the fact is never fresh.
+FUTURE_SKEW = timedelta(minutes=5)
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """Text from PuppetDB (a certname, a fact key, a cluster name), safe on one terminal
+    line: control and format characters (newlines, escape sequences, bidi overrides)
+    and the backslash escaped, so nothing can fake an escape; long text cut."""
+    out = []
+    for char in text[:limit]:
+        if char == "\\" or not char.isprintable():
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out) + ("..." if len(text) > limit else "")
 
 
 class BrokenFact(ValueError):
@@ -53,11 +74,13 @@ class Node:
     first_expiry: datetime | None = None
     produced_at: datetime | None = None
     has_fact: bool = False
+    future: bool = False  # stamped more than FUTURE_SKEW ahead: never fresh
 
     @property
     def judged(self) -> bool:
-        """Whether its fingerprints can be believed: present, not broken."""
-        return self.has_fact and self.state not in (MISSING, BROKEN)
+        """Whether its fingerprints can be believed: present, not broken, not stamped in
+        the future (where any `--since` would take it for fresh)."""
+        return self.has_fact and not self.future and self.state not in (MISSING, BROKEN)
 
 
 def parse_time(value: object, what: str) -> datetime:
@@ -66,9 +89,9 @@ def parse_time(value: object, what: str) -> datetime:
         raise BrokenFact(f"{what}: expected an ISO 8601 time")
     try:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        return when.astimezone(UTC) if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
         raise BrokenFact(f"{what}: not an ISO 8601 time") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _mapping(value: object, what: str) -> Mapping[str, Any]:
@@ -143,7 +166,7 @@ def _set_state(fact: Mapping[str, Any], now: datetime) -> tuple[str, str, dateti
         return EXPIRED, "", first
     if role_invalid or bundle_problems or (not valid and not renewing) or error:
         reason = error or ("bundle" if bundle_problems else "a leaf is missing or invalid")
-        return INVALID, reason[:200], first
+        return INVALID, shown(reason, 160), first
     return (RENEWING if renewing else ""), "", first
 
 
@@ -151,9 +174,10 @@ def _runtime_state(fact: Mapping[str, Any]) -> str:
     restart = fact.get("restart")
     if restart is not None:
         for component, status in _mapping(restart, "restart").items():
-            status = _mapping(status, f"restart.{component}")
+            where = f"restart.{shown(str(component), 40)}"
+            status = _mapping(status, where)
             pending = status.get("restart_pending")
-            if pending is not None and _bool(pending, f"restart.{component}.restart_pending"):
+            if pending is not None and _bool(pending, f"{where}.restart_pending"):
                 return RESTART_PENDING
     gate = fact.get("ferm_gate")
     if gate is not None:
@@ -179,6 +203,8 @@ def judge_node(
     producer_timestamp. Never raises."""
     if fact is None:
         return Node(certname, MISSING)
+    if isinstance(fact, NestedTooDeep):
+        return Node(certname, BROKEN, "the fact: nested too deeply", has_fact=True)
     try:
         when = parse_time(produced_at, "producer_timestamp") if produced_at is not None else None
         fact = _mapping(fact, "the fact")
@@ -189,7 +215,10 @@ def judge_node(
         return Node(certname, BROKEN, str(exc), has_fact=True)
     except Exception as exc:  # belt and braces: a hostile value must never end the run
         return Node(certname, BROKEN, type(exc).__name__, has_fact=True)
-    if when is None or now - when > max_age:
+    future = when is not None and when - now > FUTURE_SKEW
+    if future:
+        state, reason = STALE, f"stamped {when:%Y-%m-%dT%H:%M:%SZ}, in the future"
+    elif when is None or now - when > max_age:
         state, reason = STALE, "" if when is None else f"uploaded {when:%Y-%m-%dT%H:%M:%SZ}"
     elif state in ("", RENEWING) and runtime:
         state = runtime
@@ -203,4 +232,5 @@ def judge_node(
         first,
         when,
         has_fact=True,
+        future=future,
     )

@@ -8,8 +8,9 @@ Three /pdb/query/v4 queries, each filtered on PuppetDB's side to the members:
 - when each fact set was produced on the node: the `factsets` endpoint,
   `producer_timestamp` only.
 
-PuppetDB's answers must be lists of objects with a text `certname`: anything else is
-a malformed answer (exit 6). The fact values themselves are judged later, per node
+PuppetDB's answers must be lists of objects with a text `certname`, one row per
+certname (a node is a member of one cluster): anything else is a malformed answer
+(exit 8). The fact values themselves are judged later, per node
 (typhapki/fleet/nodes.py), where a hostile one only breaks its own node.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from typhapki.errors import PuppetDBError
+from typhapki.fleet.nodes import shown
 from typhapki.fleet.puppetdb import PuppetDB
 from typhapki.puppet import FACT_NAME
 from typhapki.record import record
@@ -66,10 +68,28 @@ def _rows(answer: object, endpoint: str, db: PuppetDB) -> list[dict[str, Any]]:
     where = f"{db.url}/pdb/query/v4/{endpoint}"
     if not isinstance(answer, list):
         raise PuppetDBError(f"{where}: malformed answer: expected a list of rows")
+    seen: dict[str, dict[str, Any]] = {}
     for row in answer:
         if not isinstance(row, dict) or not isinstance(row.get("certname"), str):
             raise PuppetDBError(f"{where}: malformed answer: a row without a text certname")
+        certname = row["certname"]
+        if certname in seen:
+            clusters = {_cluster(seen[certname]), _cluster(row)}
+            why = (
+                "a member of two clusters (" + ", ".join(shown(c) for c in sorted(clusters)) + ")"
+                if endpoint == "resources" and len(clusters) > 1
+                else "in two rows"
+            )
+            raise PuppetDBError(f"{where}: malformed answer: {shown(certname)} is {why}")
+        seen[certname] = row
     return answer
+
+
+def _cluster(row: dict[str, Any]) -> str:
+    """The `cluster` parameter of a Class[Typhapki] row, or NO_CLUSTER."""
+    parameters = row.get("parameters")
+    name = parameters.get("cluster") if isinstance(parameters, dict) else None
+    return name if isinstance(name, str) and name else NO_CLUSTER
 
 
 def fetch(
@@ -85,11 +105,7 @@ def fetch(
     with ThreadPoolExecutor(len(asked)) as pool:
         futures = {e: pool.submit(db.query, e, q) for e, q in asked.items()}
         answers = {e: _rows(f.result(), e, db) for e, f in futures.items()}
-    members: dict[str, str] = {}
-    for row in answers["resources"]:
-        parameters = row.get("parameters")
-        name = parameters.get("cluster") if isinstance(parameters, dict) else None
-        members[row["certname"]] = name if isinstance(name, str) and name else NO_CLUSTER
+    members = {row["certname"]: _cluster(row) for row in answers["resources"]}
     facts = {row["certname"]: row.get("value") for row in answers["facts"]}
     produced = {row["certname"]: row.get("producer_timestamp") for row in answers["factsets"]}
     return FleetData(members, facts, produced)

@@ -14,18 +14,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from typhapki.fleet.nodes import HEALTHY, STATES, Node
+from typhapki.fleet.nodes import HEALTHY, STATES, Node, shown
 from typhapki.record import field, record
 
 READY_STAGES = ("trust-new", "reissue", "drop-old")
 FIRST_EXPIRIES = 5  # how many of a cluster's earliest expiries the table shows
-
-
-def shown(text: str, limit: int = 80) -> str:
-    """A name from PuppetDB, safe on one terminal line (control characters escaped)."""
-    if text.isprintable() and len(text) <= limit:
-        return text
-    return text[:limit].encode("unicode_escape").decode("ascii")
 
 
 @record
@@ -99,7 +92,7 @@ def render_table(clusters: list[ClusterSummary]) -> str:
             n for n in sorted(c.nodes, key=lambda n: n.certname) if n.state not in HEALTHY
         ]
         for n in shown_nodes[:20]:
-            reason = f" ({shown(n.reason)})" if n.reason else ""
+            reason = f" ({n.reason})" if n.reason else ""  # escaped where it is made
             lines.append(f"  needs action: {shown(n.certname)}: {n.state}{reason}")
         if len(shown_nodes) > 20:
             lines.append(f"  ... and {len(shown_nodes) - 20} more (--json lists them all)")
