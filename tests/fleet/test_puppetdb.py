@@ -1,4 +1,4 @@
-"""The PuppetDB client's failures: each one line, exit 6, in bounded time, never a traceback.
+"""The PuppetDB client's failures: each one line, exit 8, in bounded time, never a traceback.
 
 A hostile server on loopback (tests/support/hostile_cfssl.py: raw bytes, as slowly as
 asked) stands in for the PuppetDB that misbehaves; the real PuppetDB's answers, TLS and
@@ -8,6 +8,7 @@ client-certificate refusal are proven in tests/fleet/test_fleet_puppetdb.py.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from tests.support.hostile_cfssl import Answer, HostileCfssl, hostile_cfssl, nested_json, serving
-from typhapki.errors import EXIT_PUPPETDB, PuppetDBError, UsageError
+from typhapki.errors import EXIT_PUPPETDB, PuppetDBError, TyphapkiError, UsageError
 from typhapki.fleet.puppetdb import ClientTls, PuppetDB
 
 __all__ = ["hostile_cfssl"]  # the fixture
@@ -46,7 +47,7 @@ def _rows(path: str, body: bytes) -> Answer:
         (Answer(body=b'[{"certname": 7}]'), "malformed answer: a row without a text certname"),
     ],
 )
-def test_bad_answers_exit_6_with_one_line(
+def test_bad_answers_exit_8_with_one_line(
     hostile_cfssl: Callable[..., HostileCfssl], answer: Answer, needle: str
 ) -> None:
     server = hostile_cfssl(lambda path, body: answer)
@@ -54,7 +55,7 @@ def test_bad_answers_exit_6_with_one_line(
     assert_one_line_error(result, EXIT_PUPPETDB, server.url, needle)
 
 
-def test_unreachable_exits_6() -> None:
+def test_unreachable_exits_8() -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
     assert_one_line_error(run_cli("fleet", "--puppetdb", url), EXIT_PUPPETDB, url, "unreachable")
 
@@ -126,3 +127,75 @@ def test_query_is_posted_as_json(hostile_cfssl: Callable[..., HostileCfssl]) -> 
 def test_key_without_certificate_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         PuppetDB("https://127.0.0.1:1", ClientTls(key=tmp_path / "k.pem"))
+
+
+# --- the client's files: regular files only, the key a secret --------------------------
+
+
+@pytest.fixture(scope="module")
+def client_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A CA, and a certificate and key that load together (the key 0600)."""
+    from tests.support.cfssl import _tls_files
+
+    ca, cert, key = _tls_files(tmp_path_factory.mktemp("client-pair"))
+    key.chmod(0o600)
+    return ca, cert, key
+
+
+def _special(kind: str, path: Path) -> Path:
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path
+    if kind == "directory":
+        path.mkdir()
+        return path
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(path))
+        return path
+    return Path("/dev/null")  # a character device
+
+
+@pytest.mark.parametrize("option", ["--puppetdb-cert", "--puppetdb-key", "--puppetdb-ca"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "socket", "device"])
+def test_a_special_file_is_refused_not_waited_on(
+    tmp_path: Path, client_pair: tuple[Path, Path, Path], option: str, kind: str
+) -> None:
+    """ssl's loaders open what they are given: a FIFO hung them for ever."""
+    ca, cert, key = client_pair
+    files = {"--puppetdb-cert": cert, "--puppetdb-key": key, "--puppetdb-ca": ca}
+    files[option] = _special(kind, tmp_path / "special")
+    args = [a for pair in files.items() for a in (pair[0], str(pair[1]))]
+    started = time.monotonic()
+    result = run_cli("fleet", "--puppetdb", "https://127.0.0.1:9", *args, timeout=20)
+    assert_one_line_error(result, 2, option, str(files[option]))
+    assert time.monotonic() - started < 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.integers(0o400, 0o777), foreign=st.booleans(), inside=st.booleans())
+def test_the_key_is_held_to_the_rules_of_a_secret(
+    client_pair: tuple[Path, Path, Path], mode: int, foreign: bool, inside: bool
+) -> None:
+    """Owned by root or the user typhapki runs as, nothing for others, no group write:
+    else refused naming the key, whether it has a file of its own or sits in the
+    certificate's file."""
+    import tempfile
+
+    ca, cert, key = client_pair
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "key.pem"
+        copy.write_bytes(cert.read_bytes() + key.read_bytes() if inside else key.read_bytes())
+        copy.chmod(mode)
+        if foreign:
+            os.chown(copy, 4242, -1)
+        tls = ClientTls(copy, None, ca) if inside else ClientTls(cert, copy, ca)
+        fine = not foreign and not mode & 0o027
+        try:
+            PuppetDB("https://127.0.0.1:9", tls, 5)
+        except TyphapkiError as exc:
+            assert not fine, exc
+            assert exc.exit_code == 2 and str(copy) in str(exc), exc
+            assert ("owned by uid 4242" if foreign else "chmod") in str(exc), exc
+        else:
+            assert fine, oct(mode)

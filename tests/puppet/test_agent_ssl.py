@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
@@ -154,4 +154,60 @@ def test_fleet_reads_the_agent_identity_without_puppet_and_names_missing_files(
     (ssl / "certs" / "ca.pem").write_bytes(_a_cert())
     result = run_cli(*args, env=env)
     assert_one_line_error(result, EXIT_USAGE, str(ssl / "certs" / "kube1.example.pem"))
+    assert not marker.exists()
+
+
+# A certname names files ($certname.pem): anything but a plain name is refused.
+SEPARATORS = st.sampled_from(["/", "/../", "\\", "/./"])
+ODD = ["..", ".", "../../etc/shadow", "-rf", ".hidden", "Upper.example", "a b", "tab\tname",
+       "new\nline", "esc\x1b[2J", "nul\x00", "\u202eevil", "caf\u00e9", "a..b"]  # fmt: skip
+NOT_PLAIN = st.builds(lambda a, sep, b: a + sep + b, NAMES, SEPARATORS, NAMES) | st.sampled_from(
+    ODD
+)
+
+
+@given(certname=NOT_PLAIN, fqdn=st.booleans())
+def test_a_certname_that_is_not_a_plain_name_is_refused(certname: str, fqdn: bool) -> None:
+    """From puppet.conf or from the FQDN: one line naming puppet.conf, escaped."""
+    assume(not fqdn or certname != "Upper.example")  # Puppet lower-cases the FQDN
+    settings = {} if fqdn else {"certname": certname}
+    with pytest.raises(ConfigError) as caught:
+        resolve(settings, CONF, fqdn=certname if fqdn else "node.example")
+    message = str(caught.value)
+    assert message.startswith(f"{CONF}: certname") and "not a plain name" in message
+    assert message.isprintable(), message
+
+
+@given(certname=NAMES | st.sampled_from(["kube_1.example", "a", "1.2.3.4", "x-"]))
+def test_plain_certnames_are_kept(certname: str) -> None:
+    assert resolve({"certname": certname}, CONF).certname == certname
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "needle"),
+    [(0o644, 0, "lets others read or write it"), (0o660, 0, "lets its group write it"),
+     (0o600, 4242, "owned by uid 4242"), (0o640, 0, None)],
+)  # fmt: skip
+def test_fleet_holds_the_agent_key_to_the_rules_of_a_secret(
+    tmp_path: Path, mode: int, owner: int, needle: str | None
+) -> None:
+    """`--puppetdb-cert puppet`: the agent's hostprivkey gets the owner and mode rules of
+    every secret typhapki reads (Puppet's own 0640 passes)."""
+    from tests.support.cfssl import _tls_files
+
+    ssl, marker, env = _agent_without_files(tmp_path)
+    (tmp_path / "pair").mkdir()
+    ca, cert, key = _tls_files(tmp_path / "pair")
+    hostkey = ssl / "private_keys" / "kube1.example.pem"
+    (ssl / "certs" / "ca.pem").write_bytes(ca.read_bytes())
+    (ssl / "certs" / "kube1.example.pem").write_bytes(cert.read_bytes())
+    hostkey.write_bytes(key.read_bytes())
+    hostkey.chmod(mode)
+    os.chown(hostkey, owner, -1)
+    args = ("fleet", "--puppetdb", "https://127.0.0.1:9", "--puppetdb-cert", "puppet")
+    result = run_cli(*args, "--puppetdb-timeout", "5", env=env)
+    if needle is None:  # the key is fine: PuppetDB (nobody on port 9) is what fails
+        assert_one_line_error(result, 8, "unreachable")
+    else:
+        assert_one_line_error(result, EXIT_USAGE, "hostprivkey", str(hostkey), needle)
     assert not marker.exists()

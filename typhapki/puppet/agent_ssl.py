@@ -16,6 +16,9 @@ Puppet's own rules for these few settings.
   `hostcert = $certdir/$certname.pem`, `hostprivkey = $privatekeydir/$certname.pem`,
   `localcacert = $certdir/ca.pem`, `certname` = the FQDN, lowercased.
 - Values may use `$name` or `${name}` of these settings and of `confdir` and `vardir`.
+- The certname names files (`$certname.pem`), so it must be a plain name: lower-case
+  letters, digits, `.`, `_` and `-`, not starting with a dot or a dash (Puppet refuses
+  upper case too); a path separator, `..`, a control character or a space is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ DEFAULTS = (
     ("localcacert", "$certdir/ca.pem"),
 )
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_CERTNAME = re.compile(r"[a-z0-9_][a-z0-9._-]{0,252}\Z")
 
 
 @record(frozen=True)
@@ -108,8 +112,15 @@ def resolve(
     for name in ("hostcert", "hostprivkey", "localcacert"):
         if not os.path.isabs(known[name]):
             raise ConfigError(f"{path}: {name} = {known[name]!r} is not an absolute path")
-    if not known["certname"]:
+    certname = known["certname"]
+    if not certname:
         raise ConfigError(f"{path}: no certname (and no FQDN to default it to)")
+    if not _CERTNAME.match(certname) or ".." in certname:
+        shown = certname[:80].encode("unicode_escape").decode("ascii")
+        raise ConfigError(
+            f"{path}: certname '{shown}' is not a plain name (lower-case "
+            "letters, digits, '.', '_', '-'): it names the agent's certificate and key files"
+        )
     return AgentSsl(
         Path(known["hostcert"]),
         Path(known["hostprivkey"]),
