@@ -185,3 +185,18 @@ def test_bad_options(tmp_path: Path, cluster_api: FakeApi) -> None:
     assert_one_line_error(_restart(cluster_api, tmp_path / "missing", out, "node-a"), 2, "missing")
     assert (out / ".restart-typha").exists()
     assert cluster_api.requests == []
+
+
+def test_an_api_that_lists_other_nodes_pods_evicts_nothing(
+    tmp_path: Path, cluster_api: FakeApi
+) -> None:
+    """The fieldSelector is the API's to apply: when the listing holds another node's
+    Typha, nothing is evicted in this node's name; exit 7, the marker stays."""
+    kubeconfig = cluster_api.kubeconfig(tmp_path / "kubeconfig")
+    out = _node_out(tmp_path, "node-a")
+    cluster_api.ignore_field_selector = True
+    result = _restart(cluster_api, kubeconfig, out, "node-a")
+    assert_one_line_error(result, 7, "runs on node node-", "not on node-a", "nothing evicted")
+    assert (out / ".restart-typha").exists()
+    assert cluster_api.cluster.evictions == []
+    assert [m for m, _ in cluster_api.requests] == ["GET"]

@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -157,3 +158,53 @@ def test_a_hostile_message_reaches_the_terminal_escaped(hostile: FakeApi, tmp_pa
         hostile.answer = None
     assert_one_line_error(result, 7, "HTTP 403", "\\x0a", "\\x1b")
     assert (out / ".restart-typha").exists()
+
+
+def _typha_pod(**changes: Any) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "metadata": {"name": "calico-typha-1", "namespace": "kube-system",
+                     "labels": {"k8s-app": "calico-typha"}},
+        "spec": {"nodeName": "node-a"},
+        "status": {"startTime": "2020-01-01T00:00:00Z"},
+    }  # fmt: skip
+    for dotted, value in changes.items():
+        section, _, key = dotted.partition("__")
+        if value is _DROP:
+            pod[section].pop(key, None)
+        else:
+            pod[section][key] = value
+    return pod
+
+
+_DROP = object()
+_ELSEWHERE = {
+    "spec__nodeName": st.sampled_from([_DROP, None, "node-b", "NODE-A", "node-a ", "node-a\n"])
+    | hostile_text.filter(lambda t: t != "node-a"),
+    "metadata__namespace": st.sampled_from([_DROP, None, "calico-system", "kube-system\x00"]),
+    "metadata__labels": st.sampled_from([_DROP, {}, {"k8s-app": "calico-node"}, {"app": "x"}]),
+}
+
+
+@given(where=st.sampled_from(sorted(_ELSEWHERE)), data=st.data(), before=st.booleans())
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_only_a_pod_on_this_node_is_ever_evicted(
+    hostile: FakeApi, tmp_path: Path, where: str, data: st.DataObject, before: bool
+) -> None:
+    """A listed pod that is not this node's Typha (another node, no node, another
+    namespace, not Typha's label), alone or after this node's own: exit 7, no eviction."""
+    value = data.draw(_ELSEWHERE[where])
+    items = [_typha_pod(**{where: value})]
+    if before:
+        items.insert(0, _typha_pod(metadata__name="calico-typha-0"))
+    hostile.answer = Answer(200, json.dumps({"kind": "PodList", "items": items}).encode())
+    hostile.requests.clear()
+    try:
+        with pytest.raises(KubeApiError) as caught:
+            _restart(hostile, hostile.kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        hostile.answer = None
+    _one_line(str(caught.value))
+    assert "nothing evicted" in str(caught.value)
+    assert [m for m, _ in hostile.requests] == ["GET"]

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import copy
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,15 @@ from tests.conftest import assert_one_line_error, run_cli
 from tests.support.kubeapi import TOKEN, Cluster, FakeApi
 from typhapki.errors import EXIT_USAGE, ConfigError, TyphapkiError
 from typhapki.kubernetes.kubeconfig import load_kubeconfig
+
+
+@pytest.fixture(autouse=True)
+def _private_umask() -> Iterator[None]:
+    """Kubeconfigs written here carry credentials: made 0600, as the secret rules want
+    (test_secret_files_are_refused_when_exposed proves the refusal)."""
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +62,7 @@ def test_relative_paths_are_relative_to_the_kubeconfig(api: FakeApi, tmp_path: P
     pki.mkdir(parents=True)
     (pki / "client.pem").write_bytes(api.client_cert.read_bytes())
     (pki / "client-key.pem").write_bytes(api.client_key.read_bytes())
+    (pki / "client-key.pem").chmod(0o640)  # group read is fine (Puppet's keys are 0640)
     doc["users"][0]["user"] = {
         "client-certificate": "pki/client.pem",
         "client-key": "pki/client-key.pem",
@@ -156,3 +167,44 @@ def test_the_cli_names_the_kubeconfig(api: FakeApi, tmp_path: Path) -> None:
     result = run_cli("restart-typha", "--out", out, "--kubeconfig", path, "--node", "node-a")
     assert_one_line_error(result, 2, str(path), "exec")
     assert (out / ".restart-typha").exists()
+
+
+@given(
+    holder=st.sampled_from(["client-key", "tokenFile", "inline key", "inline token"]),
+    mode=st.integers(0o400, 0o777),
+    foreign=st.booleans(),
+)
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_secret_files_are_refused_when_exposed(
+    api: FakeApi, tmp_path: Path, holder: str, mode: int, foreign: bool
+) -> None:
+    """The client key file, the token file, and the kubeconfig itself when it holds
+    the key or the token: owned by root or us, nothing for others, no group write
+    (the rules of every secret typhapki reads, docs/security.md)."""
+    doc = _doc(api, tmp_path, inline=holder == "inline key", token=holder == "inline token")
+    path = tmp_path / "kubeconfig"
+    secret = path
+    if holder == "client-key":
+        secret = tmp_path / "client-key.pem"
+        secret.write_bytes(api.client_key.read_bytes())
+        doc["users"][0]["user"]["client-key"] = str(secret)
+    elif holder == "tokenFile":
+        secret = tmp_path / "token"
+        secret.write_text(TOKEN + "\n")
+        doc["users"][0]["user"] = {"tokenFile": "token"}
+    path.write_text(json.dumps(doc))
+    secret.chmod(mode)
+    os.chown(secret, 4242 if foreign else 0, -1)
+    fine = not foreign and not mode & 0o027
+    try:
+        access = load_kubeconfig(path)
+    except ConfigError as exc:
+        assert not fine, exc
+        message = str(exc)
+        assert message.startswith(str(path)) and str(secret) in message, message
+        assert ("owned by uid 4242" if foreign else "chmod") in message, message
+    else:
+        assert fine, oct(mode)
+        assert access.token == TOKEN or access.client_key_pem == api.client_key.read_bytes()

@@ -141,6 +141,9 @@ class FakeApi:
         self.ca, cert, key = _tls_files(directory)
         self.client_ca, self.client_cert, self.client_key = _client_files(directory)
         self.answer: Answer | None = None
+        # An API (or a proxy in front of it) that drops the fieldSelector: every node's
+        # Typha pods are listed, as a buggy or hostile server might.
+        self.ignore_field_selector = False
         self.requests: list[tuple[str, str]] = []  # (method, path)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
@@ -191,6 +194,7 @@ class FakeApi:
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "node"}}],
         }
         path.write_text(json.dumps(doc, indent=1))  # JSON is YAML
+        path.chmod(0o600)  # it holds the credentials (docs/security.md)
         return path
 
 
@@ -228,6 +232,7 @@ def _client_files(directory: Path) -> tuple[Path, Path, Path]:
     paths[0].write_bytes(cert_pem(ca))
     paths[1].write_bytes(cert_pem(cert))
     paths[2].write_bytes(key_pem(key))
+    paths[2].chmod(0o600)
     return paths
 
 
@@ -283,7 +288,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                         _pod_json(p, cluster.namespace)
                         for p in cluster.pods.values()
                         if p.labels.get(key) == value
-                        and (not field_sel or p.node == node)
+                        and (not field_sel or api.ignore_field_selector or p.node == node)
                         and segments[3] == cluster.namespace  # another namespace: empty
                     ]
                 if "limit" in query:

@@ -10,9 +10,12 @@ the server dribbles its bytes):
   200) evicted; 429 the budget refuses now (RestartDeferredError, exit 6); 404 the pod
   is gone already.
 
-Everything else (no connection, a TLS certificate not from the kubeconfig's CA, 401/403,
-5xx, an answer that is not the API's JSON, over MAX_ANSWER bytes or of the wrong types)
-is a KubeApiError (exit 7), one line, server text escaped. Only the standard library
+Only a pod that runs on this node is ever evicted: a listed pod whose `spec.nodeName`
+is not this node (or missing), of another namespace, or without Typha's label means the
+selectors were not applied, and nothing is evicted. That, and everything else (no
+connection, a TLS certificate not from the kubeconfig's CA, 401/403, 5xx, an answer
+that is not the API's JSON, over MAX_ANSWER bytes or of the wrong types) is a
+KubeApiError (exit 7), one line, server text escaped; the marker stays. Only the standard library
 speaks HTTP here, as for cfssl (typhapki/pki/signers/cfssl.py).
 """
 
@@ -61,6 +64,9 @@ class TyphaPod:
     name: str
     terminating: bool  # metadata.deletionTimestamp is set
     started_at: datetime | None  # status.startTime
+    node: str | None = None  # spec.nodeName
+    namespace: str | None = None  # metadata.namespace
+    typha: bool = False  # metadata.labels carries k8s-app=calico-typha
 
 
 class KubeApi:
@@ -86,7 +92,22 @@ class KubeApi:
             raise KubeApiError(self._refusal(path, status, doc))
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
             raise KubeApiError(f"{self._url(path)}: HTTP 200 without a pod list")
-        return [self._pod(path, item) for item in doc["items"]]
+        pods = [self._pod(path, item) for item in doc["items"]]
+        for pod in pods:
+            # The selectors are the API's to apply, and a proxy or a bug may drop them:
+            # a pod elsewhere must never be evicted in this node's name.
+            if pod.namespace != namespace or not pod.typha:
+                raise KubeApiError(
+                    f"{self._url(path)}: listed pod {pod.name} is not a Typha pod of "
+                    f"namespace {namespace} ({TYPHA_SELECTOR}); nothing evicted"
+                )
+            if node is not None and pod.node != node:
+                where = "no node" if pod.node is None else f"node {server_text(pod.node, 80)}"
+                raise KubeApiError(
+                    f"{self._url(path)}: listed Typha pod {pod.name} runs on {where}, "
+                    f"not on {node}; nothing evicted"
+                )
+        return pods
 
     def evict(self, namespace: str, pod: str) -> bool:
         """Evict `pod`: True when the API took the eviction, False when the pod is gone
@@ -121,8 +142,16 @@ class KubeApi:
             raise KubeApiError(bad)
         meta = item.get("metadata")
         status = item.get("status", {})
-        if not isinstance(meta, dict) or not isinstance(status, dict):
+        spec = item.get("spec", {})
+        if not isinstance(meta, dict) or not isinstance(status, dict) or not isinstance(spec, dict):
             raise KubeApiError(bad)
+        labels = meta.get("labels", {})
+        node, namespace = spec.get("nodeName"), meta.get("namespace")
+        if not isinstance(labels, dict) or not all(
+            v is None or isinstance(v, str) for v in (node, namespace)
+        ):
+            raise KubeApiError(bad)
+        key, _, value = TYPHA_SELECTOR.partition("=")
         name = meta.get("name")
         if not isinstance(name, str) or not _SUBDOMAIN.match(name):
             raise KubeApiError(f"{bad} (name {server_text(str(name), 80)!r})")
@@ -132,7 +161,14 @@ class KubeApi:
             raise KubeApiError(bad)
         if start is not None and not isinstance(start, str):
             raise KubeApiError(bad)
-        return TyphaPod(name, deletion is not None, _timestamp(start) if start else None)
+        return TyphaPod(
+            name,
+            deletion is not None,
+            _timestamp(start) if start else None,
+            node,
+            namespace,
+            labels.get(key) == value,
+        )
 
     def _message(self, doc: object) -> str:
         if isinstance(doc, dict) and isinstance(doc.get("message"), str):

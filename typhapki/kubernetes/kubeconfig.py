@@ -4,26 +4,27 @@ the CA to trust for it, and a client certificate and key or a bearer token.
 Only the current context (or the one named) is read. Authentication plugins (`exec`,
 `auth-provider`) and `insecure-skip-tls-verify` are refused: the first would run
 programs named in a file, the second would hand the credentials to whoever answers.
-Paths in the file are relative to the file's directory, as kubectl reads them. Every
-problem is one line naming the file and the key (ConfigError, exit 2).
+Paths in the file are relative to the file's directory, as kubectl reads them. The
+client key file, the token file, and the kubeconfig itself when it holds
+`client-key-data` or `token`, are secrets: owned by root or the user typhapki runs as,
+nothing for others, no group write (typhapki/safeio.py `secret_problem`). Every problem
+is one line naming the file and the key (ConfigError, exit 2).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import os
 import ssl
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from typhapki.errors import ConfigError
 from typhapki.record import record
-from typhapki.safeio import read_regular
+from typhapki.safeio import private_copies, read_regular, read_secret, secret_problem
 
 MAX_KUBECONFIG = 1024 * 1024  # bytes: far above any real kubeconfig
 
@@ -57,7 +58,7 @@ class KubeAccess:
                     f"({getattr(exc, 'reason', None) or type(exc).__name__})"
                 ) from None
         if self.client_cert_pem is not None and self.client_key_pem is not None:
-            with _private_files(self.client_cert_pem, self.client_key_pem) as (cert, key):
+            with private_copies(self.client_cert_pem, self.client_key_pem) as (cert, key):
                 try:
                     context.load_cert_chain(cert, key)
                 except ssl.SSLError as exc:
@@ -66,20 +67,6 @@ class KubeAccess:
                         f"together ({exc.reason or exc})"
                     ) from None
         return context
-
-
-@contextlib.contextmanager
-def _private_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
-    """`ssl` loads a client pair only from files: a private directory, gone at once."""
-    with tempfile.TemporaryDirectory(prefix="typhapki-kube-") as directory:
-        paths = []
-        for name, data in (("client.crt", cert), ("client.key", key)):
-            path = os.path.join(directory, name)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            paths.append(path)
-        yield paths[0], paths[1]
 
 
 def _named(doc: Mapping[str, Any], key: str, name: str, source: Path) -> Mapping[str, Any]:
@@ -105,8 +92,11 @@ def _text(section: Mapping[str, Any], key: str, where: str, source: Path) -> str
     return value
 
 
-def _file_or_data(section: Mapping[str, Any], key: str, where: str, source: Path) -> bytes | None:
-    """`KEY-data` (base64) or the file `KEY` names (relative to the kubeconfig)."""
+def _file_or_data(
+    section: Mapping[str, Any], key: str, where: str, source: Path, secret: bool = False
+) -> bytes | None:
+    """`KEY-data` (base64) or the file `KEY` names (relative to the kubeconfig); a
+    `secret` file is held to safeio.secret_problem's owner and mode rules."""
     data = _text(section, f"{key}-data", where, source)
     if data is not None:
         try:
@@ -116,7 +106,8 @@ def _file_or_data(section: Mapping[str, Any], key: str, where: str, source: Path
     path = _text(section, key, where, source)
     if path is None:
         return None
-    return read_regular(source.parent / path, f"{source}: {where}.{key}", MAX_KUBECONFIG)
+    read = read_secret if secret else read_regular
+    return read(source.parent / path, f"{source}: {where}.{key}", MAX_KUBECONFIG)
 
 
 def _server(value: str, where: str, source: Path) -> tuple[str, str, int, str]:
@@ -139,7 +130,12 @@ def load_kubeconfig(path: Path, context_name: str | None = None) -> KubeAccess:
 
     from typhapki.yamllimits import scan_events, yaml_loader
 
-    raw = read_regular(path, "kubeconfig", MAX_KUBECONFIG)
+    status: list[os.stat_result] = []
+
+    def remember(st: os.stat_result) -> None:
+        status.append(st)  # judged below, once we know whether it holds a secret
+
+    raw = read_regular(path, "kubeconfig", MAX_KUBECONFIG, remember)
     try:
         text = raw.decode("utf-8")
         scan_events(text, path, "a kubeconfig")
@@ -183,22 +179,24 @@ def load_kubeconfig(path: Path, context_name: str | None = None) -> KubeAccess:
                 "give client-certificate and client-key, or token"
             )
     cert = _file_or_data(user, "client-certificate", where, path)
-    key = _file_or_data(user, "client-key", where, path)
+    key = _file_or_data(user, "client-key", where, path, secret=True)
     if (cert is None) != (key is None):
         raise ConfigError(f"{path}: {where}: client-certificate and client-key go together")
     token = _text(user, "token", where, path)
     token_file = _text(user, "tokenFile", where, path)
     if token is None and token_file is not None:
-        token = read_regular(path.parent / token_file, f"{path}: {where}.tokenFile").decode(
-            "ascii", "replace"
-        )
-        token = token.strip()
+        data = read_secret(path.parent / token_file, f"{path}: {where}.tokenFile")
+        token = data.decode("ascii", "replace").strip()
     if token is not None and not (token.isascii() and token.isprintable() and token):
         raise ConfigError(f"{path}: {where}: the token holds unprintable characters or nothing")
     if cert is None and token is None:
         raise ConfigError(
             f"{path}: {where}: no credentials (client-certificate and client-key, or token)"
         )
+    inline = [k for k in ("client-key-data", "token") if user.get(k) is not None]
+    if inline and (why := secret_problem(status[0])) is not None:
+        # The file itself holds the secret: the rules of a key file apply to it.
+        raise ConfigError(f"{path}: holds {where}.{inline[0]}, but {why}")
     if ca_pem is not None and b"-----BEGIN CERTIFICATE-----" not in ca_pem:
         raise ConfigError(f"{path}: clusters[{cluster_name}].certificate-authority: not PEM")
     return KubeAccess(
