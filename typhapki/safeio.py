@@ -17,6 +17,7 @@ from typhapki.errors import ConfigError
 
 # Far above any certificate bundle, key or hiera file typhapki should ever meet.
 DEFAULT_LIMIT = 4 * 1024 * 1024
+PUPPET_SERVICE_USER = "puppet"  # Puppet's `user` default: it owns the agent's ssldir
 
 
 class UnreadableFileError(ConfigError):
@@ -79,17 +80,30 @@ def read_regular(
 
 def secret_problem(st: os.stat_result) -> str | None:
     """What makes a file unfit to hold a secret typhapki reads but does not manage (a
-    client key, a token): an owner other than root or the user typhapki runs as (who
-    could swap it), any permission for others, or write for its group. Group read is
-    fine: Puppet keeps the agent's key 0640 for its group (docs/security.md)."""
-    if st.st_uid not in (0, os.geteuid()):
-        return f"owned by uid {st.st_uid}, not root or uid {os.geteuid()} that typhapki runs as"
+    client key, a token): an owner other than root, the user typhapki runs as or
+    Puppet's service user (who could swap it), any permission for others, or write for
+    its group. Group read is fine: Puppet keeps the agent's key 0640, owned by its
+    service user `puppet`, for its group (docs/security.md)."""
+    if st.st_uid not in (0, os.geteuid()) and st.st_uid != _puppet_uid():
+        return (
+            f"owned by uid {st.st_uid}, not root, uid {os.geteuid()} that typhapki runs as "
+            f"or Puppet's service user ({PUPPET_SERVICE_USER})"
+        )
     mode = st.st_mode & 0o777
     if mode & 0o007:
         return f"mode {mode:04o} lets others read or write it; chmod o= it"
     if mode & stat.S_IWGRP:
         return f"mode {mode:04o} lets its group write it; chmod g-w it"
     return None
+
+
+def _puppet_uid() -> int | None:
+    import pwd
+
+    try:
+        return pwd.getpwnam(PUPPET_SERVICE_USER).pw_uid
+    except KeyError:
+        return None
 
 
 def read_secret(path: Path, what: str, limit: int = DEFAULT_LIMIT) -> bytes:

@@ -186,14 +186,22 @@ def test_plain_certnames_are_kept(certname: str) -> None:
 @pytest.mark.parametrize(
     ("mode", "owner", "needle"),
     [(0o644, 0, "lets others read or write it"), (0o660, 0, "lets its group write it"),
-     (0o600, 4242, "owned by uid 4242"), (0o640, 0, None)],
+     (0o600, 4242, "owned by uid 4242"), (0o640, 0, None), (0o640, "puppet", None)],
 )  # fmt: skip
 def test_fleet_holds_the_agent_key_to_the_rules_of_a_secret(
-    tmp_path: Path, mode: int, owner: int, needle: str | None
+    tmp_path: Path, mode: int, owner: int | str, needle: str | None
 ) -> None:
     """`--puppetdb-cert puppet`: the agent's hostprivkey gets the owner and mode rules of
-    every secret typhapki reads (Puppet's own 0640 passes)."""
+    every secret typhapki reads (Puppet's own: 0640, owned by its service user, passes)."""
+    import pwd
+
     from tests.support.cfssl import _tls_files
+
+    if isinstance(owner, str):
+        try:
+            owner = pwd.getpwnam(owner).pw_uid
+        except KeyError:
+            pytest.skip("no puppet user on this machine (puppet is not installed)")
 
     ssl, marker, env = _agent_without_files(tmp_path)
     (tmp_path / "pair").mkdir()

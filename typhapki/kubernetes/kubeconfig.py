@@ -6,9 +6,10 @@ Only the current context (or the one named) is read. Authentication plugins (`ex
 programs named in a file, the second would hand the credentials to whoever answers.
 Paths in the file are relative to the file's directory, as kubectl reads them. The
 client key file, the token file, and the kubeconfig itself when it holds
-`client-key-data` or `token`, are secrets: owned by root or the user typhapki runs as,
-nothing for others, no group write (typhapki/safeio.py `secret_problem`). Every problem
-is one line naming the file and the key (ConfigError, exit 2).
+`client-key-data` or `token`, are secrets: owned by root, the user typhapki runs as or
+Puppet's service user, nothing for others, no group write (typhapki/safeio.py
+`secret_problem`). Every problem is one line naming the file and the key (ConfigError,
+exit 2).
 """
 
 from __future__ import annotations
