@@ -70,6 +70,29 @@ def test_a_trickle_in_any_part_ends_by_the_deadline(standin: StandIn, part: str)
     assert elapsed < 2.0, elapsed
 
 
+def test_the_gate_asks_every_cluster_inside_one_deadline(standin: StandIn, tmp_path: Path) -> None:
+    """Five clusters' rotations move: each cluster's queries take 0.6 s, their sum 3 s.
+    One client, one deadline: exit 8 within --puppetdb-timeout + 1 s, not 5 timeouts."""
+    clusters = [f"c{i}" for i in range(5)]
+    standin.nodes = {f"n-{c}": StandInNode(c, valid_fact(NOW)) for c in clusters}
+    standin.trickle = Trickle("status", size=3, interval=0.1)  # 17 bytes: 0.6 s
+
+    def hiera(label: str) -> dict[str, Any]:
+        return {"kubernetes::clusters": {"main": {
+            c: {"cluster_nodes": ["192.0.2.1"], "typha": {"cfssl_label": label}}
+            for c in clusters}}}  # fmt: skip
+
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(yaml.safe_dump(hiera("a")))
+    new.write_text(yaml.safe_dump(hiera("b")))
+    started = time.monotonic()
+    result = run_cli("fleet", "gate", "--puppetdb", standin.url, "--puppetdb-timeout", "1",
+                     "--hiera", new, "--old", old)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert_one_line_error(result, EXIT_PUPPETDB, "no complete answer within 1 s")
+    assert elapsed < 2.0, elapsed
+
+
 # --- one node's fact breaks only its row ---------------------------------------------
 
 

@@ -74,12 +74,11 @@ def _max_age(value: str) -> timedelta:
 
 
 def _nodes(
-    opts: PuppetDBOptions, cluster: str | None, max_age: timedelta, now: datetime
+    db: PuppetDB, cluster: str | None, max_age: timedelta, now: datetime
 ) -> tuple[dict[str, str], list[Node]]:
     from typhapki.fleet.nodes import judge_node
     from typhapki.fleet.query import fetch
 
-    db = _client(opts)
     progress = TerminalLine()
     try:
         data = fetch(db, cluster, progress)
@@ -97,8 +96,8 @@ def fleet(opts: PuppetDBOptions, cluster: str | None, as_json: bool, max_age: st
     """The per-cluster table (or JSON); exit 0 when every cluster is healthy, else 1."""
     from typhapki.fleet.summary import render_table, summarise
 
-    now = datetime.now(UTC)
-    members, nodes = _nodes(opts, cluster, _max_age(max_age), now)
+    now, age = datetime.now(UTC), _max_age(max_age)
+    members, nodes = _nodes(_client(opts), cluster, age, now)
     clusters = summarise(members, nodes)
     healthy = bool(clusters) and all(c.healthy for c in clusters)
     if as_json:
@@ -154,9 +153,9 @@ def fleet_ready(
         since_at = parse_time(since, "--since") if since is not None else None
     except BrokenFact as exc:
         raise UsageError(f"{exc}, got {since!r:.40}") from None
-    now = datetime.now(UTC)
+    now, age = datetime.now(UTC), _max_age(max_age)
     # --since already bounds the facts that count; --max-age still names stale ones.
-    _, nodes = _nodes(opts, cluster, _max_age(max_age), now)
+    _, nodes = _nodes(_client(opts), cluster, age, now)
     verdict = ready(stage, nodes, new_fp, old_fp, since_at)
     if verdict.ready:
         print(f"cluster {shown(cluster)}: all {verdict.members} members reached {stage}")
@@ -250,8 +249,9 @@ def fleet_gate(
             )
         return EXIT_OK
     refused = 0
+    db = _client(opts)  # one client: one deadline for every cluster's queries
     for move in moves:
-        _, nodes = _nodes(opts, move.cluster, timedelta(days=36500), datetime.now(UTC))
+        _, nodes = _nodes(db, move.cluster, timedelta(days=36500), datetime.now(UTC))
         verdict = reached(move.requires, nodes)
         if verdict.ready:
             print(f"cluster {shown(move.cluster)}: {move.what}: all {verdict.members} members "
