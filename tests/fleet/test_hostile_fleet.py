@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -302,3 +303,23 @@ def test_a_fact_from_the_future_is_not_fresh(
     assert ready.returncode == (0 if state == "valid" else 1), ready
     if state != "valid":
         assert "in the future" in ready.stdout
+
+
+@pytest.mark.parametrize("flag", ["--new-ca", "--old-ca"])
+def test_a_fifo_for_a_ca_of_fleet_ready_is_one_line(
+    standin: StandIn, tmp_path: Path, flag: str
+) -> None:
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    stage = "drop-old" if flag == "--old-ca" else "reissue"
+    result = run_cli("fleet", "ready", "--puppetdb", standin.url, "--cluster", "c1",
+                     "--stage", stage, flag, fifo, timeout=20)  # fmt: skip
+    assert_one_line_error(result, 2, str(fifo))
+
+
+def test_an_old_tree_that_is_not_there_is_a_usage_error(tmp_path: Path) -> None:
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump({"kubernetes::clusters": {"main": {"c": {
+        "cluster_nodes": ["192.0.2.1"]}}}}))  # fmt: skip
+    result = run_cli("fleet", "gate", "--no-puppetdb", "--hiera", new, "--old", tmp_path / "x")
+    assert_one_line_error(result, 2, "--old", str(tmp_path / "x"))

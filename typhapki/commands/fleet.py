@@ -10,6 +10,7 @@ from PuppetDB or hiera is printed through `shown` (typhapki/fleet/nodes.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -173,7 +174,10 @@ def fleet_ready(
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", *args], capture_output=True, stdin=subprocess.DEVNULL)
+    try:
+        return subprocess.run(["git", *args], capture_output=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        raise UsageError(f"--base: cannot run git: {exc.strerror or exc}") from None
 
 
 def _old_tree(hiera: Path, base: str, into: Path) -> tuple[Path, list[Unjudged]]:
@@ -225,6 +229,8 @@ def fleet_gate(
         raise UsageError("give exactly one of --base REV (git) and --old PATH")
     with tempfile.TemporaryDirectory(prefix="typhapki-gate-") as tmp:
         if old is not None:
+            if not os.path.lexists(old):
+                raise UsageError(f"--old {old}: no such file or directory")
             old_path, refused_entries = old, unjudged(old)
         else:
             old_path, refused_entries = _old_tree(hiera, base or "", Path(tmp))

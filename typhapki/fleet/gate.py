@@ -92,6 +92,8 @@ def unjudged(root: Path) -> list[Unjudged]:
     found: list[Unjudged] = []
     try:
         top = os.stat(root)  # the root as named; below it, no link is followed
+    except FileNotFoundError:
+        return []  # nothing to read: the caller says so (hiera) or it is a new tree
     except OSError as exc:
         return [Unjudged(str(root), exc.strerror or "cannot be read")]
     if not stat.S_ISDIR(top.st_mode):
