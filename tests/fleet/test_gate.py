@@ -207,5 +207,15 @@ def test_what_the_working_tree_holds_that_the_gate_cannot_read(tmp_path: Path, k
         assert line.startswith(f"{entry}: refused"), line  # printable: shown as it is
         if kind != "quoted":
             assert "caf" not in line
-    # The hook's own layout: the repository's .git is not hiera.
-    assert "/.git" not in _gate(repo, "--base", "HEAD").stdout
+    # The hook's own layout: the repository's .git is not hiera, and what git ignores
+    # (a developer's virtualenv, full of symlinks) is no part of the change.
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    (repo / ".venv" / "bin" / "python").symlink_to("/usr/bin/python3")
+    (repo / ".gitignore").write_text(".venv/\n")
+    _commit(git)
+    passed = _gate(repo, "--base", "HEAD")
+    assert passed.returncode == 0 and "refused" not in passed.stdout, passed

@@ -181,9 +181,10 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def _old_tree(hiera: Path, base: str, into: Path) -> tuple[Path, list[Unjudged]]:
-    """HIERA as it was at git revision BASE, written under INTO, and the entries of it
-    the gate cannot judge (typhapki/fleet/gate.py `git_tree`)."""
-    from typhapki.fleet.gate import git_tree
+    """HIERA as it was at git revision BASE, written under INTO, and the entries the gate
+    cannot judge: in BASE's tree (typhapki/fleet/gate.py `git_tree`) and in the working
+    tree (`unjudged`, less what git ignores)."""
+    from typhapki.fleet.gate import git_tree, unjudged
     from typhapki.fleet.nodes import shown
 
     repo = _git("-C", str(hiera if hiera.is_dir() else hiera.parent), "rev-parse",
@@ -209,7 +210,24 @@ def _old_tree(hiera: Path, base: str, into: Path) -> tuple[Path, list[Unjudged]]
     target = into / relative
     if hiera.is_dir():
         target.mkdir(parents=True, exist_ok=True)
-    return target, refused
+    return target, refused + _not_ignored(top, unjudged(hiera))
+
+
+def _not_ignored(top: str, entries: list[Unjudged]) -> list[Unjudged]:
+    """The working tree's entries that git does not ignore: a developer's virtualenv or
+    build output (symlinks, sockets) is no part of the change under review."""
+    if not entries:
+        return entries
+    paths = b"".join(os.fsencode(entry.path) + b"\0" for entry in entries)
+    try:
+        checked = subprocess.run(["git", "-C", top, "check-ignore", "-z", "--stdin"],
+                                 input=paths, capture_output=True)  # fmt: skip
+    except OSError:
+        return entries
+    if checked.returncode not in (0, 1):  # 1: none ignored; else git could not say
+        return entries
+    ignored = set(checked.stdout.split(b"\0"))
+    return [entry for entry in entries if os.fsencode(entry.path) not in ignored]
 
 
 def fleet_gate(
@@ -232,9 +250,9 @@ def fleet_gate(
             if not os.path.lexists(old):
                 raise UsageError(f"--old {old}: no such file or directory")
             old_path, refused_entries = old, unjudged(old)
-        else:
+            refused_entries += unjudged(hiera)
+        else:  # the base's tree, and the working tree as git sees it
             old_path, refused_entries = _old_tree(hiera, base or "", Path(tmp))
-        refused_entries += unjudged(hiera)
         if refused_entries:
             for entry in refused_entries:
                 print(entry.line())
