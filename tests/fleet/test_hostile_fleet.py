@@ -157,7 +157,7 @@ _json = st.recursive(
 )  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(rows=st.lists(st.dictionaries(st.text(max_size=8), _json, max_size=3), max_size=4),
        deep=st.sets(st.integers(0, 3)), depth=st.integers(1100, 3000))  # fmt: skip
 def test_the_decoder_reads_what_json_reads_and_cuts_only_deep_members(
