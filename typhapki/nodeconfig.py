@@ -143,10 +143,17 @@ def _as_json(text: str, path: Path) -> Any:
     written, true/false/null as words), then goes through the same null rule and
     limits; anything json refuses is left to the YAML reader and its errors.
     """
+    if not _plain_ascii(text):
+        # Checked on the whole text, comment lines too: str.splitlines() breaks lines
+        # at characters YAML does not (a form feed), str.lstrip() strips some YAML does
+        # not take as space; either could turn part of a comment into a line obeyed.
+        return _NOT_JSON
+    # On this text splitlines() breaks at YAML's own line breaks only (\n, \r, \r\n),
+    # and a line whose first character after spaces and tabs is '#' is YAML's comment.
     body = "\n".join(
-        line for line in text.splitlines() if not line.lstrip().startswith("#")
-    ).strip()
-    if not body.startswith("{") or not _plain_ascii(body):
+        line for line in text.splitlines() if not line.lstrip(" \t").startswith("#")
+    ).strip(" \t\r\n")
+    if not body.startswith("{"):
         return _NOT_JSON
     import json
 
