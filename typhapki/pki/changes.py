@@ -16,6 +16,8 @@ RESTART_HINT = {
     RoleName.FELIX: "Felix picks it up on its next reconnect to Typha: no restart",
 }
 BUNDLE_HINT = "restart Typha to load the new CA bundle (Felix reads it on reconnect)"
+# The same change on a node without Typha (a worker): commands/issue.py report_changes.
+FELIX_BUNDLE_HINT = "Felix reads it on its next reconnect to Typha: no restart"
 
 
 @record(frozen=True)

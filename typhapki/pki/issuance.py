@@ -8,6 +8,8 @@ Felix picks up on reconnect). `ensure_set` is the same for a signer and settings
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,6 +44,7 @@ from typhapki.pki.verify import (
     fingerprint,
     is_ca,
     judge_role,
+    open_mode_message,
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -303,6 +306,29 @@ def _sign(desired: Desired, found: Plan, now: datetime) -> dict[RoleName, _Signe
     return signed
 
 
+def _close_out(out: Path) -> Change | None:
+    """Close OUT's mode when others may write into it, as store.ensure_dir would when
+    the lock is taken, and say so: `check` reports that mode, so `issue` reports
+    closing it. Through a descriptor of the directory itself, never a link's target;
+    a directory of another owner is left to ensure_dir, which refuses it."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None  # absent (made 0755 under the lock), a link or not a directory
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if not mode & 0o022 or st.st_uid not in (0, os.geteuid()):
+            return None
+        os.fchmod(fd, mode & ~0o022)
+    except OSError as exc:
+        raise StoreError(f"{out}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    reason = f"{open_mode_message(mode)}; now {mode & ~0o022:04o}"
+    return Change("bundle", out, "fixed permissions", reason, "no restart needed")
+
+
 def _publish(
     desired: Desired, signed: dict[RoleName, _Signed], now: datetime, keep_leaves: bool
 ) -> list[Change] | None:
@@ -310,6 +336,7 @@ def _publish(
     paths = desired.paths
     bundle = desired.bundle or []
     key_spec = desired.settings.key_files
+    closed = _close_out(paths.out)  # what taking the lock would do, unreported
     with store_locked(paths.lock):
         report = desired.judge(now)  # a concurrent run may have done part of the work
         found = plan(desired, report, now, keep_leaves)
@@ -320,10 +347,12 @@ def _publish(
         for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in desired.roles)):
             # What killed runs left behind, and a previous generation exposing its key.
             collect_garbage(directory)
-        changes: list[Change] = []
+        changes: list[Change] = [closed] if closed is not None else []
         items: list[tuple[Path, dict[str, FileSpec]]] = []
         drop_previous: list[Path] = []
-        bundle_step = next((s for s in found.steps if s.scope == "bundle"), None)
+        bundle_step = next(
+            (s for s in found.steps if s.scope == "bundle" and s.action == "rewrite"), None
+        )
         if bundle_step is not None:
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
             bundle_bytes = b"".join(cert_pem(c) for c in bundle)
