@@ -230,6 +230,7 @@ class CfsslSigner:
                 )
                 read[path] = read_auth_key(path, what)
             self._auth_keys[role] = read[path] if path is not None else None
+        self._refuse_half_authsign()
         self._context: ssl.SSLContext | None = None
         self._client_loaded = False
         if (config.client_cert is None) != (config.client_key is None):
@@ -254,6 +255,29 @@ class CfsslSigner:
         )
         self._run_deadline: float | None = None  # set by the first request
         self._current: CurrentCa | None = None
+
+    def _refuse_half_authsign(self) -> None:
+        """A role of this node without an auth key while another role has one: its CSR
+        would go to cfssl's unauthenticated /sign, which a PKI set up for authsign
+        refuses (multirootca serves no /sign at all: 404) or, worse, honours. Refused
+        here, before any request, naming the key that was given and where."""
+        given = {r: p for r in RoleName if (p := self.config.auth_key_files.get(r))}
+        if self.config.auth_key_file is not None or not given:
+            return
+        for role in self.config.roles:
+            if role in given:
+                continue
+            other = next(iter(given))
+            what = self.config.given(
+                f"cfssl auth key of {other.value} {str(given[other])!r}",
+                f"cfssl_auth_key_{other.value}",
+            )
+            raise UsageError(
+                f"{what}: cfssl signs {other.value} with authsign, but {role.value}, a role "
+                f"of this node, has no auth key and would be sent to the unauthenticated "
+                f"/sign: give --cfssl-auth-key-{role.value} (or --cfssl-auth-key for both "
+                f"roles), or --role {other.value}"
+            )
 
     @property
     def _tls(self) -> ssl.SSLContext | None:
