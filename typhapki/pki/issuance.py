@@ -139,6 +139,10 @@ def load_issuer(ca_dir: Path) -> Issuer:
     return Issuer(cert, key)
 
 
+# How a leaf that is due for renewal as soon as it is signed is described; the cause
+# (its lifetime against the renewal window, or the clocks) is said by verify_issued.
+BORN_DUE = "from the moment it was signed"
+
 # The local CA's lifetime may round (it counts from the signing second); more than this
 # over the role's lifetime is a leaf the settings did not ask for.
 LIFETIME_SLACK = timedelta(days=1)
@@ -163,9 +167,67 @@ def verify_issued(
     for differing from a local default, only for outliving its CA (or, as `check`
     refuses it, for having expired). Refused (exit 3) with one line naming the signer;
     nothing is published.
+
+    A refusal names its cause: the leaf or the CA, whichever ends first, for a leaf
+    born inside its renewal window; and this node's clock, when it runs more than
+    CLOCK_TOLERANCE from the signer's and the leaf would pass by the signer's clock.
     """
     if not chain:
         raise RefusedError(f"{signer.name}: returned no {role.value} certificate")
+    problems = issued_problems(role, chain, key, settings, bundle, signing_ca, now, remote)
+    if not problems:
+        return chain[0]
+    problem = problems[0].message
+    clock = signer.clock(chain[0])
+    if (
+        clock is not None
+        and clock.skewed
+        and not issued_problems(
+            role, chain, key, settings, bundle, signing_ca, now - clock.ahead, remote
+        )
+    ):
+        way = "ahead of" if clock.ahead > timedelta(0) else "behind"
+        raise RefusedError(
+            f"{signer.name}: this node's clock runs {_offset(clock.ahead)} {way} the "
+            f"signer's, beyond cfssl's 5-minute backdating (this node: "
+            f"{clock.node_time:%Y-%m-%dT%H:%M:%SZ}; the signer: {clock.how}; the "
+            f"{role.value} certificate starts {clock.not_before:%Y-%m-%dT%H:%M:%SZ}); "
+            f"by this node's clock check refuses the certificate: {problem}. Fix this "
+            "node's time (NTP), not the certificate or the CA; nothing published"
+        )
+    if problem.endswith(BORN_DUE):  # the leaf, by the clocks both agree on
+        lifetime = valid_until(chain[0]) - valid_from(chain[0])
+        problem += (
+            f": signed for {describe_duration(lifetime)}, it would be renewed on every run; "
+            "make the renewal window (--renew-before, pki_renew_seconds) shorter than that"
+        )
+    raise RefusedError(
+        f"{signer.name}: returned a {role.value} certificate that check refuses: "
+        f"{problem}; nothing published"
+    )
+
+
+def _offset(value: timedelta) -> str:
+    """A clock offset, to the minute: ``16h 01m``, ``2d 3h``, ``7m``."""
+    minutes = round(abs(value).total_seconds() / 60)
+    days, rest = divmod(minutes, 1440)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+def issued_problems(
+    role: RoleName,
+    chain: Sequence[x509.Certificate],
+    key: PrivateKey,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate],
+    signing_ca: x509.Certificate,
+    now: datetime,
+    remote: bool = False,
+) -> list[Problem]:
+    """What `verify_issued` refuses in a signed chain at `now`, first cause first."""
     paths = ROLES[role]
     state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
     judge_role(state, settings, bundle, signing_ca, now)
@@ -194,24 +256,24 @@ def verify_issued(
         )
     # A signer may sign past its own CA's end (cfssl does): the set would stop working
     # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
-    usable_until = min(valid_until(leaf), valid_until(signing_ca))
-    if not state.problems and usable_until - now <= settings.renew_window(lifetime):
-        state.problems.append(
-            Problem(
-                role.value,
-                state.cert_path,
+    # Whichever ends first, the leaf or its CA, is the cause named.
+    window = settings.renew_window(lifetime)
+    if not state.problems and min(valid_until(leaf), valid_until(signing_ca)) - now <= window:
+        if valid_until(signing_ca) <= valid_until(leaf):
+            message = (
                 f"its CA {signing_ca.subject.rfc4514_string()} expires "
                 f"{valid_until(signing_ca):%Y-%m-%d}, inside the renewal window: "
-                "rotate the CA first (docs/rotation.md)",
-                Fix.ROTATE_CA,
+                "rotate the CA first (docs/rotation.md)"
             )
-        )
-    if state.problems:
-        raise RefusedError(
-            f"{signer.name}: returned a {role.value} certificate that check refuses: "
-            f"{state.problems[0].message}; nothing published"
-        )
-    return leaf
+            fix = Fix.ROTATE_CA
+        else:
+            message = (
+                f"expires {valid_until(leaf):%Y-%m-%dT%H:%M:%SZ}, inside its own renewal "
+                f"window ({describe_duration(window)} before expiry) {BORN_DUE}"
+            )
+            fix = Fix.REISSUE
+        state.problems.append(Problem(role.value, state.cert_path, message, fix))
+    return state.problems
 
 
 @record(frozen=True)

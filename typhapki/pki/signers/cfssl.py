@@ -40,9 +40,10 @@ from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_l
 from typhapki.errors import ConfigError, SignerError, UsageError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import RoleName
-from typhapki.pki.signers import CurrentCa
+from typhapki.pki.signers import CLOCK_TOLERANCE, CurrentCa, SignerClock
 from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
+from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular
 from typhapki.settings.provenance import flag_of
@@ -255,6 +256,7 @@ class CfsslSigner:
         )
         self._run_deadline: float | None = None  # set by the first request
         self._current: CurrentCa | None = None
+        self._answered: tuple[datetime, str | None] | None = None  # the last answer's clocks
 
     def _refuse_half_authsign(self) -> None:
         """A role of this node without an auth key while another role has one: its CSR
@@ -442,6 +444,8 @@ class CfsslSigner:
             answer = http.client.HTTPResponse(DeadlineSocket(sock, deadline), method="POST")  # type: ignore[arg-type]
             try:
                 answer.begin()
+                # This node's clock and the signer's, as the answer came: signer.clock().
+                self._answered = (datetime.now(UTC), answer.getheader("Date"))
                 return answer.status, answer.getheader("Location"), answer.read(MAX_ANSWER + 1)
             finally:
                 answer.close()
@@ -643,10 +647,41 @@ class CfsslSigner:
         except SignerError as exc:
             raise SignerError(f"{self._what(role)}: {exc}") from None
 
+    def clock(self, leaf: x509.Certificate) -> SignerClock | None:
+        """cfssl's clock against this node's, from the answer that brought `leaf`: its
+        HTTP Date (whole seconds), else the leaf's notBefore plus cfssl's default
+        backdating (CLOCK_TOLERANCE). Only ever used to name the cause of a refusal
+        that depends on the time, never to accept anything."""
+        if self._answered is None:
+            return None
+        received, date = self._answered
+        not_before = valid_from(leaf)
+        signer_time = _http_date(date)
+        how = f"its answer's Date, {date}"
+        if signer_time is None:
+            signer_time = not_before + CLOCK_TOLERANCE
+            how = "the certificate's notBefore plus cfssl's 5-minute backdating"
+        return SignerClock(signer_time, received, not_before, server_text(how, 80))
+
     def _what(self, role: RoleName) -> str:
         """Which request failed: ``typha certificate (cfssl profile P, label L)``."""
         profile = self.config.profiles[role]
         return f"{role.value} certificate (cfssl profile {profile}, {self._label_text})"
+
+
+def _http_date(value: str | None) -> datetime | None:
+    """An HTTP Date header (RFC 9110: IMF-fixdate, GMT) as a UTC time, None if not one."""
+    if not value or len(value) > 64:
+        return None
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None  # "-0000": no zone said; HTTP dates are GMT
+    return when.astimezone(UTC)
 
 
 def _lifetimes(expiry: int | None) -> dict[RoleName, timedelta]:
