@@ -84,11 +84,11 @@ def test_a_clock_off_from_cfssl_s_is_named_never_the_ca(
     key = write_auth_key(base / "auth.key")
     out = base / _late_node("kubestage")
     result = _issue_at(f"{minutes:+d}m", daily_cfssl, out, key)
-    if abs(minutes) <= 4:
+    if abs(minutes) <= 4:  # within the backdating (cfssl rounds to the minute)
         assert result.returncode == 0, result.stderr
-        return
-    if result.returncode == 0:  # ahead, but not yet into the renewal window
-        assert 0 < minutes < 16 * 60, minutes
+    if minutes < -6 or minutes > 20 * 60:  # not valid yet; past the renewal moment
+        assert result.returncode != 0, minutes
+    if result.returncode == 0:
         return
     way = "ahead of" if minutes > 0 else "behind"
     assert_one_line_error(
