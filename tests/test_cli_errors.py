@@ -93,7 +93,10 @@ def build(kind: str, source: str, command: str, control: str, base: Path) -> Cas
     if kind == "hiera value" and not (control < " " or control == "\x7f"):
         control = "\x1b"  # a CN refuses C0 controls and DEL (pki/settings.py validate_cn)
     shown = one_line(control)
-    key, value = ("typha_cn", f"a{control}b") if kind == "hiera value" else (f"ty{control}", "x")
+    key, value = {
+        "hiera value": ("typha_cn", f"a{control}b"),
+        "hiera path": ("ferm_output", f"/etc/ferm/conf.d/10{control}typha"),
+    }.get(kind, (f"ty{control}", "x"))
     text = HIERA.format(key=json.dumps(key), value=json.dumps(value))
     where = f"{hiera}:6: kubernetes::clusters.main.prod.typha."
     return Case(argv, None, text, (where, shown))
@@ -106,6 +109,7 @@ SOURCED = {  # the sources each kind of value can come from
     "number": ("flag", "defaults", "commands"),
     "hiera key": ("hiera",),
     "hiera value": ("hiera",),
+    "hiera path": ("hiera",),
 }
 
 
