@@ -287,7 +287,24 @@ def test_closing_out_s_mode_is_reported(issued: Path, ca_dir: Path) -> None:
 
 
 def test_a_worker_s_new_bundle_names_no_typha_restart(tmp_path: Path, ca_dir: Path) -> None:
-    result = run_cli("issue", "--ca-dir", ca_dir, "--out", tmp_path / "out", "--role", "felix")
+    """A worker runs no Typha: neither `issue` nor a rotation stage that rewrites its
+    bundle may ask for a Typha restart there (nor leave a marker)."""
+    from typhapki.pki.issuance import init_ca
+    from typhapki.pki.settings import KeyType
+
+    out = tmp_path / "out"
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", out, "--role", "felix")
     assert result.returncode == 0, result.stderr
-    assert "Typha to" not in result.stdout and "restart Typha" not in result.stdout
-    assert "bundle: rewrote" in result.stdout
+    assert "restart Typha" not in result.stdout
+    assert "bundle: rewrote" in result.stdout and "no restart" in result.stdout
+    new_ca = tmp_path / "new-ca"
+    init_ca(new_ca, KeyType.ECDSA_P256, 3650, None, force=False)
+    rotated = run_cli(
+        "rotate-ca", "--stage", "trust-new", "--ca-dir", ca_dir, "--new-ca-dir", new_ca,
+        "--out", out, "--role", "felix", "--json",
+    )  # fmt: skip
+    assert rotated.returncode == 0, rotated.stderr
+    changes = json.loads(rotated.stdout)["changes"]
+    assert [c["scope"] for c in changes] == ["bundle"]
+    assert "restart Typha" not in changes[0]["hint"]
+    assert not (out / ".restart-typha").exists()

@@ -16,14 +16,11 @@ def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: 
     A new bundle on a node without Typha's set (a worker) needs no restart: Felix reads
     it on its next reconnect, so its line says that, not "restart Typha"."""
     from typhapki.commands.restarts import record_restarts
-    from typhapki.pki.changes import BUNDLE_HINT, FELIX_BUNDLE_HINT
-    from typhapki.record import replace
+    from typhapki.pki.changes import without_typha
 
     restart = record_restarts(out, changes)
     if "typha" not in restart:
-        changes = [
-            replace(c, hint=FELIX_BUNDLE_HINT) if c.hint == BUNDLE_HINT else c for c in changes
-        ]
+        changes = without_typha(changes)
     if as_json:
         print(
             json.dumps(

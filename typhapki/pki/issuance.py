@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, StoreError
-from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
+from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change, without_typha
 from typhapki.pki.layout import ROLES, CaPaths
 from typhapki.pki.pem import load_certs, load_key, read_file
 from typhapki.pki.plan import Desired, Plan, Step, plan
@@ -30,7 +30,7 @@ from typhapki.pki.profiles import (
     key_pem,
     public_key_der,
 )
-from typhapki.pki.restarts import restarts_recorded
+from typhapki.pki.restarts import Component, restarts_recorded
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
@@ -458,7 +458,8 @@ def _publish(
             changes.append(
                 Change(role.value, state.cert_path, action, step.reason, hint, serial, fp)
             )
-        with restarts_recorded(desired.out, [c.scope for c in changes if c.restarts]):
+        scopes = [c.scope for c in changes if c.restarts]
+        with restarts_recorded(desired.out, scopes) as restart:
             if items:
                 publish_all(items, drop_previous)
-    return changes
+    return changes if Component.TYPHA in restart else without_typha(changes)
