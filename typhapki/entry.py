@@ -87,7 +87,7 @@ def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> in
             return int(exc.exit_code)
         print(f"typhapki: error: {one_line(usage_line(exc, state))}", file=sys.stderr)
         return int(exc.exit_code)
-    except exceptions.Abort:
+    except typer.Abort:  # click's Abort in typer 0.7, typer's own in newer typers
         print("typhapki: interrupted", file=sys.stderr)
         return 130
     return code if isinstance(code, int) else 0
