@@ -97,17 +97,14 @@ def one_line(text: str) -> str:
 
 
 def _escaped(char: str) -> str:
+    """One character as a Python string literal writes it: ``\\n``, ``\\x1b``, ``\\u202e``."""
     named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
     if char in named:
         return named[char]
     code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x100
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else (f"\\U{code:08x}")
-    )
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def unprintable(text: str) -> str | None:

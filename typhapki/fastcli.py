@@ -111,13 +111,12 @@ def checked(
     spec: options.Command, values: dict[str, Any], sources: Mapping[str, str]
 ) -> dict[str, Any]:
     """`values`, once no path among them holds a character that does not print as
-    itself (NUL, a newline, an escape sequence) and a command's own option with choices
-    (--role, --mode, --stage...) set by the node configuration file holds one of them:
-    else UsageError naming the option,
-    the value and where it came from (a flag, the node configuration file's key), as
-    errors about the shared options do (typhapki/settings/provenance.py). typer's
-    commands (typhapki/cli.py) call it before their body; the fast path leaves such a
-    value to them (`_plain`). `facts` reports its values inside the fact instead."""
+    itself (NUL, a newline, an escape sequence), and a command's own option with choices
+    (--role, --mode, --stage...) that the node configuration file set holds one of them.
+    Else UsageError naming the option, the value and where it came from, as errors
+    about the shared options do (typhapki/settings/provenance.py). typer's commands
+    (typhapki/cli.py) call it before their body; the fast path leaves such a value to
+    them (`_plain`). `facts` reports its values inside the fact instead."""
     if spec.extra_args:
         return values
     for opt in spec.options:
@@ -134,12 +133,8 @@ def checked(
                 )
             # From its flag, the body's own words (`--role: a CSR is for one role`) name
             # it well; from the file, they would name a flag nobody typed.
-            if (
-                opt.group == "command"
-                and opt.choices
-                and text not in opt.choices
-                and (where != opt.flag)
-            ):
+            bad_choice = opt.group == "command" and opt.choices and text not in opt.choices
+            if bad_choice and where != opt.flag:
                 *first, last = opt.choices
                 raise UsageError(
                     f"{opt.name} {text!r} (from {where}): expected {', '.join(first)} or {last}"
