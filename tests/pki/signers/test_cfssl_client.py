@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -144,7 +144,15 @@ def test_go_durations_round_trip(hours: int, minutes: int) -> None:
 
 # --- a role without its auth key, where another has one: refused before any request ---
 
-proxy_for = cfssl_support.proxy_for
+REFUSED = b'{"success": false, "result": null, "errors": [{"code": 1, "message": "no"}]}'
+
+
+@pytest.fixture(scope="module")
+def refusing_signer() -> Iterator[RecordingProxy]:
+    """A stand-in that records every request and refuses it as cfssl would (400)."""
+    proxy = cfssl_support.start_proxy(ProxyBehaviour(route=str, status=400, answer=REFUSED))
+    yield proxy
+    cfssl_support.stop_proxy(proxy)
 
 
 @settings(
@@ -162,7 +170,7 @@ def test_a_role_without_its_auth_key_is_refused_before_any_request(
     command: str,
     in_file: bool,
     tmp_path_factory: pytest.TempPathFactory,
-    proxy_for: Callable[[ProxyBehaviour], RecordingProxy],
+    refusing_signer: RecordingProxy,
 ) -> None:
     """Only one role's key (Felix's on a worker): `--role both` would send Typha's CSR
     to cfssl's unauthenticated /sign, which multirootca answers with 404. Refused (exit
@@ -171,8 +179,8 @@ def test_a_role_without_its_auth_key_is_refused_before_any_request(
     base = tmp_path_factory.mktemp("node")
     key = cfssl_support.write_auth_key(base / f"{keyed.value}.key")
     flag = f"--cfssl-auth-key-{keyed.value}"
-    refused = b'{"success": false, "result": null, "errors": [{"code": 1, "message": "no"}]}'
-    proxy = proxy_for(ProxyBehaviour(route=str, status=400, answer=refused))
+    proxy = refusing_signer
+    proxy.records.clear()
     argv: list[str | Path] = [command, "--out", base / "out", "--role", role]
     argv += ["--signer", "cfssl", "--cfssl-url", proxy.url, "--cfssl-timeout", "1"]
     env = {"TYPHAPKI_CONFIG": ""}
