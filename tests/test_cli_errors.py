@@ -198,3 +198,17 @@ def test_one_line_keeps_what_prints_and_escapes_the_rest(text: str) -> None:
     assert shown.isprintable()
     assert (shown == text) is text.isprintable()
     assert (unprintable(text) is None) is text.isprintable()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["inspect", "/etc/ssl/a\nb.pem"], "paths '/etc/ssl/a\\nb.pem' (from PATHS)"),
+        (["lint-hiera", "--offline", "x\x1by.yaml"], "files 'x\\x1by.yaml' (from FILES)"),
+        (["ferm", "--hiera", "h\r.yaml", "--cluster", "c"], "hiera 'h\\r.yaml' (from --hiera)"),
+        (["rollback", "--out", "/srv/\u2028pki"], "out '/srv/\\u2028pki' (from --out)"),
+    ],
+)
+def test_a_path_argument_with_a_control_character_is_refused(argv: list[str], needle: str) -> None:
+    line = assert_contract(run_cli(*argv, env={"TYPHAPKI_CONFIG": ""}), needle)
+    assert "control character" in line
