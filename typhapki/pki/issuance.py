@@ -322,6 +322,7 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
     from typhapki.pki.install import collect_set_leftovers_now
 
     collect_set_leftovers_now(desired.out)
+    closed: Change | None = None
     for _attempt in range(3):
         found = plan(desired, desired.judge(now), now, keep_leaves)
         if found.refusals:
@@ -337,7 +338,10 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
                 desired.out, desired.roles, desired.settings, signer, current, desired.trusted
             )
             continue
-        changes = _publish(desired, signed, now, keep_leaves)
+        # Closing OUT's mode is what taking the lock does anyway; done here, it is said
+        # (once, whichever attempt publishes).
+        closed = closed or _close_out(desired.out)
+        changes = _publish(desired, signed, now, keep_leaves, closed)
         if changes is not None:
             return changes
     raise StoreError(f"{desired.out}: the set kept changing under concurrent runs; try again")
@@ -392,13 +396,17 @@ def _close_out(out: Path) -> Change | None:
 
 
 def _publish(
-    desired: Desired, signed: dict[RoleName, _Signed], now: datetime, keep_leaves: bool
+    desired: Desired,
+    signed: dict[RoleName, _Signed],
+    now: datetime,
+    keep_leaves: bool,
+    closed: Change | None = None,
 ) -> list[Change] | None:
-    """Under the lock: judge again, publish; None when the plan changed meanwhile."""
+    """Under the lock: judge again, publish; None when the plan changed meanwhile.
+    `closed`: OUT's mode, closed before the lock (_close_out), is one of the changes."""
     paths = desired.paths
     bundle = desired.bundle or []
     key_spec = desired.settings.key_files
-    closed = _close_out(paths.out)  # what taking the lock would do, unreported
     with store_locked(paths.lock):
         report = desired.judge(now)  # a concurrent run may have done part of the work
         found = plan(desired, report, now, keep_leaves)
