@@ -412,6 +412,66 @@ def test_json_reads_as_the_yaml_reader_reads_it(
         assert by_json == by_yaml
 
 
+# Characters YAML and Python's str methods disagree on: line breaks only str.splitlines()
+# knows (\x0b, \x0c, \x1c-\x1e), breaks both know (\x85, \u2028, \u2029), whitespace
+# only str.lstrip() strips (\x1f, \xa0, \u3000), and characters YAML refuses outright.
+_ODD = "\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2028\u2029\u3000\x00\x7f"
+# What a comment line may hold: a document that must never be obeyed from there.
+_HIDDEN = ['{"defaults": {"role": "typha"}}', '{"commands": {}}', '{"version": 2}']
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    comments=st.lists(
+        st.tuples(
+            st.text(st.sampled_from(" \t\r" + _ODD), max_size=2),  # before the '#'
+            st.text(st.sampled_from(" x" + _ODD), max_size=2),  # between '#' and the JSON
+            st.sampled_from(["", *_HIDDEN]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    shown=st.sampled_from(['{"defaults": {"role": "felix"}}', '{"version": 1}', "{}"]),
+    newline=st.sampled_from(["\n", "\r\n", "\r", "\x85", "\u2028"]),
+    where=st.integers(0, 3),
+)
+def test_the_json_reader_obeys_no_line_yaml_takes_as_a_comment(
+    comments: list[tuple[str, str, str]], shown: str, newline: str, where: int
+) -> None:
+    """Comment lines, any of them holding JSON behind characters YAML and Python's str
+    methods read differently, before or inside the document: whenever the fast reader
+    takes the file, the YAML reader reads the same document (or refuses it the same
+    way), so nothing the YAML reader takes as a comment is ever obeyed."""
+    lines = [lead + "#" + gap + hidden for lead, gap, hidden in comments]
+    opened, closed = shown[:1], shown[1:]
+    at = min(where, len(lines))
+    text = newline.join([*lines[:at], opened, *lines[at:], closed]) + newline
+    path = Path("typhapki.yaml")
+
+    def read(how: Callable[[str, Path], object]) -> object:
+        try:
+            return ("ok", how(text, path))
+        except ConfigError as exc:
+            return ("error", str(exc))
+
+    by_json = read(nodeconfig._as_json)
+    if by_json != ("ok", nodeconfig._NOT_JSON):
+        assert by_json == read(nodeconfig._as_yaml), repr(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '# note\x0c{"defaults": {"role": "typha"}}\n{}\n',  # a form feed inside a comment
+        '# note\x1c{"defaults": {"role": "typha"}}\n{}\n',
+        '\u3000# {"defaults": {"role": "typha"}}\n{}\n',  # not a comment for YAML
+        '\x0c# note\n{"defaults": {"role": "felix"}}\n',  # YAML refuses the form feed
+    ],
+)
+def test_what_yaml_refuses_or_reads_otherwise_is_left_to_it(text: str) -> None:
+    assert nodeconfig._as_json(text, Path("typhapki.yaml")) is nodeconfig._NOT_JSON
+
+
 def test_the_module_s_json_needs_no_yaml_parser(tmp_path: Path, ca_dir: Path) -> None:
     """`check` as Puppet runs it, with the file as the module writes it: PyYAML is not
     loaded (tests/test_entry.py checks the process's imports the same way)."""

@@ -18,7 +18,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from typhapki.fastcli import BODIES, CliState, bundled, guarded
+from typhapki.fastcli import BODIES, CliState, bundled, checked, guarded
 from typhapki.settings import options
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
@@ -136,7 +136,11 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
                 sources[opt.name] = opt.flag
             elif given == "DEFAULT_MAP":
                 sources[opt.name] = state.source(spec.name, opt.name)
-        raise typer.Exit(body(**bundled(body, values, sources)))
+        # A path with a control character, or a choice none of the option's, is refused
+        # before the body, in one line naming where it came from.
+        raise typer.Exit(
+            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)))
+        )
 
     wrapper.__name__ = body.__name__
     wrapper.__doc__ = spec.help

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from typhapki.errors import EXIT_USAGE, TyphapkiError
+from typhapki.errors import EXIT_USAGE, TyphapkiError, one_line
 from typhapki.fastcli import CliState, fast_parse
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -35,7 +35,7 @@ def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], CliState]:
     except TyphapkiError as exc:
         if argv[:1] == ["facts"] or "--help" in argv or argv[:1] == ["--version"]:
             return {}, CliState(config_error=str(exc))
-        print(f"typhapki: error: {exc}", file=sys.stderr)
+        print(f"typhapki: error: {one_line(str(exc))}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
 
 
@@ -59,13 +59,54 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
             if fast is not None:
                 body, kwargs = fast
                 return body(**kwargs), True
-        from typhapki.cli import app
-
-        app(args=argv, prog_name="typhapki", standalone_mode=True, default_map=defaults, obj=state)
+        return _typer(argv, defaults, state), False
     except SystemExit as exc:
         code = exc.code
         return (code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)), False
-    return 0, False
+
+
+def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> int:
+    """typer parses and runs the command; what it refuses is one line, as every other
+    error (`typhapki: error: ...`), never its multi-line usage block.
+
+    click's own errors (typer 0.7's click, or the click newer typers carry inside) come
+    back as exceptions (standalone_mode off); the body's exit code as typer's Exit.
+    """
+    import typer
+
+    from typhapki.cli import app
+
+    exceptions = sys.modules[typer.BadParameter.__module__]  # click's, wherever it lives
+    try:
+        code = app(
+            args=argv, prog_name="typhapki", standalone_mode=False, default_map=defaults, obj=state
+        )
+    except exceptions.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+: a bare group's help
+            exc.show()
+            return int(exc.exit_code)
+        print(f"typhapki: error: {one_line(usage_line(exc, state))}", file=sys.stderr)
+        return int(exc.exit_code)
+    except typer.Abort:  # click's Abort in typer 0.7, typer's own in newer typers
+        print("typhapki: interrupted", file=sys.stderr)
+        return 130
+    return code if isinstance(code, int) else 0
+
+
+def usage_line(exc: Exception, state: CliState) -> str:
+    """What click refused, for one line: its message, the value's source when the node
+    configuration file set it (click would name the flag, which nobody typed), and where
+    to read the command's help."""
+    message = getattr(exc, "format_message", lambda: str(exc))()
+    ctx, param = getattr(exc, "ctx", None), getattr(exc, "param", None)
+    if ctx is None:
+        return str(message)
+    words = ctx.command_path.split()[1:]  # the program's name first
+    name = getattr(param, "name", None)
+    if name and getattr(ctx.get_parameter_source(name), "name", "") == "DEFAULT_MAP":
+        where = state.source(" ".join(words), name)
+        message = f"{name} (from {where}): {getattr(exc, 'message', message)}"
+    return f"{message} ({' '.join(['typhapki', *words, '--help'])})"
 
 
 def script() -> None:

@@ -84,3 +84,34 @@ class PuppetDBError(TyphapkiError):
     answer (exit 8). The fleet is then unknown, never reported healthy."""
 
     exit_code = EXIT_PUPPETDB
+
+
+def one_line(text: str) -> str:
+    """`text` fit for one line of a terminal or a log: every character that does not
+    print as itself (newlines, tabs, escape sequences, NUL, bidi overrides, line and
+    paragraph separators) escaped as Python writes it, so an error about a key or value
+    that holds one stays the one line the exit-code contract promises."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    """One character as a Python string literal writes it: ``\\n``, ``\\x1b``, ``\\u202e``."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if char in named:
+        return named[char]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of `text` that does not print as itself, escaped; None when
+    there is none. A path holding one (NUL, a newline, an escape sequence) is refused:
+    it would break every line that names it, or name another file than it shows."""
+    for char in text:
+        if not char.isprintable():
+            return _escaped(char)
+    return None

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from typhapki.errors import EXIT_IO, TyphapkiError
+from typhapki.errors import EXIT_IO, TyphapkiError, UsageError, one_line, unprintable
 from typhapki.record import field, record
 from typhapki.settings import options
 
@@ -56,7 +56,9 @@ def guarded(body: Callable[[], int]) -> int:
     try:
         return body()
     except TyphapkiError as exc:
-        print(f"typhapki: error: {exc}", file=sys.stderr)
+        # Escaped here, once for every source: a key or value from a flag, the node
+        # configuration or hiera that holds a newline stays on this one line.
+        print(f"typhapki: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as cat and grep do.
@@ -68,7 +70,7 @@ def guarded(body: Callable[[], int]) -> int:
         return 130
     except OSError as exc:  # the filesystem said no somewhere we did not expect
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"typhapki: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"typhapki: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return EXIT_IO
 
 
@@ -103,6 +105,41 @@ def bundled(
     if "sources" in takes:
         kwargs["sources"] = dict(sources)
     return kwargs
+
+
+def checked(
+    spec: options.Command, values: dict[str, Any], sources: Mapping[str, str]
+) -> dict[str, Any]:
+    """`values`, once no path among them holds a character that does not print as
+    itself (NUL, a newline, an escape sequence), and a command's own option with choices
+    (--role, --mode, --stage...) that the node configuration file set holds one of them.
+    Else UsageError naming the option, the value and where it came from, as errors
+    about the shared options do (typhapki/settings/provenance.py). typer's commands
+    (typhapki/cli.py) call it before their body; the fast path leaves such a value to
+    them (`_plain`). `facts` reports its values inside the fact instead."""
+    if spec.extra_args:
+        return values
+    for opt in spec.options:
+        value = values.get(opt.name)
+        where = sources.get(opt.name, opt.flag)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            text = os.fspath(item) if isinstance(item, str | os.PathLike) else None
+            if text is None:
+                continue
+            if opt.kind is Path and (char := unprintable(text)) is not None:
+                raise UsageError(
+                    f"{opt.name} {text!r} (from {where}): a path with the control character "
+                    f"{char}; refused"
+                )
+            # From its flag, the body's own words (`--role: a CSR is for one role`) name
+            # it well; from the file, they would name a flag nobody typed.
+            bad_choice = opt.group == "command" and opt.choices and text not in opt.choices
+            if bad_choice and where != opt.flag:
+                *first, last = opt.choices
+                raise UsageError(
+                    f"{opt.name} {text!r} (from {where}): expected {', '.join(first)} or {last}"
+                )
+    return values
 
 
 # --- the bodies: typer's commands (typhapki/cli.py) call them too ---------------------
@@ -244,6 +281,10 @@ def _plain(opt: options.Opt, value: Any) -> Any:
         raise ValueError(value)
     if opt.kind in (str, Path) and not isinstance(value, str):
         raise ValueError(value)  # typer 0.7 takes 30 for a path, typer 0.29 refuses it
+    if opt.kind is Path and isinstance(value, str) and unprintable(value) is not None:
+        raise ValueError(value)  # refused by `checked`, after typer parsed it
+    if opt.group == "command" and opt.choices and value not in opt.choices:
+        raise ValueError(value)  # refused by typer's command, naming where it came from
     text = str(value)
     if not text or text.startswith("-"):
         raise ValueError(text)  # missing, empty or option-like: typer decides

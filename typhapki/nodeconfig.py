@@ -17,7 +17,9 @@ path names it.
 
 Keys are the option's parameter name (`ca_dir`) or its long name (`ca-dir`). A key no
 command knows, or a value the option refuses, is a one-line usage error naming the
-file and the key: a typo must not silently change what a Puppet run does.
+file and the key: a typo must not silently change what a Puppet run does. So is a
+path holding a control character (NUL, a newline): it would name another file than
+it shows, and break the one line of every message about it.
 
 The file is obeyed as root, so it is trusted the way ssh trusts its configuration:
 it and the directory holding it (and, through a symlink, the target's directory)
@@ -36,7 +38,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from typhapki.errors import ConfigError
+from typhapki.errors import ConfigError, unprintable
 from typhapki.record import field, record
 from typhapki.safeio import read_regular
 from typhapki.settings import options
@@ -143,10 +145,18 @@ def _as_json(text: str, path: Path) -> Any:
     written, true/false/null as words), then goes through the same null rule and
     limits; anything json refuses is left to the YAML reader and its errors.
     """
+    if not _plain_ascii(text):
+        # Checked on the whole text, comment lines too: str.splitlines() breaks lines
+        # at characters YAML does not (a form feed), str.lstrip() strips some YAML does
+        # not take as space; either could turn part of a comment into a line obeyed.
+        return _NOT_JSON
+    # On this text splitlines() breaks at YAML's own line breaks only (\n, \r, \r\n),
+    # and a line whose first character after spaces is '#' is YAML's comment (PyYAML
+    # refuses a tab there inside a mapping: such a line is left to it).
     body = "\n".join(
-        line for line in text.splitlines() if not line.lstrip().startswith("#")
-    ).strip()
-    if not body.startswith("{") or not _plain_ascii(body):
+        line for line in text.splitlines() if not line.lstrip(" ").startswith("#")
+    ).strip(" \t\r\n")
+    if not body.startswith("{"):
         return _NOT_JSON
     import json
 
@@ -300,6 +310,10 @@ def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
     for item in items:
         if (problem := _problem(opt.kind, item)) is not None:
             raise ConfigError(f"{path}: {key}: {problem}")
+        if opt.kind is Path and (char := unprintable(item)) is not None:
+            raise ConfigError(
+                f"{path}: {key}: {item!r} is a path with the control character {char}"
+            )
     return value
 
 

@@ -6,9 +6,12 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.pki.layout import SetPaths
@@ -196,3 +199,112 @@ def test_read_only_output_keeps_the_old_set(issued: Path, ca_dir: Path) -> None:
         subprocess.run(["umount", str(issued)], check=True)
     assert_one_line_error(result, 4, "Read-only file system")
     assert tree(issued) == before
+
+
+# What a node's set may suffer between two Puppet runs: a mode changed on OUT, a managed
+# directory, a key or a certificate (through its link), or a file removed.
+_TARGETS = [
+    "",
+    "calico-typha-ca",
+    "calico-typha-certs",
+    "calico-node-certs",
+    *LAYOUT,
+]
+_MODES = [0o700, 0o755, 0o775, 0o777, 0o757, 0o400, 0o600, 0o640, 0o644, 0o666]
+_SKIPPED = {".typhapki.lock", ".restart-typha", ".restart-felix"}  # the run's own files
+
+
+def _snapshot(out: Path) -> dict[str, tuple[int, int, str, bytes]]:
+    """Everything issue could change under OUT: type, mode, owner, link, content."""
+    seen = {}
+    for base, dirs, files in os.walk(out):
+        for name in [*dirs, *files, ""]:
+            path = Path(base, name)
+            rel = str(path.relative_to(out))
+            if name in _SKIPPED or (not name and rel != "."):
+                continue
+            st = os.lstat(path)
+            link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
+            data = path.read_bytes() if stat.S_ISREG(st.st_mode) else b""
+            seen[rel] = (st.st_mode, st.st_uid, link, data)
+    return seen
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    damage=st.lists(
+        st.tuples(st.sampled_from(_TARGETS), st.sampled_from([*_MODES, None])),
+        min_size=1,
+        max_size=3,
+    ),
+    role=st.sampled_from(["both", "felix"]),
+)
+def test_issue_reports_every_change_it_makes_and_check_each_problem(
+    damage: list[tuple[str, int | None]], role: str, issued: Path, ca_dir: Path
+) -> None:
+    """After any such damage, `issue` changes the tree exactly when it reports a
+    change, and `check` exits 1 with a line per problem exactly then; after it, check
+    exits 0. (A mode issue closes silently is a problem check saw and issue hid.)"""
+    out = Path(tempfile.mkdtemp(dir=issued.parent)) / "out"
+    shutil.copytree(issued, out, symlinks=True)
+    os.chmod(out, 0o755)
+    for target, mode in damage:
+        path = out / target
+        if mode is None:
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+        elif path.exists():
+            os.chmod(path, mode)
+    before = _snapshot(out)
+    checked = run_cli("check", "--ca-dir", ca_dir, "--out", out, "--role", role)
+    issued_now = run_cli("issue", "--ca-dir", ca_dir, "--out", out, "--role", role, "--json")
+    assert issued_now.returncode == 0, issued_now.stderr
+    changes = json.loads(issued_now.stdout)["changes"]
+    changed = _snapshot(out) != before
+    assert changed == bool(changes), (damage, changes)
+    assert checked.returncode == (1 if changed else 0), (damage, checked.stdout, changes)
+    assert bool(checked.stdout.strip()) == changed or checked.returncode == 0
+    after = run_cli("check", "--ca-dir", ca_dir, "--out", out, "--role", role)
+    assert after.returncode == 0, (damage, after.stdout)
+
+
+def test_closing_out_s_mode_is_reported(issued: Path, ca_dir: Path) -> None:
+    (issued / ".restart-typha").unlink()  # the first issuance's
+    os.chmod(issued, 0o777)
+    checked = run_cli("check", "--ca-dir", ca_dir, "--out", issued)
+    assert checked.returncode == 1
+    assert f"{issued}: directory mode 0777 lets others write into it" in checked.stdout
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", issued)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(os.stat(issued).st_mode) == 0o755
+    assert result.stdout == (
+        f"bundle: fixed permissions {issued} (directory mode 0777 lets others write into "
+        "it; now 0755); no restart needed\n"
+    )
+    assert not (issued / ".restart-typha").exists()
+
+
+def test_a_worker_s_new_bundle_names_no_typha_restart(tmp_path: Path, ca_dir: Path) -> None:
+    """A worker runs no Typha: neither `issue` nor a rotation stage that rewrites its
+    bundle may ask for a Typha restart there (nor leave a marker)."""
+    from typhapki.pki.issuance import init_ca
+    from typhapki.pki.settings import KeyType
+
+    out = tmp_path / "out"
+    result = run_cli("issue", "--ca-dir", ca_dir, "--out", out, "--role", "felix")
+    assert result.returncode == 0, result.stderr
+    assert "restart Typha" not in result.stdout
+    assert "bundle: rewrote" in result.stdout and "no restart" in result.stdout
+    new_ca = tmp_path / "new-ca"
+    init_ca(new_ca, KeyType.ECDSA_P256, 3650, None, force=False)
+    rotated = run_cli(
+        "rotate-ca", "--stage", "trust-new", "--ca-dir", ca_dir, "--new-ca-dir", new_ca,
+        "--out", out, "--role", "felix", "--json",
+    )  # fmt: skip
+    assert rotated.returncode == 0, rotated.stderr
+    changes = json.loads(rotated.stdout)["changes"]
+    assert [c["scope"] for c in changes] == ["bundle"]
+    assert "restart Typha" not in changes[0]["hint"]
+    assert not (out / ".restart-typha").exists()

@@ -325,21 +325,30 @@ def _handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def start_proxy(behaviour: ProxyBehaviour) -> RecordingProxy:
+    """A recording proxy on a loopback port (stop it with `stop_proxy`)."""
+    proxy = RecordingProxy(behaviour)
+    proxy.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
+    proxy.server.daemon_threads = True
+    threading.Thread(target=proxy.server.serve_forever, daemon=True).start()
+    return proxy
+
+
+def stop_proxy(proxy: RecordingProxy) -> None:
+    assert proxy.server is not None
+    proxy.server.shutdown()
+    proxy.server.server_close()
+
+
 @pytest.fixture
 def proxy_for() -> Iterator[Callable[[ProxyBehaviour], RecordingProxy]]:
     """Start recording proxies on loopback ports; all stopped after the test."""
     started: list[RecordingProxy] = []
 
     def start(behaviour: ProxyBehaviour) -> RecordingProxy:
-        proxy = RecordingProxy(behaviour)
-        proxy.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
-        proxy.server.daemon_threads = True
-        threading.Thread(target=proxy.server.serve_forever, daemon=True).start()
-        started.append(proxy)
-        return proxy
+        started.append(start_proxy(behaviour))
+        return started[-1]
 
     yield start
     for proxy in started:
-        assert proxy.server is not None
-        proxy.server.shutdown()
-        proxy.server.server_close()
+        stop_proxy(proxy)

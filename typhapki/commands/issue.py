@@ -11,10 +11,16 @@ if TYPE_CHECKING:
 
 
 def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: bool) -> None:
-    """What `issue` and `install` print: the changes and whom to restart, or nothing to do."""
+    """What `issue` and `install` print: the changes and whom to restart, or nothing to do.
+
+    A new bundle on a node without Typha's set (a worker) needs no restart: Felix reads
+    it on its next reconnect, so its line says that, not "restart Typha"."""
     from typhapki.commands.restarts import record_restarts
+    from typhapki.pki.changes import without_typha
 
     restart = record_restarts(out, changes)
+    if "typha" not in restart:
+        changes = without_typha(changes)
     if as_json:
         print(
             json.dumps(

@@ -10,10 +10,13 @@ def rollback(out: Path, role: str | None, bundle: bool) -> int:
     """Make the previous generation of each chosen directory live again.
 
     Without a role: the roles whose set OUT holds, so that a worker (Felix only) needs
-    no --role, and a Typha host rolls back both."""
+    no --role, and a Typha host rolls back both. Typha is told to restart (and marked,
+    as `issue` marks it: typhapki/pki/restarts.py) only when it reads a file that went
+    back and OUT holds its set; Felix reads the files again on its next reconnect."""
     import os
 
     from typhapki.pki.layout import SetPaths
+    from typhapki.pki.restarts import Component, restarts_recorded
     from typhapki.pki.settings import RoleName
     from typhapki.pki.store import locked
     from typhapki.pki.store import rollback as rollback_dir
@@ -31,9 +34,13 @@ def rollback(out: Path, role: str | None, bundle: bool) -> int:
     dirs = [paths.role_dir(r) for r in roles]
     if bundle:
         dirs.insert(0, paths.bundle_dir)
-    with locked(paths.lock, create=False):
+    scopes = [r.value for r in roles] + (["bundle"] if bundle else [])
+    with locked(paths.lock, create=False), restarts_recorded(out, scopes) as restart:
         for directory in dirs:
             generation = rollback_dir(directory)
             print(f"{directory}: rolled back to {generation}")
-    print("restart Typha so it loads the rolled-back files (Felix reads them on reconnect)")
+    if Component.TYPHA in restart:
+        print("restart Typha so it loads the rolled-back files (Felix reads them on reconnect)")
+    else:
+        print("Felix reads the rolled-back files on its next reconnect to Typha: no restart")
     return 0

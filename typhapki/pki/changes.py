@@ -16,6 +16,8 @@ RESTART_HINT = {
     RoleName.FELIX: "Felix picks it up on its next reconnect to Typha: no restart",
 }
 BUNDLE_HINT = "restart Typha to load the new CA bundle (Felix reads it on reconnect)"
+# The same change on a node without Typha (a worker): `without_typha`.
+FELIX_BUNDLE_HINT = "Felix reads it on its next reconnect to Typha: no restart"
 
 
 @record(frozen=True)
@@ -51,3 +53,12 @@ class Change:
     def line(self) -> str:
         extra = f" serial {self.serial}" if self.serial else ""
         return f"{self.scope}: {self.action} {self.path}{extra} ({self.reason}); {self.hint}"
+
+
+def without_typha(changes: list[Change]) -> list[Change]:
+    """`changes` as said on a node that runs no Typha (a worker: OUT holds no Typha set,
+    and none was written): a new bundle needs no restart there, Felix reads it on its
+    next reconnect; "restart Typha" would ask for a restart nobody there can make."""
+    from typhapki.record import replace
+
+    return [replace(c, hint=FELIX_BUNDLE_HINT) if c.hint == BUNDLE_HINT else c for c in changes]

@@ -8,6 +8,8 @@ Felix picks up on reconnect). `ensure_set` is the same for a signer and settings
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 from cryptography import x509
 
 from typhapki.errors import ConfigError, RefusedError, StoreError
-from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change
+from typhapki.pki.changes import BUNDLE_HINT, RESTART_HINT, Change, without_typha
 from typhapki.pki.layout import ROLES, CaPaths
 from typhapki.pki.pem import load_certs, load_key, read_file
 from typhapki.pki.plan import Desired, Plan, Step, plan
@@ -28,7 +30,7 @@ from typhapki.pki.profiles import (
     key_pem,
     public_key_der,
 )
-from typhapki.pki.restarts import restarts_recorded
+from typhapki.pki.restarts import Component, restarts_recorded
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName, describe_duration
 from typhapki.pki.signers import Signer
 from typhapki.pki.signers.csr import build_csr
@@ -42,6 +44,7 @@ from typhapki.pki.verify import (
     fingerprint,
     is_ca,
     judge_role,
+    open_mode_message,
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
@@ -136,6 +139,10 @@ def load_issuer(ca_dir: Path) -> Issuer:
     return Issuer(cert, key)
 
 
+# How a leaf that is due for renewal as soon as it is signed is described; the cause
+# (its lifetime against the renewal window, or the clocks) is said by verify_issued.
+BORN_DUE = "from the moment it was signed"
+
 # The local CA's lifetime may round (it counts from the signing second); more than this
 # over the role's lifetime is a leaf the settings did not ask for.
 LIFETIME_SLACK = timedelta(days=1)
@@ -160,9 +167,67 @@ def verify_issued(
     for differing from a local default, only for outliving its CA (or, as `check`
     refuses it, for having expired). Refused (exit 3) with one line naming the signer;
     nothing is published.
+
+    A refusal names its cause: the leaf or the CA, whichever ends first, for a leaf
+    born inside its renewal window; and this node's clock, when it runs more than
+    CLOCK_TOLERANCE from the signer's and the leaf would pass by the signer's clock.
     """
     if not chain:
         raise RefusedError(f"{signer.name}: returned no {role.value} certificate")
+    problems = issued_problems(role, chain, key, settings, bundle, signing_ca, now, remote)
+    if not problems:
+        return chain[0]
+    problem = problems[0].message
+    clock = signer.clock(chain[0])
+    if (
+        clock is not None
+        and clock.skewed
+        and not issued_problems(
+            role, chain, key, settings, bundle, signing_ca, now - clock.ahead, remote
+        )
+    ):
+        way = "ahead of" if clock.ahead > timedelta(0) else "behind"
+        raise RefusedError(
+            f"{signer.name}: this node's clock runs {_offset(clock.ahead)} {way} the "
+            f"signer's, beyond cfssl's 5-minute backdating (this node: "
+            f"{clock.node_time:%Y-%m-%dT%H:%M:%SZ}; the signer: {clock.how}; the "
+            f"{role.value} certificate starts {clock.not_before:%Y-%m-%dT%H:%M:%SZ}); "
+            f"by this node's clock check refuses the certificate: {problem}. Fix this "
+            "node's time (NTP), not the certificate or the CA; nothing published"
+        )
+    if problem.endswith(BORN_DUE):  # the leaf, by the clocks both agree on
+        lifetime = valid_until(chain[0]) - valid_from(chain[0])
+        problem += (
+            f": signed for {describe_duration(lifetime)}, it would be renewed on every run; "
+            "make the renewal window (--renew-before, pki_renew_seconds) shorter than that"
+        )
+    raise RefusedError(
+        f"{signer.name}: returned a {role.value} certificate that check refuses: "
+        f"{problem}; nothing published"
+    )
+
+
+def _offset(value: timedelta) -> str:
+    """A clock offset, to the minute: ``16h 01m``, ``2d 3h``, ``7m``."""
+    minutes = round(abs(value).total_seconds() / 60)
+    days, rest = divmod(minutes, 1440)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+def issued_problems(
+    role: RoleName,
+    chain: Sequence[x509.Certificate],
+    key: PrivateKey,
+    settings: PkiSettings,
+    bundle: Sequence[x509.Certificate],
+    signing_ca: x509.Certificate,
+    now: datetime,
+    remote: bool = False,
+) -> list[Problem]:
+    """What `verify_issued` refuses in a signed chain at `now`, first cause first."""
     paths = ROLES[role]
     state = RoleState(role, Path(paths.cert_file), Path(paths.key_file), list(chain), key)
     judge_role(state, settings, bundle, signing_ca, now)
@@ -191,24 +256,24 @@ def verify_issued(
         )
     # A signer may sign past its own CA's end (cfssl does): the set would stop working
     # when the CA does, and not be renewed before. Local mode clamps and refuses alike.
-    usable_until = min(valid_until(leaf), valid_until(signing_ca))
-    if not state.problems and usable_until - now <= settings.renew_window(lifetime):
-        state.problems.append(
-            Problem(
-                role.value,
-                state.cert_path,
+    # Whichever ends first, the leaf or its CA, is the cause named.
+    window = settings.renew_window(lifetime)
+    if not state.problems and min(valid_until(leaf), valid_until(signing_ca)) - now <= window:
+        if valid_until(signing_ca) <= valid_until(leaf):
+            message = (
                 f"its CA {signing_ca.subject.rfc4514_string()} expires "
                 f"{valid_until(signing_ca):%Y-%m-%d}, inside the renewal window: "
-                "rotate the CA first (docs/rotation.md)",
-                Fix.ROTATE_CA,
+                "rotate the CA first (docs/rotation.md)"
             )
-        )
-    if state.problems:
-        raise RefusedError(
-            f"{signer.name}: returned a {role.value} certificate that check refuses: "
-            f"{state.problems[0].message}; nothing published"
-        )
-    return leaf
+            fix = Fix.ROTATE_CA
+        else:
+            message = (
+                f"expires {valid_until(leaf):%Y-%m-%dT%H:%M:%SZ}, inside its own renewal "
+                f"window ({describe_duration(window)} before expiry) {BORN_DUE}"
+            )
+            fix = Fix.REISSUE
+        state.problems.append(Problem(role.value, state.cert_path, message, fix))
+    return state.problems
 
 
 @record(frozen=True)
@@ -257,6 +322,7 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
     from typhapki.pki.install import collect_set_leftovers_now
 
     collect_set_leftovers_now(desired.out)
+    closed: Change | None = None
     for _attempt in range(3):
         found = plan(desired, desired.judge(now), now, keep_leaves)
         if found.refusals:
@@ -272,7 +338,10 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
                 desired.out, desired.roles, desired.settings, signer, current, desired.trusted
             )
             continue
-        changes = _publish(desired, signed, now, keep_leaves)
+        # Closing OUT's mode is what taking the lock does anyway; done here, it is said
+        # (once, whichever attempt publishes).
+        closed = closed or _close_out(desired.out)
+        changes = _publish(desired, signed, now, keep_leaves, closed)
         if changes is not None:
             return changes
     raise StoreError(f"{desired.out}: the set kept changing under concurrent runs; try again")
@@ -303,10 +372,38 @@ def _sign(desired: Desired, found: Plan, now: datetime) -> dict[RoleName, _Signe
     return signed
 
 
+def _close_out(out: Path) -> Change | None:
+    """Close OUT's mode when others may write into it, as store.ensure_dir would when
+    the lock is taken, and say so: `check` reports that mode, so `issue` reports
+    closing it. Through a descriptor of the directory itself, never a link's target;
+    a directory of another owner is left to ensure_dir, which refuses it."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None  # absent (made 0755 under the lock), a link or not a directory
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if not mode & 0o022 or st.st_uid not in (0, os.geteuid()):
+            return None
+        os.fchmod(fd, mode & ~0o022)
+    except OSError as exc:
+        raise StoreError(f"{out}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    reason = f"{open_mode_message(mode)}; now {mode & ~0o022:04o}"
+    return Change("bundle", out, "fixed permissions", reason, "no restart needed")
+
+
 def _publish(
-    desired: Desired, signed: dict[RoleName, _Signed], now: datetime, keep_leaves: bool
+    desired: Desired,
+    signed: dict[RoleName, _Signed],
+    now: datetime,
+    keep_leaves: bool,
+    closed: Change | None = None,
 ) -> list[Change] | None:
-    """Under the lock: judge again, publish; None when the plan changed meanwhile."""
+    """Under the lock: judge again, publish; None when the plan changed meanwhile.
+    `closed`: OUT's mode, closed before the lock (_close_out), is one of the changes."""
     paths = desired.paths
     bundle = desired.bundle or []
     key_spec = desired.settings.key_files
@@ -320,10 +417,12 @@ def _publish(
         for directory in (paths.bundle_dir, *(paths.role_dir(r) for r in desired.roles)):
             # What killed runs left behind, and a previous generation exposing its key.
             collect_garbage(directory)
-        changes: list[Change] = []
+        changes: list[Change] = [closed] if closed is not None else []
         items: list[tuple[Path, dict[str, FileSpec]]] = []
         drop_previous: list[Path] = []
-        bundle_step = next((s for s in found.steps if s.scope == "bundle"), None)
+        bundle_step = next(
+            (s for s in found.steps if s.scope == "bundle" and s.action == "rewrite"), None
+        )
         if bundle_step is not None:
             # The bundle goes first, so a rotating-in CA is trusted before any leaf uses it.
             bundle_bytes = b"".join(cert_pem(c) for c in bundle)
@@ -367,7 +466,8 @@ def _publish(
             changes.append(
                 Change(role.value, state.cert_path, action, step.reason, hint, serial, fp)
             )
-        with restarts_recorded(desired.out, [c.scope for c in changes if c.restarts]):
+        scopes = [c.scope for c in changes if c.restarts]
+        with restarts_recorded(desired.out, scopes) as restart:
             if items:
                 publish_all(items, drop_previous)
-    return changes
+    return changes if Component.TYPHA in restart else without_typha(changes)

@@ -28,6 +28,7 @@ from typhapki.pki.verify import (
     check_set,
     fingerprint,
     load_trusted,
+    open_mode,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.record import field, record
@@ -232,9 +233,13 @@ def plan(desired: Desired, report: SetReport, now: datetime, keep_leaves: bool =
                 "rotation stage (--trust, docs/rotation.md)"
             )
     steps: list[Step] = []
-    bundle_fixes = [p for p in report.bundle_problems if p.fix is Fix.BUNDLE]
+    # OUT's own open mode is closed, not cured by a new bundle (issuance._close_out).
+    opened = [p for p in report.bundle_problems if p.path == paths.out and open_mode(p)]
+    bundle_fixes = [p for p in report.bundle_problems if p.fix is Fix.BUNDLE and p not in opened]
     if bundle_fixes and wanted is not None:
         steps.append(Step("bundle", paths.bundle, "rewrite", bundle_fixes[0].message))
+    if opened and wanted is not None:
+        steps.append(Step("bundle", paths.out, "fix permissions", opened[0].message))
     for role in desired.roles:
         state = report.roles[role]
         if not state.problems:

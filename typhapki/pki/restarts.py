@@ -10,7 +10,7 @@ What Felix reads at start only comes from its environment (`FELIX_TYPHACN`,
 rolls; no file typhapki writes is among it. So no change of files ever marks Felix
 (docs/kubernetes.md, "Restarts after renewal").
 
-When `issue`, `install` or `rotate-ca` changes a file Typha reads, it records
+When `issue`, `install`, `rotate-ca` or `rollback` changes a file Typha reads, it records
 `OUT/.restart-typha` here, atomically, holding one line: the live generation's name
 (the newest generation among the directories Typha reads). The marker stays until the
 restart happened and `typhapki restart-typha` (an eviction that honours the

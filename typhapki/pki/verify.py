@@ -606,6 +606,18 @@ def check_set(
     return SetReport(paths, bundle, bundle_problems, states)
 
 
+def open_mode_message(mode: int) -> str:
+    """A directory others may write to, as `check` says it (and `issue` reports closing)."""
+    return f"directory mode {mode:04o} lets others write into it"
+
+
+def open_mode(problem: Problem) -> bool:
+    """Whether `problem` is a directory others may write to (open_mode_message)."""
+    return problem.message.startswith("directory mode ") and problem.message.endswith(
+        " lets others write into it"
+    )
+
+
 def directory_problems(
     directory: Path, cert_files: Sequence[str], managed: bool = True
 ) -> list[str]:
@@ -632,7 +644,7 @@ def directory_problems(
     if st.st_uid not in (0, os.geteuid()):
         out.append(f"owned by uid {st.st_uid}, not by root: its owner could swap the keys")
     if st.st_mode & 0o022:
-        out.append(f"directory mode {stat.S_IMODE(st.st_mode):04o} lets others write into it")
+        out.append(open_mode_message(stat.S_IMODE(st.st_mode)))
     if not managed:
         return out
     if (msg := link_problem(directory)) is not None:
@@ -656,8 +668,9 @@ def _store_problems(
 ) -> tuple[list[Problem], dict[RoleName, list[Problem]]]:
     """Directory problems of OUT, the bundle directory and each role directory.
 
-    OUT itself is reported once, with the bundle: `issue` closes its mode under the
-    lock (a directory swapped in by someone else is refused as not ours).
+    OUT itself is reported once, with the bundle: `issue` closes its mode (and reports
+    it: plan.py's "fix permissions" step) and refuses a directory swapped in by someone
+    else as not ours.
     """
     bundle = [
         Problem("bundle", paths.out, msg, Fix.BUNDLE)

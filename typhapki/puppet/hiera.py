@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from typhapki.errors import ConfigError
+from typhapki.errors import ConfigError, unprintable
 from typhapki.firewall.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
@@ -647,7 +647,7 @@ def _typha_value(key: str, item: YNode) -> Any:
         return _expect_choice(item, _DNS_GATES)
     if key == "ferm_output":
         text = _expect_str(item)
-        if not text or "\n" in text or "\0" in text:
+        if not text or unprintable(text) is not None:  # NUL, a newline, an escape...
             raise ConfigError(f"{item.where}: expected a file path, got {shown(value)}")
         return text
     if key == "typha_address":

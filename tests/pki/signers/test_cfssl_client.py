@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from typhapki.errors import ConfigError, SignerError, UsageError
+from tests.conftest import assert_one_line_error, run_cli
+from tests.support import cfssl as cfssl_support
+from tests.support.cfssl import ProxyBehaviour, RecordingProxy
+from typhapki.errors import EXIT_SIGNER, EXIT_USAGE, ConfigError, SignerError, UsageError
 from typhapki.pki.settings import RoleName
 from typhapki.pki.signers import cfssl as client
 from typhapki.pki.signers.cfssl import CfsslConfig, CfsslSigner, read_auth_key, validate_url
@@ -136,3 +140,69 @@ def test_a_profiles_expiry_is_read_as_go_writes_durations(text: str, seconds: in
 def test_go_durations_round_trip(hours: int, minutes: int) -> None:
     parsed = client.parse_go_duration(f"{hours}h{minutes}m")
     assert parsed is not None and parsed.total_seconds() == hours * 3600 + minutes * 60
+
+
+# --- a role without its auth key, where another has one: refused before any request ---
+
+REFUSED = b'{"success": false, "result": null, "errors": [{"code": 1, "message": "no"}]}'
+
+
+@pytest.fixture(scope="module")
+def refusing_signer() -> Iterator[RecordingProxy]:
+    """A stand-in that records every request and refuses it as cfssl would (400)."""
+    proxy = cfssl_support.start_proxy(ProxyBehaviour(route=str, status=400, answer=REFUSED))
+    yield proxy
+    cfssl_support.stop_proxy(proxy)
+
+
+@settings(
+    max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    keyed=st.sampled_from(list(RoleName)),
+    role=st.sampled_from(["both", "typha", "felix"]),
+    command=st.sampled_from(["check", "issue"]),
+    in_file=st.booleans(),
+)
+def test_a_role_without_its_auth_key_is_refused_before_any_request(
+    keyed: RoleName,
+    role: str,
+    command: str,
+    in_file: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+    refusing_signer: RecordingProxy,
+) -> None:
+    """Only one role's key (Felix's on a worker): `--role both` would send Typha's CSR
+    to cfssl's unauthenticated /sign, which multirootca answers with 404. Refused (exit
+    2, one line naming the key given and where, and the role without one), with no
+    request at all; a node holding only the keyed role goes on to ask."""
+    base = tmp_path_factory.mktemp("node")
+    key = cfssl_support.write_auth_key(base / f"{keyed.value}.key")
+    flag = f"--cfssl-auth-key-{keyed.value}"
+    proxy = refusing_signer
+    proxy.records.clear()
+    argv: list[str | Path] = [command, "--out", base / "out", "--role", role]
+    argv += ["--signer", "cfssl", "--cfssl-url", proxy.url, "--cfssl-timeout", "1"]
+    env = {"TYPHAPKI_CONFIG": ""}
+    if in_file:
+        config = base / "typhapki.yaml"
+        config.write_text(f"defaults:\n  cfssl_auth_key_{keyed.value}: {key}\n")
+        config.chmod(0o600)
+        env = {"TYPHAPKI_CONFIG": str(config)}
+        source = f"{config}: defaults.cfssl_auth_key_{keyed.value}"
+    else:
+        argv += [flag, key]
+        source = flag
+    result = run_cli(*argv, env=env)
+    unkeyed = [r for r in ("typha", "felix") if r != keyed.value and role in (r, "both")]
+    if not unkeyed:  # the keyed role alone: asked (the stand-in refuses)
+        assert result.returncode == EXIT_SIGNER, result.stderr
+        assert proxy.records
+        return
+    assert_one_line_error(
+        result, EXIT_USAGE, f"cfssl auth key of {keyed.value} '{key}' (from {source})",
+        f"{unkeyed[0]}, a role of this node, has no auth key", "unauthenticated /sign",
+        f"--cfssl-auth-key-{unkeyed[0]}",
+    )  # fmt: skip
+    assert proxy.records == []
+    assert not (base / "out").exists()

@@ -19,7 +19,7 @@ from tests.support import multirootca as multirootca_support
 from tests.support.cfssl import write_auth_key
 from tests.support.gopeers import GoPeers, exchange, felix_env, typha_env
 from tests.support.multirootca import Multirootca
-from typhapki.errors import EXIT_SIGNER
+from typhapki.errors import EXIT_SIGNER, EXIT_USAGE
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
@@ -190,6 +190,36 @@ def test_a_wrong_key_for_one_role_is_one_line_and_keeps_the_set(
         )  # fmt: skip
         assert {p: p.read_bytes() for p in sorted(node.rglob("*")) if p.is_file()} == before
         assert issue_restricted(restricted_multirootca, node, *good, verb="check").returncode == 0
+
+
+def test_a_worker_key_on_a_typha_host_is_refused_before_multirootca_404s(
+    restricted_multirootca: Multirootca, tmp_path: Path
+) -> None:
+    """Only Felix's key on a node that asks for both roles: Typha's CSR would go to the
+    unauthenticated /sign, which multirootca does not serve (404). Refused first."""
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as unserved:
+        urllib.request.urlopen(
+            urllib.request.Request(
+                restricted_multirootca.url + "/api/v1/cfssl/sign", data=b"{}", method="POST"
+            ),
+            timeout=10,
+        )
+    assert unserved.value.code == 404
+    keys = restricted_keys(tmp_path)
+    node = tmp_path / "kubemaster7301"
+    result = issue_restricted(restricted_multirootca, node, "--cfssl-auth-key-felix", keys["felix"])
+    assert_one_line_error(
+        result, EXIT_USAGE, "cfssl auth key of felix", "typha, a role of this node, has no auth key"
+    )
+    assert not node.exists()
+    felix = run_cli(
+        "issue", "--out", node, "--role", "felix", "--signer", "cfssl", "--cfssl-url",
+        restricted_multirootca.url, "--cfssl-label", OLD, "--cfssl-auth-key-felix", keys["felix"],
+    )  # fmt: skip
+    assert felix.returncode == 0, felix.stderr
 
 
 def fleet_hiera(path: Path, pki: Multirootca, base: str, label: str | None = None) -> Path:

@@ -14,7 +14,7 @@ restricts it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from cryptography import x509
 
@@ -53,6 +53,37 @@ class CurrentCa:
     lifetimes: Mapping[RoleName, timedelta] = field(default_factory=dict)
 
 
+# How far this node's clock may run from a remote signer's before a refusal that
+# depends on the time names the clocks: cfssl backdates a leaf's notBefore by 5
+# minutes by default, so less than that never shows in what it signs.
+CLOCK_TOLERANCE = timedelta(minutes=5)
+
+
+@record(frozen=True)
+class SignerClock:
+    """This node's clock against a remote signer's, as one signed leaf shows it.
+
+    `signer_time`: the signer's time (its answer's HTTP Date, else the leaf's notBefore
+    plus cfssl's default backdating); `node_time`: this node's clock when the answer
+    came; `how`: which of the two `signer_time` is, for messages.
+    """
+
+    signer_time: datetime
+    node_time: datetime
+    not_before: datetime
+    how: str
+
+    @property
+    def ahead(self) -> timedelta:
+        """How far this node's clock runs ahead of the signer's (negative: behind)."""
+        return self.node_time - self.signer_time
+
+    @property
+    def skewed(self) -> bool:
+        """Beyond CLOCK_TOLERANCE, either way."""
+        return abs(self.ahead) > CLOCK_TOLERANCE
+
+
 class Signer(Protocol):
     """Signs a CSR for a role with the settings' identity, EKU and lifetime."""
 
@@ -68,4 +99,9 @@ class Signer(Protocol):
 
     def sign(self, csr: x509.CertificateSigningRequest, role: RoleName) -> list[x509.Certificate]:
         """The leaf for `csr` (first), plus any intermediates the signer sent with it."""
+        ...
+
+    def clock(self, leaf: x509.Certificate) -> SignerClock | None:
+        """The signer's clock against this node's, as the answer that brought `leaf`
+        shows it; None for a signer on this node's own clock (the local CA)."""
         ...

@@ -40,9 +40,10 @@ from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_l
 from typhapki.errors import ConfigError, SignerError, UsageError
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import RoleName
-from typhapki.pki.signers import CurrentCa
+from typhapki.pki.signers import CLOCK_TOLERANCE, CurrentCa, SignerClock
 from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
+from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular
 from typhapki.settings.provenance import flag_of
@@ -230,6 +231,7 @@ class CfsslSigner:
                 )
                 read[path] = read_auth_key(path, what)
             self._auth_keys[role] = read[path] if path is not None else None
+        self._refuse_half_authsign()
         self._context: ssl.SSLContext | None = None
         self._client_loaded = False
         if (config.client_cert is None) != (config.client_key is None):
@@ -254,6 +256,30 @@ class CfsslSigner:
         )
         self._run_deadline: float | None = None  # set by the first request
         self._current: CurrentCa | None = None
+        self._answered: tuple[datetime, str | None] | None = None  # the last answer's clocks
+
+    def _refuse_half_authsign(self) -> None:
+        """A role of this node without an auth key while another role has one: its CSR
+        would go to cfssl's unauthenticated /sign, which a PKI set up for authsign
+        refuses (multirootca serves no /sign at all: 404) or, worse, honours. Refused
+        here, before any request, naming the key that was given and where."""
+        given = {r: p for r in RoleName if (p := self.config.auth_key_files.get(r))}
+        if self.config.auth_key_file is not None or not given:
+            return
+        for role in self.config.roles:
+            if role in given:
+                continue
+            other = next(iter(given))
+            what = self.config.given(
+                f"cfssl auth key of {other.value} {str(given[other])!r}",
+                f"cfssl_auth_key_{other.value}",
+            )
+            raise UsageError(
+                f"{what}: cfssl signs {other.value} with authsign, but {role.value}, a role "
+                f"of this node, has no auth key and would be sent to the unauthenticated "
+                f"/sign: give --cfssl-auth-key-{role.value} (or --cfssl-auth-key for both "
+                f"roles), or --role {other.value}"
+            )
 
     @property
     def _tls(self) -> ssl.SSLContext | None:
@@ -418,6 +444,8 @@ class CfsslSigner:
             answer = http.client.HTTPResponse(DeadlineSocket(sock, deadline), method="POST")  # type: ignore[arg-type]
             try:
                 answer.begin()
+                # This node's clock and the signer's, as the answer came: signer.clock().
+                self._answered = (datetime.now(UTC), answer.getheader("Date"))
                 return answer.status, answer.getheader("Location"), answer.read(MAX_ANSWER + 1)
             finally:
                 answer.close()
@@ -619,10 +647,41 @@ class CfsslSigner:
         except SignerError as exc:
             raise SignerError(f"{self._what(role)}: {exc}") from None
 
+    def clock(self, leaf: x509.Certificate) -> SignerClock | None:
+        """cfssl's clock against this node's, from the answer that brought `leaf`: its
+        HTTP Date (whole seconds), else the leaf's notBefore plus cfssl's default
+        backdating (CLOCK_TOLERANCE). Only ever used to name the cause of a refusal
+        that depends on the time, never to accept anything."""
+        if self._answered is None:
+            return None
+        received, date = self._answered
+        not_before = valid_from(leaf)
+        signer_time = _http_date(date)
+        how = f"its answer's Date, {date}"
+        if signer_time is None:
+            signer_time = not_before + CLOCK_TOLERANCE
+            how = "the certificate's notBefore plus cfssl's 5-minute backdating"
+        return SignerClock(signer_time, received, not_before, server_text(how, 80))
+
     def _what(self, role: RoleName) -> str:
         """Which request failed: ``typha certificate (cfssl profile P, label L)``."""
         profile = self.config.profiles[role]
         return f"{role.value} certificate (cfssl profile {profile}, {self._label_text})"
+
+
+def _http_date(value: str | None) -> datetime | None:
+    """An HTTP Date header (RFC 9110: IMF-fixdate, GMT) as a UTC time, None if not one."""
+    if not value or len(value) > 64:
+        return None
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None  # "-0000": no zone said; HTTP dates are GMT
+    return when.astimezone(UTC)
 
 
 def _lifetimes(expiry: int | None) -> dict[RoleName, timedelta]:

@@ -11,7 +11,7 @@ from typhapki.errors import ConfigError, RefusedError
 from typhapki.pki.layout import CaPaths
 from typhapki.pki.profiles import Issuer, build_leaf
 from typhapki.pki.settings import PkiSettings, RoleName
-from typhapki.pki.signers import CurrentCa
+from typhapki.pki.signers import CurrentCa, SignerClock
 from typhapki.pki.x509compat import valid_until
 
 
@@ -104,3 +104,7 @@ class LocalSigner:
         assert isinstance(public, ec.EllipticCurvePublicKey | rsa.RSAPublicKey)
         identity = self.settings.identity(role)
         return [build_leaf(issuer, public, role, identity, not_after, now)]
+
+    def clock(self, leaf: x509.Certificate) -> SignerClock | None:
+        """None: the local CA signs by this node's own clock."""
+        return None
