@@ -87,9 +87,10 @@ def test_auth_key_file_rules(tmp_path: Path) -> None:
     key.write_text(" 00ff \n")
     key.chmod(0o640)
     assert read_auth_key(key) == b"\x00\xff"
-    key.chmod(0o604)
-    with pytest.raises(ConfigError, match="readable by everyone"):
-        read_auth_key(key)
+    for mode, why in ((0o604, "lets others read or write it"), (0o660, "lets its group write it")):
+        key.chmod(mode)
+        with pytest.raises(ConfigError, match=why):
+            read_auth_key(key)
     key.chmod(0o600)
     for text in ("", "zz", "0"):
         key.write_text(text)

@@ -53,7 +53,7 @@ def _encrypted(path: Path, own: bytes) -> str:
 
 def _exposed(path: Path, own: bytes) -> str:
     path.chmod(0o644)
-    return "readable by everyone"
+    return "lets others read or write it"
 
 
 def _garbage(path: Path, own: bytes) -> str:

@@ -54,7 +54,7 @@ CASES = (
     Bad("cfssl_profile_felix", (" ", "   "), CFSSL, "cfssl_profile_felix {value!r}", "empty"),
     Bad("cfssl_client_key", ("/etc/node.key",), CFSSL, "cfssl_client_key {value!r}", "needs"),
     Bad("cfssl_client_cert", ("/etc/node.pem", " "), CFSSL, "cfssl_client_cert {value!r}", ""),
-    Bad("cfssl_auth_key", ("{base}/world.key",), CFSSL, "cfssl auth key", "readable by everyone"),
+    Bad("cfssl_auth_key", ("{base}/world.key",), CFSSL, "cfssl auth key", "lets others read"),
     Bad("cfssl_auth_key_typha", ("{base}/none",), CFSSL, "cfssl auth key of typha", "No such"),
     Bad("cfssl_ca_file", ("{base}/none",), CFSSL, "cfssl CA file", "No such file"),
 )

@@ -22,11 +22,9 @@ import hmac
 import http.client
 import ipaddress
 import json
-import os
 import re
 import socket
 import ssl
-import stat
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -45,7 +43,7 @@ from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
 from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
-from typhapki.safeio import read_regular
+from typhapki.safeio import read_regular, read_secret
 from typhapki.settings.provenance import flag_of
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
@@ -185,13 +183,7 @@ def server_text(value: str, limit: int = MAX_SERVER_TEXT) -> str:
 def read_auth_key(path: Path, what: str = "cfssl auth key") -> bytes:
     """The HMAC key of the profile: hex in a file that only its owner (and group) read.
     `what` names the key in messages (a role's own key says whose)."""
-    data = read_regular(path, what, AUTH_KEY_LIMIT)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from None
-    if mode & stat.S_IROTH:
-        raise ConfigError(f"{what} {path}: readable by everyone; chmod o-r it")
+    data = read_secret(path, what, AUTH_KEY_LIMIT)  # the rules of every secret it reads
     text = data.decode("ascii", "replace").strip()
     try:
         key = bytes.fromhex(text)
@@ -305,9 +297,7 @@ class CfsslSigner:
         what_cert = self.config.given("cfssl client certificate", "cfssl_client_cert")
         what = self.config.given("cfssl client key", "cfssl_client_key")
         leaf = parse_certs(read_regular(cert, what_cert), f"{what_cert} {cert}")[0]
-        data = read_regular(key, what)
-        if os.stat(key).st_mode & stat.S_IROTH:
-            raise ConfigError(f"{what} {key}: readable by everyone; chmod o-r it")
+        data = read_secret(key, what)  # the Puppet agent's key too (docs/security.md)
         from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives import serialization
 
