@@ -35,9 +35,11 @@ from typhapki.kubernetes.manifests import (
     typha_pdb,
 )
 from typhapki.kubernetes.tlspair import check_pair, shown
-from typhapki.record import record
+from typhapki.record import record, replace
+from typhapki.settings.wiring import Stage
 
 KUSTOMIZATION = "kustomization.yaml"
+_V1_BUDGET = ("policy/v1", "PodDisruptionBudget")
 # kustomize looks for these names in a directory, in this order.
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 WORKLOADS = (TYPHA_WORKLOAD, NODE_WORKLOAD)
@@ -324,18 +326,9 @@ def check_base_path(base: str) -> PurePosixPath:
     return relative
 
 
-def kustomization_files(
-    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch]
-) -> dict[str, str]:
-    """kustomization.yaml and one strategic-merge patch per workload, as file texts.
-
-    The patches name each object as the base has it (namespace included, or none), so
-    that kustomize matches them; ConfigError when the base lacks either object.
-    """
-    from typhapki.kubernetes.manifests import dump_yaml
-
-    relative = check_base_path(base)
-    target = kustomize_dir / relative
+def _check_dirs(kustomize_dir: Path, base: str, relative: PurePosixPath, target: Path) -> None:
+    """UsageError for a base kustomize cannot load from `kustomize_dir`, or a directory
+    that is not one typhapki may write its kustomization to."""
     if target.is_file() and ".." in relative.parts:
         # kustomize loads files only from under the kustomization's root (2.0.3 and 5.x).
         raise UsageError(
@@ -351,6 +344,21 @@ def kustomization_files(
             f"--kustomize-dir {kustomize_dir}: already holds {others[0]}; typhapki writes "
             f"{KUSTOMIZATION} there (use a directory of its own)"
         )
+
+
+def kustomization_files(
+    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch]
+) -> dict[str, str]:
+    """kustomization.yaml and one strategic-merge patch per workload, as file texts.
+
+    The patches name each object as the base has it (namespace included, or none), so
+    that kustomize matches them; ConfigError when the base lacks either object.
+    """
+    from typhapki.kubernetes.manifests import dump_yaml
+
+    relative = check_base_path(base)
+    target = kustomize_dir / relative
+    _check_dirs(kustomize_dir, base, relative, target)
     documents = list(base_documents(target))
     workloads, merged, budget = wire(documents, patches, str(target))
     # Both sides or nothing: the objects as the patches leave them must agree on TLS.
@@ -425,6 +433,9 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
     if isinstance(original, dict) and isinstance(patch, dict):
         out = dict(original)
         for key, value in patch.items():
+            if value is None:  # null deletes the field, as in a strategic merge patch
+                out.pop(key, None)
+                continue
             out[key] = strategic_merge(original[key], value, key) if key in original else value
         return out
     key = _MERGE_KEYS.get(field)
@@ -500,3 +511,128 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     if needs_budget(objects, final[TYPHA_WORKLOAD], again):
         raise ConfigError(f"{again}: no PodDisruptionBudget selects the Typha pods")
     return result
+
+
+# --- the live switch in stages (typhapki/kubernetes/stages.py) ----------------------------
+
+
+def post_render_staged(
+    text: str, patches: Sequence[WiringPatch], stage: Stage, where: str = "stdin"
+) -> str:
+    """The rendered stream in `stage`: the TLS Typha's Deployment, Service and budget
+    appended, calico-node patched (switch, retire), the plain Typha's objects dropped
+    (retire); every other document byte for byte. Read back and checked before it is
+    returned (typhapki/kubernetes/tlspair.py `check_stages`)."""
+    import yaml
+
+    from typhapki.kubernetes.stages import stage_stream
+    from typhapki.kubernetes.tlspair import check_stages
+    from typhapki.kubernetes.yamlstream import load, load_document, split
+
+    parsed = load(text, where, "rendered manifests")
+    documents = [d.obj for d in parsed if d.obj is not None]
+    check_containers(documents, where)
+    staged = stage_stream(documents, patches, stage, where)
+    dropped = {id(documents[n]) for n in staged.removed}
+    out = []
+    for doc in parsed:
+        if doc.obj is not None and id(doc.obj) in dropped:
+            continue
+        document = doc.text
+        if isinstance(doc.obj, dict) and _identify(doc.obj)[0] in staged.replaced:
+            body = yaml.safe_dump(
+                staged.replaced[_identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+            )
+            document = _leading_comments(doc.text) + body
+        out.append(doc.separator + document)
+    for obj in staged.added:
+        tail = "" if not out or out[-1].endswith("\n") else "\n"
+        out.append(
+            f"{tail}---\n# Source: typhapki (the live switch to mTLS, stage {stage})\n"
+            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+        )
+    result = "".join(out)
+    again = "the post-renderer's output"
+    known = {doc.text: doc.obj for doc in parsed}
+    objects = [
+        known[part] if part in known else load_document(part, again, line, "rendered manifests")
+        for _, part, line in split(result, again)
+    ]
+    objects = [obj for obj in objects if obj is not None]
+    check_stages(objects, patches, stage, again)
+    return result
+
+
+def staged_kustomization_files(
+    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch], stage: Stage
+) -> tuple[dict[str, str], list[Any]]:
+    """kustomization.yaml over the base in `stage`: the TLS Typha's objects as a resource
+    of their own (derived from the base's plain Deployment: run again after a chart
+    upgrade), calico-node's patch (switch, retire), and ``$patch: delete`` patches for
+    the plain Typha's objects (retire). Returns the files and the base's documents."""
+    from typhapki.kubernetes.manifests import dump_yaml
+    from typhapki.kubernetes.stages import TLS_FILE, stage_stream
+    from typhapki.kubernetes.tlspair import check_stages
+
+    relative = check_base_path(base)
+    target = kustomize_dir / relative
+    _check_dirs(kustomize_dir, base, relative, target)
+    documents = list(base_documents(target))
+    check_containers(documents, str(target))
+    staged = stage_stream(documents, patches, stage, str(target))
+    # kustomize 2.0.3 (Debian's kubectl 1.20) does not know policy/v1: it merges a
+    # `$patch: delete` into such a budget instead of deleting it. The plain budget then
+    # stays, over pods that no longer exist (docs/kubernetes.md), with every kubectl alike.
+    kept = [n for n in staged.removed if _identify(documents[n])[0][:2] == _V1_BUDGET]
+    staged = replace(staged, removed=[n for n in staged.removed if n not in kept])
+    # What kustomize will build, as typhapki sees it: checked before anything is written.
+    dropped = {id(documents[n]) for n in staged.removed}
+    result = [
+        staged.replaced.get(_identify(d)[0], d) if isinstance(d, dict) else d
+        for d in documents
+        if id(d) not in dropped
+    ] + staged.added
+    check_stages(result, patches, stage, str(target))
+    spec: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+    }
+    if target.is_file():
+        spec["resources"] = [str(relative), TLS_FILE]
+    else:
+        spec["bases"] = [str(relative)]
+        spec["resources"] = [TLS_FILE]
+    files: dict[str, str] = {}
+    merges: list[str] = []
+    workloads = find_workloads(documents, str(target))
+    if staged.node is not None:
+        p = staged.node
+        workload = workloads[(p.api_version, p.kind, p.name)]
+        meta = {"name": p.name, **({"namespace": workload.namespace} if workload.namespace else {})}
+        doc = {"apiVersion": p.api_version, "kind": p.kind, "metadata": meta, **p.patch}
+        files[p.file_name] = dump_yaml([(f"strategic-merge patch for {p.kind} {p.name}", doc)])
+        merges.append(p.file_name)
+    deletes = []
+    for n in staged.removed:
+        key, namespace = _identify(documents[n])
+        meta = {"name": key[2], **({"namespace": namespace} if namespace else {})}
+        deletes.append(
+            (None, {"apiVersion": key[0], "kind": key[1], "metadata": meta, "$patch": "delete"})
+        )
+    if deletes:
+        files["retire.yaml"] = dump_yaml(
+            [("retire: the plain Typha's objects, deleted", deletes[0][1]), *deletes[1:]]
+        )
+        merges.append("retire.yaml")
+    if merges:
+        spec["patchesStrategicMerge"] = merges
+    files[KUSTOMIZATION] = dump_yaml(
+        [(f"typhapki: the live switch to mTLS, stage {stage} (kubectl kustomize)", spec)]
+    )
+    files[TLS_FILE] = dump_yaml(
+        [
+            (f"the TLS Typha (stage {stage}), derived from the base's calico-typha", o)
+            for o in staged.added
+        ]
+    )
+    return files, documents
