@@ -55,8 +55,12 @@ def _dump(docs: list[Any]) -> str:
     return "".join("---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
-def _chart(image: str, extra_env: dict[str, str], replicas: int, toleration: bool) -> list[Any]:
-    docs = copy.deepcopy(CHART)
+def _chart(
+    image: str, extra_env: dict[str, str], replicas: int, toleration: bool, budget: bool = True
+) -> list[Any]:
+    docs = copy.deepcopy(CHART) if budget else [
+        d for d in copy.deepcopy(CHART) if d["kind"] != "PodDisruptionBudget"
+    ]  # fmt: skip
     typha = _find(docs, "Deployment", "calico-typha")
     assert typha is not None
     typha["spec"]["replicas"] = replicas
@@ -76,7 +80,9 @@ def assert_stage(chart: list[Any], out: list[Any], stage: Stage, policy: TlsPoli
     assert plain_in is not None and node_in is not None
     tls = _find(out, "Deployment", TLS_NAME)
     assert tls is not None
-    kubernetes_validate.validate(tls, kubernetes_validate.latest_version(), strict=True)
+    for obj in out:
+        if obj not in chart:  # what the stage added or changed
+            kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
     # Derived from the plain Deployment: a chart upgrade moves both.
     tls_c, plain_c = _container(tls, "calico-typha"), _container(plain_in, "calico-typha")
     assert tls_c["image"] == plain_c["image"]
@@ -121,6 +127,11 @@ def assert_stage(chart: list[Any], out: list[Any], stage: Stage, policy: TlsPoli
     plain = _find(out, "Deployment", "calico-typha")
     assert node is not None
     assert _find(out, "ConfigMap", "calico-config") == _find(chart, "ConfigMap", "calico-config")
+    budgets = [d for d in out if d["kind"] == "PodDisruptionBudget"]
+    plain_labels = plain_in["spec"]["template"]["metadata"]["labels"]
+    covering = [b for b in budgets if selects(b["spec"]["selector"], plain_labels, "b", True)]
+    # restart-typha evicts the plain Typha through its budget while it runs.
+    assert len(covering) == (0 if stage is Stage.RETIRE else 1)
     if stage is Stage.PARALLEL:
         assert node == node_in and plain == plain_in
         return
@@ -151,6 +162,7 @@ _env_names = st.from_regex(r"TYPHA_(LOG|DATASTORE|FOO)[A-Z]{0,8}", fullmatch=Tru
     toleration=st.booleans(),
     version=st.sampled_from([None, "1.2", "1.3"]),
     suites=st.sampled_from([(), ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",)]),
+    budget=st.booleans(),
 )
 def test_each_stage_over_generated_charts(
     chart_patches: list[WiringPatch],
@@ -161,8 +173,9 @@ def test_each_stage_over_generated_charts(
     toleration: bool,
     version: str | None,
     suites: tuple[str, ...],
+    budget: bool,
 ) -> None:
-    chart = _chart(image, extra_env, replicas, toleration)
+    chart = _chart(image, extra_env, replicas, toleration, budget)
     policy = TlsPolicy(version, suites)
     text = post_render_staged(_dump(chart), with_policy(chart_patches, policy), stage)
     assert_stage(chart, [d for d in yaml.safe_load_all(text) if d], stage, policy)
@@ -383,3 +396,56 @@ def test_goldmane_is_warned_about(staged_set: Path) -> None:
     assert line.startswith("typhapki: warning: FelixConfiguration default")
     assert "Goldmane" in line
     assert _post_render(staged_set, "--tls-stage", "switch").stderr == ""
+
+
+def test_the_policy_without_a_stage_is_on_both_containers(staged_set: Path) -> None:
+    """Today's wiring (no stage) switches both sides at once, with the policy on both."""
+    result = _post_render(staged_set, "--tls-min-version", "1.3", "--tls-cipher-suites",
+                          "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
+                          "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert _find(out, "Deployment", TLS_NAME) is None
+    for kind, name, container in (("Deployment", "calico-typha", "calico-typha"),
+                                  ("DaemonSet", "calico-node", "calico-node")):  # fmt: skip
+        obj = _find(out, kind, name)
+        assert obj is not None
+        env = _env(_container(obj, container))
+        assert env["TLS_MIN_VERSION"] == "1.3"
+        assert env["TLS_CIPHER_SUITES"] == (
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--wiring", "--tls-stage", "parallel"], "--wiring in stage parallel"),
+        (["--wiring-dir", "{tmp}", "--tls-stage", "switch"], "--typha-deployment"),
+        (["--wiring-dir", "{tmp}", "--typha-deployment", "{tmp}/x.yaml"], "--tls-stage"),
+        (
+            [
+                "--wiring-dir",
+                "{tmp}",
+                "--tls-stage",
+                "switch",
+                "--typha-deployment",
+                "{tmp}/x.yaml",
+            ],
+            "x.yaml",
+        ),
+        (
+            ["--wiring-dir", "{tmp}", "--tls-stage", "switch", "--typha-deployment", "{chart}"],
+            "alone",
+        ),
+    ],
+    ids=["wiring", "no-deployment", "no-stage", "missing-file", "not-one-deployment"],
+)
+def test_wiring_misuse_is_one_line(
+    staged_set: Path, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    filled = [a.format(tmp=tmp_path, chart=CHART_PATH) for a in args]
+    result = run_cli("manifests", "--out", staged_set, *filled)
+    assert_one_line_error(result, 2, needle)
+    assert result.stdout == ""
+    assert not any(p.suffix == ".yaml" for p in tmp_path.iterdir())
