@@ -260,7 +260,10 @@ def test_kustomize_builds_each_stage_as_the_post_renderer(
     assert_stage(CHART, list(from_helm.values()), stage, TlsPolicy())
 
 
-def test_wiring_dir_derives_from_the_live_deployment(staged_set: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stage", list(Stage))
+def test_wiring_dir_derives_from_the_live_deployment(
+    staged_set: Path, tmp_path: Path, stage: Stage
+) -> None:
     live = tmp_path / "live.yaml"
     plain = copy.deepcopy(_find(CHART, "Deployment", "calico-typha"))
     assert plain is not None
@@ -268,23 +271,31 @@ def test_wiring_dir_derives_from_the_live_deployment(staged_set: Path, tmp_path:
     plain["metadata"]["resourceVersion"] = "42"
     live.write_text(yaml.safe_dump(plain))
     result = run_cli("manifests", "--out", staged_set, "--wiring-dir", tmp_path,
-                     "--tls-stage", "switch", "--typha-deployment", live)  # fmt: skip
+                     "--tls-stage", stage.value, "--typha-deployment", live)  # fmt: skip
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "typha-tls.yaml").read_text()))
-    node_in = _find(CHART, "DaemonSet", "calico-node")
-    # The node patch applied as kubectl applies it, over the chart's DaemonSet.
-    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(node_in))
-    current = Path(sys.executable).parent / "kubectl"
-    proc = subprocess.run(
-        [str(current), "patch", "--local", "-f", str(tmp_path / "ds.yaml"), "--type",
-         "strategic", "--patch-file", str(tmp_path / "node.yaml"), "-o", "yaml"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "KUBECONFIG": os.devnull},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    node = yaml.safe_load(proc.stdout)
-    out = [*[d for d in CHART if d["kind"] not in ("DaemonSet",)], node, *objects]
     assert "status" not in objects[0] and "resourceVersion" not in objects[0]["metadata"]
-    assert_stage(CHART, out, Stage.SWITCH, TlsPolicy())
+    node_in = _find(CHART, "DaemonSet", "calico-node")
+    node = node_in
+    assert (tmp_path / "node.yaml").exists() == (stage is not Stage.PARALLEL)
+    if stage is not Stage.PARALLEL:
+        # The node patch applied as kubectl applies it, over the chart's DaemonSet.
+        (tmp_path / "ds.yaml").write_text(yaml.safe_dump(node_in))
+        current = Path(sys.executable).parent / "kubectl"
+        proc = subprocess.run(
+            [str(current), "patch", "--local", "-f", str(tmp_path / "ds.yaml"), "--type",
+             "strategic", "--patch-file", str(tmp_path / "node.yaml"), "-o", "yaml"],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KUBECONFIG": os.devnull},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        node = yaml.safe_load(proc.stdout)
+    deleted = "delete deployment/calico-typha service/calico-typha poddisruptionbudget/calico-typha"
+    assert (deleted in result.stdout) == (stage is Stage.RETIRE)
+    kept = [d for d in CHART if d["kind"] != "DaemonSet"]
+    if stage is Stage.RETIRE:  # as the printed command leaves the cluster
+        kept = [d for d in kept if d["metadata"]["name"] != "calico-typha"]
+    assert_stage(CHART, [*kept, node, *objects], stage, TlsPolicy())
 
 
 # --- bad input and bad settings: one line, exit 2, nothing printed --------------------------
