@@ -460,3 +460,88 @@ def test_wiring_misuse_is_one_line(
     assert_one_line_error(result, 2, needle)
     assert result.stdout == ""
     assert not any(p.suffix == ".yaml" for p in tmp_path.iterdir())
+
+
+# --- any shape: wired whole, or one line -----------------------------------------------------
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            out += _paths(item, (*prefix, n))
+    return out
+
+
+_values = st.one_of(
+    st.none(), st.integers(-1, 70000), st.text(max_size=8), st.booleans(),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sampled_from(["calico-typha", "calico-node", "5473", "9098", "kube-system", TLS_NAME]),
+)  # fmt: skip
+
+
+@settings(max_examples=int(os.environ.get("STAGES_EXAMPLES", "40")), deadline=None)
+@given(
+    stage=st.sampled_from(list(Stage)),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["Deployment", "DaemonSet", "Service", "ConfigMap",
+                                   "PodDisruptionBudget"]),
+                  st.integers(0, 10_000), _values),
+        min_size=1, max_size=3,
+    ),
+)  # fmt: skip
+def test_any_shape_is_staged_whole_or_refused_in_one_line(
+    chart_patches: list[WiringPatch], stage: Stage, edits: list[tuple[str, int, Any]]
+) -> None:
+    """The chart with any field of its Calico objects replaced by anything: either the
+    stage's output passes the issue's rules, or one ConfigError line; never another
+    exception."""
+    from typhapki.errors import ConfigError
+
+    chart = copy.deepcopy(CHART)
+    for kind, at, value in edits:
+        [doc] = [d for d, o in zip(chart, CHART, strict=True) if o["kind"] == kind]
+        paths = _paths(doc)[1:]
+        *parents, last = paths[at % len(paths)]
+        target = doc
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    try:
+        text = post_render_staged(_dump(chart), chart_patches, stage)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    out = [d for d in yaml.safe_load_all(text) if d]
+    tls = _find(out, "Deployment", TLS_NAME)
+    assert tls is not None
+    labels = tls["spec"]["template"]["metadata"]["labels"]
+    assert not PLAIN_LABELS.items() & labels.items()
+    node = _find(out, "DaemonSet", "calico-node")
+    assert node is not None
+    env = _env(_container(node, "calico-node"))
+    assert ("FELIX_TYPHACAFILE" in env) == (stage is not Stage.PARALLEL)
+
+
+@pytest.mark.parametrize("stage", [None, *Stage])
+def test_an_env_entry_named_by_a_list_is_one_line(
+    chart_patches: list[WiringPatch], stage: Stage | None
+) -> None:
+    """Found by the test above: the merge indexed env entries by any name, and a list
+    (unhashable) raised a TypeError instead of the TLS check's one line."""
+    from typhapki.errors import ConfigError
+    from typhapki.kubernetes.kustomize import post_render
+
+    chart = copy.deepcopy(CHART)
+    node = _find(chart, "DaemonSet", "calico-node")
+    assert node is not None
+    _container(node, "calico-node")["env"].append({"name": [], "value": "x"})
+    with pytest.raises(ConfigError, match="an entry without a name"):
+        if stage is None:
+            post_render(_dump(chart), chart_patches)
+        else:
+            post_render_staged(_dump(chart), chart_patches, stage)

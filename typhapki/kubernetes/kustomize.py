@@ -441,7 +441,13 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
     key = _MERGE_KEYS.get(field)
     if key and isinstance(original, list) and isinstance(patch, list):
         merged = list(original)
-        index = {item.get(key): i for i, item in enumerate(merged) if isinstance(item, dict)}
+        # Only text names match (a list or a mapping as a name matches nothing, and the
+        # TLS check refuses the entry after the merge).
+        index = {
+            item[key]: i
+            for i, item in enumerate(merged)
+            if isinstance(item, dict) and isinstance(item.get(key), str)
+        }
         for item in patch:
             position = index.get(item.get(key))
             if position is None:

@@ -69,6 +69,15 @@ def _mapping(value: Any) -> dict[Any, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def seq(value: Any, what: str) -> list[Any]:
+    """A list field as a list (absent: empty); ConfigError for anything else."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{what}: expected a list")
+    return value
+
+
 def container_of(obj: dict[Any, Any], name: str, what: str) -> dict[Any, Any]:
     pod = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
     containers = pod.get("containers")
@@ -125,7 +134,7 @@ def _int_port(value: Any) -> int | None:
 
 def _selector_keys(selector: Any) -> set[str]:
     keys = set(_mapping(_mapping(selector).get("matchLabels")))
-    for requirement in _mapping(selector).get("matchExpressions") or []:
+    for requirement in seq(_mapping(selector).get("matchExpressions"), "matchExpressions"):
         keys.add(str(_mapping(requirement).get("key")))
     return keys
 
@@ -204,7 +213,7 @@ def tls_deployment(
     container["env"] = env
     moved = dict(zip(ports.values(), TLS_PORTS.values(), strict=True))
     named = 0
-    for port in container.get("ports") or []:
+    for port in seq(container.get("ports"), f"{what}: ports"):
         port = _mapping(port)
         for field in ("containerPort", "hostPort"):
             if _int_port(port.get(field)) in moved:

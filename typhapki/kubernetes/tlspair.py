@@ -286,6 +286,8 @@ def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) ->
     if isinstance(entry.get("value"), str) and "valueFrom" not in entry:
         return str(entry["value"])
     ref = _mapping(_mapping(entry.get("valueFrom")).get("configMapKeyRef"))
+    if not isinstance(ref.get("key"), str):
+        ref = {}
     for doc in documents:
         if (
             isinstance(doc, dict)
@@ -321,7 +323,10 @@ def _typhas_behind(
     selector = _mapping(services[0].get("spec")).get("selector")
     if not isinstance(selector, dict) or not selector:
         raise ConfigError(f"{where}: Service {shown(name)} has no selector: no Typha behind it")
-    ports = [_mapping(p) for p in _mapping(services[0].get("spec")).get("ports") or []]
+    ports = [
+        _mapping(p)
+        for p in _list(_mapping(services[0].get("spec")).get("ports"), f"{where}: Service ports")
+    ]
     if not any(p.get("name") == "calico-typha" for p in ports):
         raise ConfigError(
             f"{where}: Service {shown(name)} has no port named calico-typha, the name Felix "
@@ -423,7 +428,7 @@ def check_stages(
     what = f"{where}: Deployment {TLS_NAME}"
     container = container_of(tls, "calico-typha", what)
     ports = typha_ports(container, what)
-    named = [_mapping(p).get("containerPort") for p in container.get("ports") or []
+    named = [_mapping(p).get("containerPort") for p in _list(container.get("ports"), what)
              if _mapping(p).get("name") == "calico-typha"]  # fmt: skip
     if named != [ports.server]:
         raise ConfigError(f"{what}: its port named calico-typha is not its TYPHA_SERVERPORT")
