@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from tests.conftest import CliResult, assert_one_line_error, run_cli, typhapki_cmd
 from tests.kubernetes.test_kustomize import _normalized, kubectl  # noqa: F401
 from typhapki.kubernetes.budget import selects
-from typhapki.kubernetes.kustomize import post_render_staged
 from typhapki.kubernetes.manifests import WiringPatch
-from typhapki.kubernetes.stages import TLS_NAME, TLS_PORTS, with_policy
+from typhapki.kubernetes.stages import post_render_staged, with_policy
+from typhapki.kubernetes.typhaports import TLS_NAME, TLS_PORTS
 from typhapki.settings.wiring import Stage, TlsPolicy
 
 CHART_PATH = Path(__file__).parent / "objects" / "calico-chart-rendered.yaml"

@@ -78,7 +78,8 @@ def _staged_wiring_dir(
     in `deployment_file`, as DIR/typha-tls.yaml, and calico-node's patch (switch, retire)
     as DIR/node.yaml; in retire, the command that deletes the plain Typha."""
     from typhapki.kubernetes.manifests import dump_yaml
-    from typhapki.kubernetes.stages import TLS_FILE, wiring_dir_objects
+    from typhapki.kubernetes.stages import wiring_dir_objects
+    from typhapki.kubernetes.typhaports import TLS_FILE
     from typhapki.kubernetes.yamlstream import MAX_STREAM, decode, load
     from typhapki.pki.store import write_file_atomic
     from typhapki.safeio import read_regular
@@ -205,7 +206,7 @@ def manifests(
     files = load_set(out, kind, datetime.now(UTC))
     if post_render:
         from typhapki.kubernetes.kustomize import post_render as render
-        from typhapki.kubernetes.kustomize import post_render_staged
+        from typhapki.kubernetes.stages import post_render_staged
 
         patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
         if stage is None:
@@ -224,7 +225,8 @@ def manifests(
         from typhapki.pki.store import write_file_atomic
 
         assert kustomize_base is not None
-        from typhapki.kubernetes.kustomize import base_documents, staged_kustomization_files
+        from typhapki.kubernetes.kustomize import base_documents
+        from typhapki.kubernetes.stages import staged_kustomization_files
 
         patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
         if stage is None:

@@ -35,11 +35,9 @@ from typhapki.kubernetes.manifests import (
     typha_pdb,
 )
 from typhapki.kubernetes.tlspair import check_pair, shown
-from typhapki.record import record, replace
-from typhapki.settings.wiring import Stage
+from typhapki.record import record
 
 KUSTOMIZATION = "kustomization.yaml"
-_V1_BUDGET = ("policy/v1", "PodDisruptionBudget")
 # kustomize looks for these names in a directory, in this order.
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 WORKLOADS = (TYPHA_WORKLOAD, NODE_WORKLOAD)
@@ -73,7 +71,7 @@ def _load_yaml_stream(text: str, where: str) -> list[Any]:
     return [doc.obj for doc in load(text, where, "Kubernetes manifests") if doc.obj is not None]
 
 
-def _identify(doc: dict[Any, Any]) -> tuple[tuple[str, str, str], str | None]:
+def identify(doc: dict[Any, Any]) -> tuple[tuple[str, str, str], str | None]:
     """(apiVersion, kind, name) and namespace of an object; "" for what is missing."""
     meta = doc.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
@@ -88,10 +86,10 @@ def find_workloads(documents: Sequence[Any], where: str) -> dict[tuple[str, str,
     for doc in documents:
         if not isinstance(doc, dict):
             continue
-        key, namespace = _identify(doc)
+        key, namespace = identify(doc)
         if key[1].endswith("List") and isinstance(doc.get("items"), list):
             for item in doc["items"]:
-                inner = _identify(item)[0] if isinstance(item, dict) else None
+                inner = identify(item)[0] if isinstance(item, dict) else None
                 if inner in found:
                     raise ConfigError(
                         f"{where}: {inner[1]} {inner[2]} sits in a {shown(key[1])}: "
@@ -118,9 +116,9 @@ def check_containers(documents: Sequence[Any], where: str) -> None:
     """Each workload has exactly one container of its own name: the one the patch
     wires (a patch naming no container would add one, without an image)."""
     for doc in documents:
-        if not isinstance(doc, dict) or _identify(doc)[0] not in WORKLOADS:
+        if not isinstance(doc, dict) or identify(doc)[0] not in WORKLOADS:
             continue
-        _, kind, name = _identify(doc)[0]
+        _, kind, name = identify(doc)[0]
         spec = doc.get("spec")
         template = spec.get("template") if isinstance(spec, dict) else None
         pod = template.get("spec") if isinstance(template, dict) else None
@@ -230,7 +228,7 @@ def base_documents(path: Path, depth: int = 0, budget: _Budget | None = None) ->
     for patch in _own_patches(spec, kustomization, path, budget):
         documents = [
             strategic_merge(doc, patch)
-            if isinstance(doc, dict) and _identify(doc)[0][1:] == _identify(patch)[0][1:]
+            if isinstance(doc, dict) and identify(doc)[0][1:] == identify(patch)[0][1:]
             else doc
             for doc in documents
         ]
@@ -304,12 +302,12 @@ def _own_patches(
             if not isinstance(doc, dict):
                 raise ConfigError(f"{where}: not a strategic-merge patch (a JSON patch needs "
                                   "a target)")  # fmt: skip
-            if _identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
+            if identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
                 continue
             if any(d in repr(doc) for d in _DIRECTIVES):
                 raise ConfigError(
                     f"{where}: a $patch directive on {doc.get('kind')} "
-                    f"{_identify(doc)[0][2]}: typhapki cannot follow it"
+                    f"{identify(doc)[0][2]}: typhapki cannot follow it"
                 )
             patches.append(doc)
     return patches
@@ -326,7 +324,7 @@ def check_base_path(base: str) -> PurePosixPath:
     return relative
 
 
-def _check_dirs(kustomize_dir: Path, base: str, relative: PurePosixPath, target: Path) -> None:
+def check_dirs(kustomize_dir: Path, base: str, relative: PurePosixPath, target: Path) -> None:
     """UsageError for a base kustomize cannot load from `kustomize_dir`, or a directory
     that is not one typhapki may write its kustomization to."""
     if target.is_file() and ".." in relative.parts:
@@ -358,7 +356,7 @@ def kustomization_files(
 
     relative = check_base_path(base)
     target = kustomize_dir / relative
-    _check_dirs(kustomize_dir, base, relative, target)
+    check_dirs(kustomize_dir, base, relative, target)
     documents = list(base_documents(target))
     workloads, merged, budget = wire(documents, patches, str(target))
     # Both sides or nothing: the objects as the patches leave them must agree on TLS.
@@ -407,9 +405,9 @@ def wire(
     workloads = find_workloads(documents, where)
     check_containers(documents, where)
     objects = {
-        _identify(doc)[0]: doc
+        identify(doc)[0]: doc
         for doc in documents
-        if isinstance(doc, dict) and _identify(doc)[0] in WORKLOADS
+        if isinstance(doc, dict) and identify(doc)[0] in WORKLOADS
     }
     typha = objects[TYPHA_WORKLOAD]
     budget = None
@@ -458,7 +456,7 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
     return copy.deepcopy(patch)
 
 
-def _leading_comments(document: str) -> str:
+def leading_comments(document: str) -> str:
     lines = document.splitlines(keepends=True)
     head = []
     for line in lines:
@@ -486,11 +484,11 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     out = []
     for doc in parsed:
         document = doc.text
-        if isinstance(doc.obj, dict) and _identify(doc.obj)[0] in merged:
+        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in merged:
             body = yaml.safe_dump(
-                merged[_identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+                merged[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
             )
-            document = _leading_comments(doc.text) + body
+            document = leading_comments(doc.text) + body
         out.append(doc.separator + document)
     if budget is not None:  # restart-typha evicts through it
         tail = "" if not out or out[-1].endswith("\n") else "\n"
@@ -511,134 +509,9 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     find_workloads(objects, again)
     check_containers(objects, again)
     final = {
-        _identify(o)[0]: o for o in objects if isinstance(o, dict) and _identify(o)[0] in WORKLOADS
+        identify(o)[0]: o for o in objects if isinstance(o, dict) and identify(o)[0] in WORKLOADS
     }
     check_pair(final, patches, again, objects)
     if needs_budget(objects, final[TYPHA_WORKLOAD], again):
         raise ConfigError(f"{again}: no PodDisruptionBudget selects the Typha pods")
     return result
-
-
-# --- the live switch in stages (typhapki/kubernetes/stages.py) ----------------------------
-
-
-def post_render_staged(
-    text: str, patches: Sequence[WiringPatch], stage: Stage, where: str = "stdin"
-) -> str:
-    """The rendered stream in `stage`: the TLS Typha's Deployment, Service and budget
-    appended, calico-node patched (switch, retire), the plain Typha's objects dropped
-    (retire); every other document byte for byte. Read back and checked before it is
-    returned (typhapki/kubernetes/tlspair.py `check_stages`)."""
-    import yaml
-
-    from typhapki.kubernetes.stages import stage_stream
-    from typhapki.kubernetes.tlspair import check_stages
-    from typhapki.kubernetes.yamlstream import load, load_document, split
-
-    parsed = load(text, where, "rendered manifests")
-    documents = [d.obj for d in parsed if d.obj is not None]
-    check_containers(documents, where)
-    staged = stage_stream(documents, patches, stage, where)
-    dropped = {id(documents[n]) for n in staged.removed}
-    out = []
-    for doc in parsed:
-        if doc.obj is not None and id(doc.obj) in dropped:
-            continue
-        document = doc.text
-        if isinstance(doc.obj, dict) and _identify(doc.obj)[0] in staged.replaced:
-            body = yaml.safe_dump(
-                staged.replaced[_identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
-            )
-            document = _leading_comments(doc.text) + body
-        out.append(doc.separator + document)
-    for obj in staged.added:
-        tail = "" if not out or out[-1].endswith("\n") else "\n"
-        out.append(
-            f"{tail}---\n# Source: typhapki (the live switch to mTLS, stage {stage})\n"
-            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
-        )
-    result = "".join(out)
-    again = "the post-renderer's output"
-    known = {doc.text: doc.obj for doc in parsed}
-    objects = [
-        known[part] if part in known else load_document(part, again, line, "rendered manifests")
-        for _, part, line in split(result, again)
-    ]
-    objects = [obj for obj in objects if obj is not None]
-    check_stages(objects, patches, stage, again)
-    return result
-
-
-def staged_kustomization_files(
-    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch], stage: Stage
-) -> tuple[dict[str, str], list[Any]]:
-    """kustomization.yaml over the base in `stage`: the TLS Typha's objects as a resource
-    of their own (derived from the base's plain Deployment: run again after a chart
-    upgrade), calico-node's patch (switch, retire), and ``$patch: delete`` patches for
-    the plain Typha's objects (retire). Returns the files and the base's documents."""
-    from typhapki.kubernetes.manifests import dump_yaml
-    from typhapki.kubernetes.stages import TLS_FILE, stage_stream
-    from typhapki.kubernetes.tlspair import check_stages
-
-    relative = check_base_path(base)
-    target = kustomize_dir / relative
-    _check_dirs(kustomize_dir, base, relative, target)
-    documents = list(base_documents(target))
-    check_containers(documents, str(target))
-    staged = stage_stream(documents, patches, stage, str(target))
-    # kustomize 2.0.3 (Debian's kubectl 1.20) does not know policy/v1: it merges a
-    # `$patch: delete` into such a budget instead of deleting it. The plain budget then
-    # stays, over pods that no longer exist (docs/kubernetes.md), with every kubectl alike.
-    kept = [n for n in staged.removed if _identify(documents[n])[0][:2] == _V1_BUDGET]
-    staged = replace(staged, removed=[n for n in staged.removed if n not in kept])
-    # What kustomize will build, as typhapki sees it: checked before anything is written.
-    dropped = {id(documents[n]) for n in staged.removed}
-    result = [
-        staged.replaced.get(_identify(d)[0], d) if isinstance(d, dict) else d
-        for d in documents
-        if id(d) not in dropped
-    ] + staged.added
-    check_stages(result, patches, stage, str(target))
-    spec: dict[str, Any] = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-    }
-    if target.is_file():
-        spec["resources"] = [str(relative), TLS_FILE]
-    else:
-        spec["bases"] = [str(relative)]
-        spec["resources"] = [TLS_FILE]
-    files: dict[str, str] = {}
-    merges: list[str] = []
-    workloads = find_workloads(documents, str(target))
-    if staged.node is not None:
-        p = staged.node
-        workload = workloads[(p.api_version, p.kind, p.name)]
-        meta = {"name": p.name, **({"namespace": workload.namespace} if workload.namespace else {})}
-        doc = {"apiVersion": p.api_version, "kind": p.kind, "metadata": meta, **p.patch}
-        files[p.file_name] = dump_yaml([(f"strategic-merge patch for {p.kind} {p.name}", doc)])
-        merges.append(p.file_name)
-    deletes = []
-    for n in staged.removed:
-        key, namespace = _identify(documents[n])
-        meta = {"name": key[2], **({"namespace": namespace} if namespace else {})}
-        deletes.append(
-            (None, {"apiVersion": key[0], "kind": key[1], "metadata": meta, "$patch": "delete"})
-        )
-    if deletes:
-        files["retire.yaml"] = dump_yaml(
-            [("retire: the plain Typha's objects, deleted", deletes[0][1]), *deletes[1:]]
-        )
-        merges.append("retire.yaml")
-    if merges:
-        spec["patchesStrategicMerge"] = merges
-    files[KUSTOMIZATION] = dump_yaml(
-        [(f"typhapki: the live switch to mTLS, stage {stage} (kubectl kustomize)", spec)]
-    )
-    files[TLS_FILE] = dump_yaml(
-        [
-            (f"the TLS Typha (stage {stage}), derived from the base's calico-typha", o)
-            for o in staged.added
-        ]
-    )
-    return files, documents

@@ -17,132 +17,50 @@ TLS Typha beside the plain one and moves each node as its calico-node pod rolls:
 - ``retire``: the plain Deployment, its Service and its budget leave the output.
 
 Every stage is derived from the chart's own plain Deployment, so a chart upgrade moves
-both Typhas. The result is checked by typhapki/kubernetes/tlspair.py `check_stages`.
+both Typhas. The result is checked by typhapki/kubernetes/tlspair.py `check_stages`;
+the ports and names both read are in typhapki/kubernetes/typhaports.py. Here too are
+the post-renderer and the kustomization of a stage, over typhapki/kubernetes/kustomize.py.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
+from typhapki.kubernetes.kustomize import (
+    KUSTOMIZATION,
+    base_documents,
+    check_base_path,
+    check_containers,
+    check_dirs,
+    find_workloads,
+    identify,
+    leading_comments,
+    strategic_merge,
+)
 from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
-from typhapki.record import record
+from typhapki.kubernetes.tlspair import check_input, check_stages, view
+from typhapki.kubernetes.typhaports import (
+    OWN_ENV,
+    PORT_NAME,
+    PROBES,
+    TLS_FILE,
+    TLS_LABELS,
+    TLS_NAME,
+    TLS_PORTS,
+    TLS_WORKLOAD,
+    container_of,
+    int_port,
+    selector_keys,
+    seq,
+    typha_ports,
+)
+from typhapki.kubernetes.typhaports import mapping as _mapping
+from typhapki.record import record, replace
 from typhapki.settings.wiring import Stage, TlsPolicy
-
-TLS_NAME = "calico-typha-tls"
-TLS_WORKLOAD = ("apps/v1", "Deployment", TLS_NAME)
-# The TLS pods' selector label: the key Calico's selectors use, another value, so that
-# `k8s-app: calico-typha` selects none of them.
-TLS_LABELS = {"k8s-app": TLS_NAME}
-PORT_NAME = "calico-typha"  # hard-coded in Calico's typha/pkg/discovery/discovery.go
-TLS_FILE = "typha-tls.yaml"  # the TLS Typha's objects, in --kustomize-dir / --wiring-dir
-
-
-@record(frozen=True)
-class Ports:
-    """A Typha's server, health and metrics ports (TYPHA_SERVERPORT, TYPHA_HEALTHPORT,
-    TYPHA_PROMETHEUSMETRICSPORT)."""
-
-    server: int
-    health: int
-    metrics: int
-
-    def values(self) -> tuple[int, int, int]:
-        return (self.server, self.health, self.metrics)
-
-
-DEFAULT_PORTS = Ports(5473, 9098, 9093)  # Calico's defaults (0 means 5473)
-# The TLS Typha's: clear of the plain Typha's defaults and of Felix's own health (9099)
-# and metrics (9091) ports on the same host network.
-TLS_PORTS = Ports(5474, 9097, 9095)
-_PORT_ENV = {"server": "TYPHA_SERVERPORT", "health": "TYPHA_HEALTHPORT",
-             "metrics": "TYPHA_PROMETHEUSMETRICSPORT"}  # fmt: skip
-# Names the TLS Typha sets itself, dropped from what it inherits (any case).
-_OWN_ENV = {*_PORT_ENV.values(), "TYPHA_K8SSERVICENAME", "TYPHA_K8SPORTNAME",
-            "TLS_MIN_VERSION", "TLS_CIPHER_SUITES"}  # fmt: skip
-_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
-
-
-def _mapping(value: Any) -> dict[Any, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def seq(value: Any, what: str) -> list[Any]:
-    """A list field as a list (absent: empty); ConfigError for anything else."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(f"{what}: expected a list")
-    return value
-
-
-def container_of(obj: dict[Any, Any], name: str, what: str) -> dict[Any, Any]:
-    pod = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
-    containers = pod.get("containers")
-    found = [c for c in containers if isinstance(c, dict) and c.get("name") == name] if (
-        isinstance(containers, list)) else []  # fmt: skip
-    if len(found) != 1:
-        raise ConfigError(f"{what}: {len(found)} containers named {name}, expected one")
-    return found[0]
-
-
-def env_entry(container: dict[Any, Any], name: str, what: str) -> dict[Any, Any] | None:
-    """The env entry of `name` (Calico reads names in any case); ConfigError for two."""
-    env = container.get("env") or []
-    if not isinstance(env, list):
-        raise ConfigError(f"{what}: env: expected a list")
-    hits = [e for e in env if isinstance(e, dict) and str(e.get("name", "")).upper() == name]
-    if len(hits) > 1:
-        raise ConfigError(f"{what}: env {name} is set {len(hits)} times; keep one")
-    return hits[0] if hits else None
-
-
-def plain_value(container: dict[Any, Any], name: str, what: str) -> str | None:
-    entry = env_entry(container, name, what)
-    if entry is None:
-        return None
-    value = entry.get("value")
-    if "valueFrom" in entry or not isinstance(value, str):
-        raise ConfigError(f"{what}: env {name}: not a plain value, a shape typhapki cannot follow")
-    return value
-
-
-def typha_ports(container: dict[Any, Any], what: str) -> Ports:
-    """The ports a Typha container listens on, from its env and Calico's defaults."""
-    found = {}
-    for field, name in _PORT_ENV.items():
-        text = plain_value(container, name, what)
-        default = getattr(DEFAULT_PORTS, field)
-        if text is None:
-            found[field] = default
-            continue
-        if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
-            raise ConfigError(f"{what}: env {name}: {text!r} is not a port")
-        found[field] = int(text) or (default if field == "server" else 0)
-    return Ports(**found)
-
-
-def _int_port(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def _selector_keys(selector: Any) -> set[str]:
-    keys = set(_mapping(_mapping(selector).get("matchLabels")))
-    for requirement in seq(_mapping(selector).get("matchExpressions"), "matchExpressions"):
-        keys.add(str(_mapping(requirement).get("key")))
-    return keys
-
-
-def _identify(doc: Any) -> tuple[tuple[str, str, str], str | None]:
-    from typhapki.kubernetes.kustomize import _identify as identify
-
-    return identify(doc)
 
 
 def is_service(doc: Any) -> bool:
@@ -154,14 +72,14 @@ def tls_pod_labels(plain: dict[Any, Any], documents: Sequence[Any], where: str) 
     from typhapki.kubernetes.budget import pod_labels
 
     labels = pod_labels(plain, where)
-    used = _selector_keys(_mapping(plain.get("spec")).get("selector"))
+    used = selector_keys(_mapping(plain.get("spec")).get("selector"))
     for doc in documents:
         if is_service(doc):
             selector = _mapping(doc.get("spec")).get("selector")
             if isinstance(selector, dict) and selector.items() <= labels.items():
                 used |= set(selector)
         elif isinstance(doc, dict) and doc.get("kind") == "PodDisruptionBudget":
-            used |= _selector_keys(_mapping(doc.get("spec")).get("selector"))
+            used |= selector_keys(_mapping(doc.get("spec")).get("selector"))
     return {**{k: v for k, v in labels.items() if k not in used}, **TLS_LABELS}
 
 
@@ -173,8 +91,6 @@ def tls_deployment(
 ) -> dict[str, Any]:
     """The TLS Typha's Deployment, derived from the plain one (`plain`, as the chart
     renders it or as the cluster runs it)."""
-    from typhapki.kubernetes.kustomize import strategic_merge
-
     what = f"{where}: Deployment calico-typha"
     doc = copy.deepcopy(plain)
     doc.pop("status", None)
@@ -202,7 +118,7 @@ def tls_deployment(
         )
     env = [
         e for e in container.get("env") or []
-        if not (isinstance(e, dict) and str(e.get("name", "")).upper() in _OWN_ENV)
+        if not (isinstance(e, dict) and str(e.get("name", "")).upper() in OWN_ENV)
     ]  # fmt: skip
     env += [
         {"name": "TYPHA_SERVERPORT", "value": str(TLS_PORTS.server)},
@@ -216,8 +132,8 @@ def tls_deployment(
     for port in seq(container.get("ports"), f"{what}: ports"):
         port = _mapping(port)
         for field in ("containerPort", "hostPort"):
-            if _int_port(port.get(field)) in moved:
-                port[field] = moved[_int_port(port[field])]  # type: ignore[index]
+            if int_port(port.get(field)) in moved:
+                port[field] = moved[int_port(port[field])]  # type: ignore[index]
         if port.get("name") == PORT_NAME:
             named += 1
             if port.get("containerPort") != TLS_PORTS.server:
@@ -230,12 +146,12 @@ def tls_deployment(
             f"{what}: {named} container ports named {PORT_NAME}, expected one (Felix "
             "finds Typha by that name)"
         )
-    for probe_field in _PROBES:
+    for probe_field in PROBES:
         probe = container.get(probe_field)
         if probe is None:
             continue
         get = _mapping(_mapping(probe).get("httpGet"))
-        if _int_port(get.get("port")) != ports.health:
+        if int_port(get.get("port")) != ports.health:
             raise ConfigError(
                 f"{what}: {probe_field} does not probe Typha's health port {ports.health} "
                 "over HTTP: a shape typhapki cannot follow"
@@ -281,8 +197,6 @@ def node_patch(patch: WiringPatch, stage: Stage) -> WiringPatch | None:
     Service's name as a literal (``valueFrom: null`` drops the chart's ConfigMap ref)."""
     if stage is Stage.PARALLEL:
         return None
-    from typhapki.kubernetes.kustomize import strategic_merge
-
     env = [{"name": "FELIX_TYPHAK8SSERVICENAME", "value": TLS_NAME, "valueFrom": None}]
     extra = {"spec": {"template": {"spec": {"containers": [{"name": "calico-node",
                                                             "env": env}]}}}}  # fmt: skip
@@ -294,8 +208,6 @@ def node_patch(patch: WiringPatch, stage: Stage) -> WiringPatch | None:
 
 def with_policy(patches: Sequence[WiringPatch], policy: TlsPolicy) -> list[WiringPatch]:
     """The patches with TLS_MIN_VERSION / TLS_CIPHER_SUITES on both containers."""
-    from typhapki.kubernetes.kustomize import strategic_merge
-
     env = policy.env()
     if not env:
         return list(patches)
@@ -308,6 +220,9 @@ def with_policy(patches: Sequence[WiringPatch], policy: TlsPolicy) -> list[Wirin
         out.append(WiringPatch(p.api_version, p.kind, p.name, p.namespace,
                                strategic_merge(p.patch, extra), p.file_name))  # fmt: skip
     return out
+
+
+_V1_BUDGET = ("policy/v1", "PodDisruptionBudget")
 
 
 @record(frozen=True)
@@ -331,14 +246,14 @@ def plain_objects(documents: Sequence[Any], typha: dict[Any, Any], where: str) -
     for n, doc in enumerate(documents):
         if not isinstance(doc, dict):
             continue
-        if _identify(doc)[0] == TYPHA_WORKLOAD:
+        if identify(doc)[0] == TYPHA_WORKLOAD:
             out.append(n)
         elif is_service(doc):
             selector = _mapping(doc.get("spec")).get("selector")
             if isinstance(selector, dict) and selector and selector.items() <= labels.items():
                 out.append(n)
         elif doc.get("kind") == "PodDisruptionBudget":
-            key, namespace = _identify(doc)
+            key, namespace = identify(doc)
             if (f"{namespace}/{key[2]}" if namespace else key[2]) in budgets:
                 out.append(n)
     return out
@@ -352,18 +267,16 @@ def stage_stream(
 ) -> Staged:
     """What `stage` makes of `documents` (Calico's objects, as the chart renders them)."""
     from typhapki.kubernetes.budget import budget_selector, needs_budget
-    from typhapki.kubernetes.kustomize import find_workloads, strategic_merge
     from typhapki.kubernetes.manifests import typha_pdb
-    from typhapki.kubernetes.tlspair import check_input
 
     for doc in documents:
-        if isinstance(doc, dict) and _identify(doc)[0][2] == TLS_NAME:
+        if isinstance(doc, dict) and identify(doc)[0][2] == TLS_NAME:
             raise ConfigError(
                 f"{where}: already holds a {doc.get('kind')} {TLS_NAME}: typhapki adds it "
                 "itself; take it out of the input"
             )
     workloads = find_workloads(documents, where)
-    objects = {_identify(d)[0]: d for d in documents if isinstance(d, dict)}
+    objects = {identify(d)[0]: d for d in documents if isinstance(d, dict)}
     typha, node = objects[TYPHA_WORKLOAD], objects[NODE_WORKLOAD]
     check_input(documents, where)  # the plain pair agrees before anything moves
     namespace = workloads[TYPHA_WORKLOAD].namespace
@@ -405,9 +318,7 @@ def wiring_dir_objects(
 ) -> tuple[list[dict[str, Any]], WiringPatch | None]:
     """The TLS Typha's Deployment, Service and budget, derived from the live calico-typha
     Deployment (the only object of `documents`), and calico-node's patch in `stage`."""
-    from typhapki.kubernetes.tlspair import view
-
-    found = [d for d in documents if isinstance(d, dict) and _identify(d)[0] == TYPHA_WORKLOAD]
+    found = [d for d in documents if isinstance(d, dict) and identify(d)[0] == TYPHA_WORKLOAD]
     if len(found) != 1 or len(documents) != 1:
         raise ConfigError(
             f"{where}: expected the calico-typha Deployment (apps/v1) alone, as `kubectl get "
@@ -419,7 +330,128 @@ def wiring_dir_objects(
     meant = view(by_key[TYPHA_WORKLOAD].patch, TYPHA_WORKLOAD, "the wiring of calico-typha")
     if view(deployment, TLS_WORKLOAD, where, [], TYPHA_WORKLOAD) != meant:
         raise ConfigError(f"{where}: Deployment {TLS_NAME}: the TLS settings are not the wiring's")
-    namespace = _identify(plain)[1]
+    namespace = identify(plain)[1]
     return [deployment, tls_service(namespace), tls_budget(namespace)], node_patch(
         by_key[NODE_WORKLOAD], stage
     )
+
+
+# --- the post-renderer and the kustomization in a stage ---------------------------------
+
+
+def post_render_staged(
+    text: str, patches: Sequence[WiringPatch], stage: Stage, where: str = "stdin"
+) -> str:
+    """The rendered stream in `stage`: the TLS Typha's Deployment, Service and budget
+    appended, calico-node patched (switch, retire), the plain Typha's objects dropped
+    (retire); every other document byte for byte. Read back and checked before it is
+    returned (typhapki/kubernetes/tlspair.py `check_stages`)."""
+    import yaml
+
+    from typhapki.kubernetes.yamlstream import load, load_document, split
+
+    parsed = load(text, where, "rendered manifests")
+    documents = [d.obj for d in parsed if d.obj is not None]
+    check_containers(documents, where)
+    staged = stage_stream(documents, patches, stage, where)
+    dropped = {id(documents[n]) for n in staged.removed}
+    out = []
+    for doc in parsed:
+        if doc.obj is not None and id(doc.obj) in dropped:
+            continue
+        document = doc.text
+        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in staged.replaced:
+            body = yaml.safe_dump(
+                staged.replaced[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+            )
+            document = leading_comments(doc.text) + body
+        out.append(doc.separator + document)
+    for obj in staged.added:
+        tail = "" if not out or out[-1].endswith("\n") else "\n"
+        out.append(
+            f"{tail}---\n# Source: typhapki (the live switch to mTLS, stage {stage})\n"
+            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+        )
+    result = "".join(out)
+    again = "the post-renderer's output"
+    known = {doc.text: doc.obj for doc in parsed}
+    objects = [
+        known[part] if part in known else load_document(part, again, line, "rendered manifests")
+        for _, part, line in split(result, again)
+    ]
+    objects = [obj for obj in objects if obj is not None]
+    check_stages(objects, patches, stage, again)
+    return result
+
+
+def staged_kustomization_files(
+    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch], stage: Stage
+) -> tuple[dict[str, str], list[Any]]:
+    """kustomization.yaml over the base in `stage`: the TLS Typha's objects as a resource
+    of their own (derived from the base's plain Deployment: run again after a chart
+    upgrade), calico-node's patch (switch, retire), and ``$patch: delete`` patches for
+    the plain Typha's objects (retire). Returns the files and the base's documents."""
+    from typhapki.kubernetes.manifests import dump_yaml
+
+    relative = check_base_path(base)
+    target = kustomize_dir / relative
+    check_dirs(kustomize_dir, base, relative, target)
+    documents = list(base_documents(target))
+    check_containers(documents, str(target))
+    staged = stage_stream(documents, patches, stage, str(target))
+    # kustomize 2.0.3 (Debian's kubectl 1.20) does not know policy/v1: it merges a
+    # `$patch: delete` into such a budget instead of deleting it. The plain budget then
+    # stays, over pods that no longer exist (docs/kubernetes.md), with every kubectl alike.
+    kept = [n for n in staged.removed if identify(documents[n])[0][:2] == _V1_BUDGET]
+    staged = replace(staged, removed=[n for n in staged.removed if n not in kept])
+    # What kustomize will build, as typhapki sees it: checked before anything is written.
+    dropped = {id(documents[n]) for n in staged.removed}
+    result = [
+        staged.replaced.get(identify(d)[0], d) if isinstance(d, dict) else d
+        for d in documents
+        if id(d) not in dropped
+    ] + staged.added
+    check_stages(result, patches, stage, str(target))
+    spec: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+    }
+    if target.is_file():
+        spec["resources"] = [str(relative), TLS_FILE]
+    else:
+        spec["bases"] = [str(relative)]
+        spec["resources"] = [TLS_FILE]
+    files: dict[str, str] = {}
+    merges: list[str] = []
+    workloads = find_workloads(documents, str(target))
+    if staged.node is not None:
+        p = staged.node
+        workload = workloads[(p.api_version, p.kind, p.name)]
+        meta = {"name": p.name, **({"namespace": workload.namespace} if workload.namespace else {})}
+        doc = {"apiVersion": p.api_version, "kind": p.kind, "metadata": meta, **p.patch}
+        files[p.file_name] = dump_yaml([(f"strategic-merge patch for {p.kind} {p.name}", doc)])
+        merges.append(p.file_name)
+    deletes = []
+    for n in staged.removed:
+        key, namespace = identify(documents[n])
+        meta = {"name": key[2], **({"namespace": namespace} if namespace else {})}
+        deletes.append(
+            (None, {"apiVersion": key[0], "kind": key[1], "metadata": meta, "$patch": "delete"})
+        )
+    if deletes:
+        files["retire.yaml"] = dump_yaml(
+            [("retire: the plain Typha's objects, deleted", deletes[0][1]), *deletes[1:]]
+        )
+        merges.append("retire.yaml")
+    if merges:
+        spec["patchesStrategicMerge"] = merges
+    files[KUSTOMIZATION] = dump_yaml(
+        [(f"typhapki: the live switch to mTLS, stage {stage} (kubectl kustomize)", spec)]
+    )
+    files[TLS_FILE] = dump_yaml(
+        [
+            (f"the TLS Typha (stage {stage}), derived from the base's calico-typha", o)
+            for o in staged.added
+        ]
+    )
+    return files, documents

@@ -268,7 +268,7 @@ def _agree(typha: View, node: View, where: str, typha_name: str) -> None:
 
 def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
     """The Typha Service calico-node's Felix finds Typha through."""
-    from typhapki.kubernetes.stages import container_of, env_entry
+    from typhapki.kubernetes.typhaports import container_of, env_entry
 
     what = f"{where}: DaemonSet calico-node: container calico-node"
     container = container_of(node, "calico-node", what)
@@ -387,7 +387,7 @@ def check_stages(
       one budget covers each Typha; retire holds no plain Typha.
     """
     from typhapki.kubernetes.budget import covering, pod_labels, selects
-    from typhapki.kubernetes.stages import (
+    from typhapki.kubernetes.typhaports import (
         TLS_NAME,
         TLS_WORKLOAD,
         container_of,
