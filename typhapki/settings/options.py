@@ -172,7 +172,7 @@ OPTIONS: tuple[Opt, ...] = (
         "Minimum TLS version of Typha and Felix (TLS_MIN_VERSION; Calico 3.32 and later).",
         "wiring", choices=("1.2", "1.3"), hiera=True),
     Opt("tls_cipher_suites", "--tls-cipher-suites", str,
-        "TLS 1.2 cipher suites of Typha and Felix, comma-separated Go names "
+        "TLS 1.2 cipher suites of Typha and Felix: Go's ECDHE suite names, comma-separated "
         "(TLS_CIPHER_SUITES; Calico 3.31 and later).", "wiring", hiera=True),
     # How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py).
     Opt("puppetdb", "--puppetdb", str,

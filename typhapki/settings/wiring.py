@@ -26,7 +26,8 @@ class Stage(StrEnum):
 
 
 MIN_VERSIONS = ("1.2", "1.3")
-# Go's TLS 1.2 suites that crypto/tls counts as secure (tls.CipherSuites()); Go's TLS 1.3
+# The TLS 1.2 suites with forward secrecy (ECDHE) among those Go counts as secure
+# (tls.CipherSuites(); tests/settings/test_wiring.py reads Go's source). Go's TLS 1.3
 # suites are not configurable, and Calico hands the names to Go.
 CIPHER_SUITES = (
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
@@ -76,7 +77,7 @@ def _suites(value: str, where: str) -> tuple[str, ...]:
     for name in names:
         if name not in CIPHER_SUITES:
             raise UsageError(
-                f"{where}: {name!r} is not one of Go's secure TLS 1.2 cipher suites "
+                f"{where}: {name!r} is not one of Go's secure TLS 1.2 ECDHE cipher suites "
                 f"({', '.join(CIPHER_SUITES)})"
             )
     if len(set(names)) != len(names):
