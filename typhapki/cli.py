@@ -264,6 +264,12 @@ def manifests_cmd(
     post_render: bool,
     typha_uid: Optional[int],
     typha_gid: Optional[int],
+    tls_stage: Optional[str],
+    tls_min_version: Optional[str],
+    tls_cipher_suites: Optional[str],
+    typha_deployment: Optional[Path],
+    hiera: Optional[Path],
+    cluster: Optional[str],
 ) -> int:
     from typhapki.commands.manifests import manifests
 
@@ -280,6 +286,12 @@ def manifests_cmd(
             post_render,
             typha_uid,
             typha_gid,
+            tls_stage,
+            tls_min_version,
+            tls_cipher_suites,
+            typha_deployment,
+            hiera,
+            cluster,
         )
     )
 

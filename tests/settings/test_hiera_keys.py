@@ -50,6 +50,13 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "cfssl_profile_typha": ("typhaprof", "typhaother"),
     "cfssl_profile_felix": ("felixprof", "felixother"),
     "cfssl_label": ("discovery2026", "discovery"),
+    # The Kubernetes wiring's (typhapki/settings/wiring.py), resolved by `manifests`.
+    "tls_stage": ("parallel", "retire"),
+    "tls_min_version": ("1.3", "1.2"),
+    "tls_cipher_suites": (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
 }
 
 
@@ -69,9 +76,24 @@ def _hiera(
     return path
 
 
-def _outcome(out: Path, pki: PkiOptions, signer: SignerOptions, hiera: Path) -> object:
+def _wiring_outcome(flags: dict[str, Any], hiera: Path) -> object:
+    """What `manifests` renders by: the stage and the TLS policy."""
+    from typhapki.settings.cluster import load_typha_settings
+    from typhapki.settings.wiring import resolve as resolve_wiring
+
+    return resolve_wiring(
+        flags.get("tls_stage"),
+        flags.get("tls_min_version"),
+        flags.get("tls_cipher_suites"),
+        load_typha_settings(hiera, CLUSTER),
+    )
+
+
+def _outcome(out: Path, pki: Any, signer: Any, hiera: Path) -> object:
     """What `check` and `issue` would act on: the settings and the signer's configuration
     (sources aside: where a value came from is not what it does), or the refusal."""
+    if isinstance(pki, dict):  # a wiring setting: `_given` hands its flags
+        return _wiring_outcome(pki, hiera)
     request = Request(out, "both", pki, signer, hiera=hiera, cluster=CLUSTER)
     try:
         desired = resolve(request, require_signer=False, ask_signer=False)
@@ -81,11 +103,13 @@ def _outcome(out: Path, pki: PkiOptions, signer: SignerOptions, hiera: Path) -> 
     return (desired.settings, type(desired.signer).__name__, config)
 
 
-def _given(name: str, value: Any) -> tuple[PkiOptions, SignerOptions]:
+def _given(name: str, value: Any) -> tuple[Any, Any]:
     """The flags that set `name` to `value`, over what the signer options need around it
     (a cfssl signer and its URL, unless `name` is one of those)."""
     base: dict[str, Any] = {"signer": "cfssl", "cfssl_url": URL}
     group = options.BY_NAME[name].group
+    if group == "wiring":
+        return ({} if value is None else {name: value}), None
     if group == "signer":
         base[name] = value
         if name == "signer" and value == "local":

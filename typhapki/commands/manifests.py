@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 from typhapki.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
     from typhapki.kubernetes.manifests import SetFiles, TyphaPod, WiringPatch
+    from typhapki.settings.wiring import Stage
 
 
 def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
@@ -51,6 +53,66 @@ def _check_printed(text: str, patches: Sequence[WiringPatch], where: str) -> Non
     check_pair(dict(zip(keys, docs, strict=True)), patches, where)
 
 
+def _print_goldmane(documents: Sequence[Any]) -> None:
+    from typhapki.kubernetes.stages import goldmane_warning
+
+    line = goldmane_warning(documents)
+    if line is not None:
+        print(line, file=sys.stderr)
+
+
+def _warn_goldmane(text: str, where: str) -> None:
+    from typhapki.kubernetes.yamlstream import load
+
+    _print_goldmane([d.obj for d in load(text, where, "rendered manifests")])
+
+
+def _staged_wiring_dir(
+    wiring_dir: Path,
+    deployment_file: Path,
+    patches: Sequence[WiringPatch],
+    stage: Stage,
+    warn: Callable[[], None],
+) -> int:
+    """--wiring-dir in a stage: the TLS Typha's objects, derived from the live Deployment
+    in `deployment_file`, as DIR/typha-tls.yaml, and calico-node's patch (switch, retire)
+    as DIR/node.yaml; in retire, the command that deletes the plain Typha."""
+    from typhapki.kubernetes.manifests import dump_yaml
+    from typhapki.kubernetes.stages import wiring_dir_objects
+    from typhapki.kubernetes.typhaports import TLS_FILE
+    from typhapki.kubernetes.yamlstream import MAX_STREAM, decode, load
+    from typhapki.pki.store import write_file_atomic
+    from typhapki.safeio import read_regular
+
+    where = f"--typha-deployment {deployment_file}"
+    text = decode(read_regular(deployment_file, "Deployment file", MAX_STREAM), where)
+    documents = [d.obj for d in load(text, where, "the live Deployment") if d.obj is not None]
+    objects, node = wiring_dir_objects(documents, patches, stage, where)
+    bodies = {TLS_FILE: dump_yaml([(f"the TLS Typha (stage {stage})", o) for o in objects])}
+    if node is not None:
+        bodies[node.file_name] = dump_yaml(
+            [(f"strategic-merge patch for {node.kind} {node.namespace}/{node.name}", node.patch)]
+        )
+        _check_printed(bodies[node.file_name], [node], f"--wiring-dir {wiring_dir}")
+    warn()
+    namespace = objects[0]["metadata"].get("namespace", "kube-system")
+    for name, body in bodies.items():
+        target = wiring_dir / name
+        verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
+        if name == TLS_FILE:
+            how = f"kubectl apply -f {target}"
+        else:
+            assert node is not None
+            how = node.command(str(target))
+        print(f"{target}: {verb}; apply with: {how}")
+    if stage == "retire":
+        print(
+            f"then remove the plain Typha: kubectl -n {namespace} delete deployment/calico-typha "
+            "service/calico-typha poddisruptionbudget/calico-typha"
+        )
+    return 0
+
+
 def manifests(
     out: Path,
     fmt: str,
@@ -63,6 +125,12 @@ def manifests(
     post_render: bool = False,
     typha_uid: int | None = None,
     typha_gid: int | None = None,
+    tls_stage: str | None = None,
+    tls_min_version: str | None = None,
+    tls_cipher_suites: str | None = None,
+    typha_deployment: Path | None = None,
+    hiera: Path | None = None,
+    cluster: str | None = None,
 ) -> int:
     """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid)."""
     from datetime import UTC, datetime
@@ -78,6 +146,9 @@ def manifests(
         validate_namespace,
         wiring_patches,
     )
+    from typhapki.kubernetes.stages import with_policy
+    from typhapki.settings.cluster import load_typha_settings
+    from typhapki.settings.wiring import resolve
 
     manifest_format = ManifestFormat.parse(fmt)
     kind = IdentityKind.parse(identity) if identity else None
@@ -104,6 +175,23 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
+    settings = resolve(
+        tls_stage, tls_min_version, tls_cipher_suites, load_typha_settings(hiera, cluster)
+    )
+    stage = settings.stage
+    if typha_deployment is not None and (stage is None or wiring_dir is None):
+        raise UsageError("--typha-deployment goes with --wiring-dir and a --tls-stage")
+    if stage is not None and wiring_dir is not None and typha_deployment is None:
+        raise UsageError(
+            f"--wiring-dir in stage {stage}: give the live Deployment the TLS Typha is "
+            "derived from with --typha-deployment FILE (kubectl get deployment calico-typha "
+            "-o yaml)"
+        )
+    if stage is not None and modes == ["--wiring"]:
+        raise UsageError(
+            f"--wiring in stage {stage}: the TLS Typha is derived from Calico's own "
+            "Deployment; use --post-render, --kustomize-dir or --wiring-dir"
+        )
     if wiring and manifest_format is ManifestFormat.OPERATOR:
         raise UsageError(
             f"{modes[0]} is for --format hardway: tigera-operator mounts its Secrets itself"
@@ -118,8 +206,14 @@ def manifests(
     files = load_set(out, kind, datetime.now(UTC))
     if post_render:
         from typhapki.kubernetes.kustomize import post_render as render
+        from typhapki.kubernetes.stages import post_render_staged
 
-        patched = render(rendered, wiring_patches(files, out, None, typha))
+        patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
+        if stage is None:
+            patched = render(rendered, patches)
+        else:
+            patched = post_render_staged(rendered, patches, stage)
+        _warn_goldmane(rendered, "stdin")
         _warn_unreadable_key(files, typha)
         # As bytes: the documents not patched pass through exactly as they came.
         sys.stdout.flush()
@@ -131,9 +225,18 @@ def manifests(
         from typhapki.pki.store import write_file_atomic
 
         assert kustomize_base is not None
-        texts = kustomization_files(
-            kustomize_dir, kustomize_base, wiring_patches(files, out, None, typha)
-        )
+        from typhapki.kubernetes.kustomize import base_documents
+        from typhapki.kubernetes.stages import staged_kustomization_files
+
+        patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
+        if stage is None:
+            texts = kustomization_files(kustomize_dir, kustomize_base, patches)
+            documents = list(base_documents(kustomize_dir / kustomize_base))
+        else:
+            texts, documents = staged_kustomization_files(
+                kustomize_dir, kustomize_base, patches, stage
+            )
+        _print_goldmane(documents)
         _warn_unreadable_key(files, typha)
         for name, text in texts.items():
             target = kustomize_dir / name
@@ -141,10 +244,19 @@ def manifests(
             print(f"{target}: {verb}")
         print(f"build with: kubectl kustomize {kustomize_dir}")
         return 0
+    if wiring_dir is not None and stage is not None:
+        assert typha_deployment is not None
+        return _staged_wiring_dir(
+            wiring_dir,
+            typha_deployment,
+            with_policy(wiring_patches(files, out, namespace, typha), settings.policy),
+            stage,
+            lambda: _warn_unreadable_key(files, typha),
+        )
     if wiring_dir is not None:
         from typhapki.pki.store import write_file_atomic
 
-        patches = wiring_patches(files, out, namespace, typha)
+        patches = with_policy(wiring_patches(files, out, namespace, typha), settings.policy)
         bodies = {
             p.file_name: dump_yaml(
                 [(f"strategic-merge patch for {p.kind} {p.namespace}/{p.name}", p.patch)]
@@ -160,7 +272,7 @@ def manifests(
             print(f"{target}: {verb}; apply with: {p.command(str(target))}")
         return 0
     if wiring:
-        patches = wiring_patches(files, out, namespace, typha)
+        patches = with_policy(wiring_patches(files, out, namespace, typha), settings.policy)
         text = dump_yaml(
             [
                 (

@@ -71,7 +71,7 @@ def _load_yaml_stream(text: str, where: str) -> list[Any]:
     return [doc.obj for doc in load(text, where, "Kubernetes manifests") if doc.obj is not None]
 
 
-def _identify(doc: dict[Any, Any]) -> tuple[tuple[str, str, str], str | None]:
+def identify(doc: dict[Any, Any]) -> tuple[tuple[str, str, str], str | None]:
     """(apiVersion, kind, name) and namespace of an object; "" for what is missing."""
     meta = doc.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
@@ -86,10 +86,10 @@ def find_workloads(documents: Sequence[Any], where: str) -> dict[tuple[str, str,
     for doc in documents:
         if not isinstance(doc, dict):
             continue
-        key, namespace = _identify(doc)
+        key, namespace = identify(doc)
         if key[1].endswith("List") and isinstance(doc.get("items"), list):
             for item in doc["items"]:
-                inner = _identify(item)[0] if isinstance(item, dict) else None
+                inner = identify(item)[0] if isinstance(item, dict) else None
                 if inner in found:
                     raise ConfigError(
                         f"{where}: {inner[1]} {inner[2]} sits in a {shown(key[1])}: "
@@ -116,9 +116,9 @@ def check_containers(documents: Sequence[Any], where: str) -> None:
     """Each workload has exactly one container of its own name: the one the patch
     wires (a patch naming no container would add one, without an image)."""
     for doc in documents:
-        if not isinstance(doc, dict) or _identify(doc)[0] not in WORKLOADS:
+        if not isinstance(doc, dict) or identify(doc)[0] not in WORKLOADS:
             continue
-        _, kind, name = _identify(doc)[0]
+        _, kind, name = identify(doc)[0]
         spec = doc.get("spec")
         template = spec.get("template") if isinstance(spec, dict) else None
         pod = template.get("spec") if isinstance(template, dict) else None
@@ -228,7 +228,7 @@ def base_documents(path: Path, depth: int = 0, budget: _Budget | None = None) ->
     for patch in _own_patches(spec, kustomization, path, budget):
         documents = [
             strategic_merge(doc, patch)
-            if isinstance(doc, dict) and _identify(doc)[0][1:] == _identify(patch)[0][1:]
+            if isinstance(doc, dict) and identify(doc)[0][1:] == identify(patch)[0][1:]
             else doc
             for doc in documents
         ]
@@ -302,12 +302,12 @@ def _own_patches(
             if not isinstance(doc, dict):
                 raise ConfigError(f"{where}: not a strategic-merge patch (a JSON patch needs "
                                   "a target)")  # fmt: skip
-            if _identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
+            if identify(doc)[0][1:] not in {w[1:] for w in WORKLOADS}:
                 continue
             if any(d in repr(doc) for d in _DIRECTIVES):
                 raise ConfigError(
                     f"{where}: a $patch directive on {doc.get('kind')} "
-                    f"{_identify(doc)[0][2]}: typhapki cannot follow it"
+                    f"{identify(doc)[0][2]}: typhapki cannot follow it"
                 )
             patches.append(doc)
     return patches
@@ -324,18 +324,9 @@ def check_base_path(base: str) -> PurePosixPath:
     return relative
 
 
-def kustomization_files(
-    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch]
-) -> dict[str, str]:
-    """kustomization.yaml and one strategic-merge patch per workload, as file texts.
-
-    The patches name each object as the base has it (namespace included, or none), so
-    that kustomize matches them; ConfigError when the base lacks either object.
-    """
-    from typhapki.kubernetes.manifests import dump_yaml
-
-    relative = check_base_path(base)
-    target = kustomize_dir / relative
+def check_dirs(kustomize_dir: Path, base: str, relative: PurePosixPath, target: Path) -> None:
+    """UsageError for a base kustomize cannot load from `kustomize_dir`, or a directory
+    that is not one typhapki may write its kustomization to."""
     if target.is_file() and ".." in relative.parts:
         # kustomize loads files only from under the kustomization's root (2.0.3 and 5.x).
         raise UsageError(
@@ -351,6 +342,21 @@ def kustomization_files(
             f"--kustomize-dir {kustomize_dir}: already holds {others[0]}; typhapki writes "
             f"{KUSTOMIZATION} there (use a directory of its own)"
         )
+
+
+def kustomization_files(
+    kustomize_dir: Path, base: str, patches: Sequence[WiringPatch]
+) -> dict[str, str]:
+    """kustomization.yaml and one strategic-merge patch per workload, as file texts.
+
+    The patches name each object as the base has it (namespace included, or none), so
+    that kustomize matches them; ConfigError when the base lacks either object.
+    """
+    from typhapki.kubernetes.manifests import dump_yaml
+
+    relative = check_base_path(base)
+    target = kustomize_dir / relative
+    check_dirs(kustomize_dir, base, relative, target)
     documents = list(base_documents(target))
     workloads, merged, budget = wire(documents, patches, str(target))
     # Both sides or nothing: the objects as the patches leave them must agree on TLS.
@@ -399,9 +405,9 @@ def wire(
     workloads = find_workloads(documents, where)
     check_containers(documents, where)
     objects = {
-        _identify(doc)[0]: doc
+        identify(doc)[0]: doc
         for doc in documents
-        if isinstance(doc, dict) and _identify(doc)[0] in WORKLOADS
+        if isinstance(doc, dict) and identify(doc)[0] in WORKLOADS
     }
     typha = objects[TYPHA_WORKLOAD]
     budget = None
@@ -425,12 +431,21 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
     if isinstance(original, dict) and isinstance(patch, dict):
         out = dict(original)
         for key, value in patch.items():
+            if value is None:  # null deletes the field, as in a strategic merge patch
+                out.pop(key, None)
+                continue
             out[key] = strategic_merge(original[key], value, key) if key in original else value
         return out
     key = _MERGE_KEYS.get(field)
     if key and isinstance(original, list) and isinstance(patch, list):
         merged = list(original)
-        index = {item.get(key): i for i, item in enumerate(merged) if isinstance(item, dict)}
+        # Only text names match (a list or a mapping as a name matches nothing, and the
+        # TLS check refuses the entry after the merge).
+        index = {
+            item[key]: i
+            for i, item in enumerate(merged)
+            if isinstance(item, dict) and isinstance(item.get(key), str)
+        }
         for item in patch:
             position = index.get(item.get(key))
             if position is None:
@@ -441,7 +456,7 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
     return copy.deepcopy(patch)
 
 
-def _leading_comments(document: str) -> str:
+def leading_comments(document: str) -> str:
     lines = document.splitlines(keepends=True)
     head = []
     for line in lines:
@@ -469,11 +484,11 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     out = []
     for doc in parsed:
         document = doc.text
-        if isinstance(doc.obj, dict) and _identify(doc.obj)[0] in merged:
+        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in merged:
             body = yaml.safe_dump(
-                merged[_identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+                merged[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
             )
-            document = _leading_comments(doc.text) + body
+            document = leading_comments(doc.text) + body
         out.append(doc.separator + document)
     if budget is not None:  # restart-typha evicts through it
         tail = "" if not out or out[-1].endswith("\n") else "\n"
@@ -494,7 +509,7 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     find_workloads(objects, again)
     check_containers(objects, again)
     final = {
-        _identify(o)[0]: o for o in objects if isinstance(o, dict) and _identify(o)[0] in WORKLOADS
+        identify(o)[0]: o for o in objects if isinstance(o, dict) and identify(o)[0] in WORKLOADS
     }
     check_pair(final, patches, again, objects)
     if needs_budget(objects, final[TYPHA_WORKLOAD], again):

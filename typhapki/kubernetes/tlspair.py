@@ -71,11 +71,16 @@ def view(
     workload: tuple[str, str, str],
     where: str,
     documents: Sequence[Any] = (),
+    side: tuple[str, str, str] | None = None,
 ) -> View:
-    """The TLS settings the workload's own container gets in `obj` (an object, or a patch)."""
-    prefix, parameters = PARAMETERS[workload]
-    _, kind, name = workload
-    what = f"{where}: {kind} {name}"
+    """The TLS settings the workload's own container gets in `obj` (an object, or a patch).
+
+    `side` is the workload whose container and parameters to read, when `obj` is
+    another workload of that side (the TLS Typha: typhapki/kubernetes/stages.py)."""
+    prefix, parameters = PARAMETERS[side or workload]
+    _, kind, object_name = workload
+    name = (side or workload)[2]
+    what = f"{where}: {kind} {object_name}"
     pod = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("spec"))
     containers = [
         c for c in _list(pod.get("containers"), f"{what}: containers")
@@ -233,3 +238,227 @@ def check_pair(
                 f"{where}: calico-typha and calico-node disagree on the CA file or the "
                 "identity type"
             )
+
+
+# --- the live switch in stages (typhapki/kubernetes/stages.py) ----------------------------
+
+
+def _agree(typha: View, node: View, where: str, typha_name: str) -> None:
+    """Felix dials TLS when any of its parameters is set, Typha listens with TLS when any
+    of its own is: both on (one CA file, one identity type) or both off."""
+    if bool(typha) != bool(node):
+        state = {True: "on", False: "off"}
+        raise ConfigError(
+            f"{where}: the pods of Deployment {shown(typha_name)} have TLS "
+            f"{state[bool(typha)]}, but calico-node's Felix env has it {state[bool(node)]}: "
+            "calico-node could not talk to the Typha its Service names"
+        )
+    if not typha:
+        return
+    kinds = [
+        [i for i, p in enumerate(_IDENTITY[w]) if p in v]
+        for w, v in ((TYPHA_WORKLOAD, typha), (NODE_WORKLOAD, node))
+    ]
+    if typha.get(_CA[TYPHA_WORKLOAD]) != node.get(_CA[NODE_WORKLOAD]) or kinds[0] != kinds[1]:
+        raise ConfigError(
+            f"{where}: Deployment {shown(typha_name)} and calico-node disagree on the CA file "
+            "or the identity type"
+        )
+
+
+def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
+    """The Typha Service calico-node's Felix finds Typha through."""
+    from typhapki.kubernetes.typhaports import container_of, env_entry
+
+    what = f"{where}: DaemonSet calico-node: container calico-node"
+    container = container_of(node, "calico-node", what)
+    if env_entry(container, "FELIX_TYPHAADDR", what) is not None:
+        raise ConfigError(
+            f"{what}: sets FELIX_TYPHAADDR: Felix would not find Typha through a Service, "
+            "a shape the switch cannot wire"
+        )
+    entry = env_entry(container, "FELIX_TYPHAK8SSERVICENAME", what)
+    if entry is None:
+        raise ConfigError(
+            f"{what}: sets no FELIX_TYPHAK8SSERVICENAME: this calico-node uses no Typha "
+            "Service, a shape the switch cannot wire"
+        )
+    if isinstance(entry.get("value"), str) and "valueFrom" not in entry:
+        return str(entry["value"])
+    ref = _mapping(_mapping(entry.get("valueFrom")).get("configMapKeyRef"))
+    if not isinstance(ref.get("key"), str):
+        ref = {}
+    for doc in documents:
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "ConfigMap"
+            and _mapping(doc.get("metadata")).get("name") == ref.get("name")
+            and _namespace(doc) == _namespace(node)
+        ):
+            value = _mapping(doc.get("data")).get(ref.get("key"))
+            if isinstance(value, str):
+                return value
+    raise ConfigError(
+        f"{what}: env FELIX_TYPHAK8SSERVICENAME: not a plain value nor a key of a "
+        "ConfigMap of the stream, a shape the switch cannot wire"
+    )
+
+
+def _typhas_behind(
+    node: dict[Any, Any], documents: Sequence[Any], where: str
+) -> tuple[str, list[dict[Any, Any]]]:
+    """The Service calico-node names, and the Typha Deployments whose pods it selects."""
+    name = _service_name(node, documents, where)
+    services = [
+        d for d in documents
+        if isinstance(d, dict) and d.get("kind") == "Service" and d.get("apiVersion") == "v1"
+        and _mapping(d.get("metadata")).get("name") == name
+        and _namespace(d) in (_namespace(node), None)
+    ]  # fmt: skip
+    if len(services) != 1:
+        raise ConfigError(
+            f"{where}: calico-node names the Typha Service {shown(name)}, which the stream "
+            f"holds {len(services)} times (expected once)"
+        )
+    selector = _mapping(services[0].get("spec")).get("selector")
+    if not isinstance(selector, dict) or not selector:
+        raise ConfigError(f"{where}: Service {shown(name)} has no selector: no Typha behind it")
+    ports = [
+        _mapping(p)
+        for p in _list(_mapping(services[0].get("spec")).get("ports"), f"{where}: Service ports")
+    ]
+    if not any(p.get("name") == "calico-typha" for p in ports):
+        raise ConfigError(
+            f"{where}: Service {shown(name)} has no port named calico-typha, the name Felix "
+            "looks for"
+        )
+    typhas = []
+    for doc in documents:
+        if not (isinstance(doc, dict) and doc.get("kind") == "Deployment"):
+            continue
+        template = _mapping(_mapping(doc.get("spec")).get("template"))
+        labels = _mapping(_mapping(template.get("metadata")).get("labels"))
+        if selector.items() <= labels.items() and _namespace(doc) == _namespace(services[0]):
+            typhas.append(doc)
+    if not typhas:
+        raise ConfigError(f"{where}: Service {shown(name)} selects no Typha Deployment's pods")
+    return name, typhas
+
+
+def _pair_behind(node: dict[Any, Any], documents: Sequence[Any], where: str) -> list[str]:
+    """Check every Typha behind calico-node's Service against its Felix env; their names."""
+    node_view = view(node, NODE_WORKLOAD, where, documents)
+    _, typhas = _typhas_behind(node, documents, where)
+    names = []
+    for typha in typhas:
+        name = str(_mapping(typha.get("metadata")).get("name"))
+        key = (str(typha.get("apiVersion")), "Deployment", name)
+        _agree(view(typha, key, where, documents, TYPHA_WORKLOAD), node_view, where, name)
+        names.append(name)
+    return names
+
+
+def check_input(documents: Sequence[Any], where: str) -> None:
+    """The chart as it comes: calico-node's Service holds Typhas whose TLS setting is
+    calico-node's own (exit 2 before anything is wired)."""
+    node = [d for d in documents if isinstance(d, dict) and _key(d) == NODE_WORKLOAD]
+    _pair_behind(node[0], documents, where)
+
+
+def _key(doc: dict[Any, Any]) -> tuple[str, str, str]:
+    meta = _mapping(doc.get("metadata"))
+    return (str(doc.get("apiVersion", "")), str(doc.get("kind", "")), str(meta.get("name", "")))
+
+
+def check_stages(
+    documents: Sequence[Any],
+    patches: Sequence[WiringPatch],
+    stage: str,
+    where: str,
+) -> None:
+    """The output of a stage, read back: ConfigError unless
+
+    - the TLS Typha carries the wiring's TLS settings, its own ports (the port named
+      calico-typha is its TYPHA_SERVERPORT, its probes use its TYPHA_HEALTHPORT, none is
+      the plain Typha's) and names its own Service (TYPHA_K8SSERVICENAME);
+    - calico-node is on the wiring in switch and retire, and pairs with every Typha its
+      Service selects: the plain one in parallel, only the TLS one after;
+    - the plain selectors (Deployment, Services, budgets) select no TLS pod, and exactly
+      one budget covers each Typha; retire holds no plain Typha.
+    """
+    from typhapki.kubernetes.budget import covering, pod_labels, selects
+    from typhapki.kubernetes.typhaports import (
+        TLS_NAME,
+        TLS_WORKLOAD,
+        container_of,
+        plain_value,
+        typha_ports,
+    )
+
+    objects: dict[tuple[str, str, str], list[dict[Any, Any]]] = {}
+    for doc in documents:
+        if isinstance(doc, dict):
+            objects.setdefault(_key(doc), []).append(doc)
+    wanted = [TLS_WORKLOAD, NODE_WORKLOAD] + ([] if stage == "retire" else [TYPHA_WORKLOAD])
+    for key in wanted:
+        if len(objects.get(key, [])) != 1:
+            raise ConfigError(
+                f"{where}: {len(objects.get(key, []))} {key[1]} {key[2]}, expected one"
+            )
+    if stage == "retire" and objects.get(TYPHA_WORKLOAD):
+        raise ConfigError(f"{where}: retire still holds Deployment calico-typha")
+    tls, node = objects[TLS_WORKLOAD][0], objects[NODE_WORKLOAD][0]
+    by_key = {(p.api_version, p.kind, p.name): p for p in patches}
+    meant = view(by_key[TYPHA_WORKLOAD].patch, TYPHA_WORKLOAD, "the wiring of calico-typha")
+    if view(tls, TLS_WORKLOAD, where, documents, TYPHA_WORKLOAD) != meant:
+        raise ConfigError(f"{where}: Deployment {TLS_NAME}: the TLS settings are not the wiring's")
+    if stage != "parallel":
+        meant_node = view(by_key[NODE_WORKLOAD].patch, NODE_WORKLOAD, "the wiring of calico-node")
+        if view(node, NODE_WORKLOAD, where, documents) != meant_node:
+            raise ConfigError(
+                f"{where}: DaemonSet calico-node: the TLS settings are not the wiring's"
+            )
+    behind = _pair_behind(node, documents, where)
+    expected = ["calico-typha"] if stage == "parallel" else [TLS_NAME]
+    if sorted(behind) != expected:
+        raise ConfigError(
+            f"{where}: calico-node's Typha Service selects {', '.join(map(shown, behind))}, "
+            f"expected {expected[0]} in stage {stage}"
+        )
+    what = f"{where}: Deployment {TLS_NAME}"
+    container = container_of(tls, "calico-typha", what)
+    ports = typha_ports(container, what)
+    named = [_mapping(p).get("containerPort") for p in _list(container.get("ports"), what)
+             if _mapping(p).get("name") == "calico-typha"]  # fmt: skip
+    if named != [ports.server]:
+        raise ConfigError(f"{what}: its port named calico-typha is not its TYPHA_SERVERPORT")
+    if plain_value(container, "TYPHA_K8SSERVICENAME", what) != TLS_NAME:
+        raise ConfigError(f"{what}: TYPHA_K8SSERVICENAME does not name its Service {TLS_NAME}")
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        get = _mapping(_mapping(container.get(probe)).get("httpGet"))
+        if probe in container and get.get("port") != ports.health:
+            raise ConfigError(f"{what}: {probe} does not use its TYPHA_HEALTHPORT")
+    tls_labels = pod_labels(tls, where)
+    budgets = covering(documents, tls, where)
+    if len(budgets) != 1:
+        raise ConfigError(
+            f"{where}: {len(budgets)} PodDisruptionBudgets cover the TLS Typha's pods"
+        )
+    for doc in documents:
+        if not (isinstance(doc, dict) and doc.get("kind") == "Service"):
+            continue
+        selector = _mapping(doc.get("spec")).get("selector")
+        name = _mapping(doc.get("metadata")).get("name")
+        if name != TLS_NAME and isinstance(selector, dict) and selector and (
+                selector.items() <= tls_labels.items()):  # fmt: skip
+            raise ConfigError(f"{where}: Service {shown(name)} selects the TLS Typha's pods")
+    if stage != "retire":
+        plain = objects[TYPHA_WORKLOAD][0]
+        plain_what = f"{where}: Deployment calico-typha"
+        if selects(_mapping(plain.get("spec")).get("selector"), tls_labels, plain_what, False):
+            raise ConfigError(f"{plain_what}: its selector selects the TLS Typha's pods")
+        if len(covering(documents, plain, where)) != 1:
+            raise ConfigError(f"{where}: not exactly one PodDisruptionBudget covers calico-typha")
+        theirs = typha_ports(container_of(plain, "calico-typha", plain_what), plain_what)
+        if set(theirs.values()) & set(ports.values()):
+            raise ConfigError(f"{what}: shares a port with the plain Typha")

@@ -129,6 +129,11 @@ class TyphaSettings:
     dns_gate: str | None = None
     # where to prove that the cluster's Typha enforces mTLS when none listens locally
     typha_address: str | None = None
+    # the Kubernetes wiring: the live switch's stage and the TLS policy
+    # (typhapki/settings/wiring.py checks the values)
+    tls_stage: str | None = None
+    tls_min_version: str | None = None
+    tls_cipher_suites: str | None = None
     # Where each value set above was written (FILE:LINE: KEY), for an error about a
     # value the PKI layer refuses (typhapki/settings/pki.py).
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -645,6 +650,19 @@ def _typha_value(key: str, item: YNode) -> Any:
         )
     if key == "dns_gate":
         return _expect_choice(item, _DNS_GATES)
+    if key in ("tls_stage", "tls_min_version"):
+        # `tls_min_version: 1.3` is a YAML float: the text as written is the version.
+        text = item.raw if isinstance(value, float) else value
+        choices = options.BY_NAME[key].choices
+        if text not in choices:
+            raise ConfigError(
+                f"{item.where}: expected one of {', '.join(choices)}, got {shown(value)}"
+            )
+        return text
+    if key == "tls_cipher_suites":
+        if isinstance(value, list):  # a YAML list, or one comma-separated text
+            return ",".join(_expect_str(n) for n in value)
+        return _expect_str(item)
     if key == "ferm_output":
         text = _expect_str(item)
         if not text or unprintable(text) is not None:  # NUL, a newline, an escape...

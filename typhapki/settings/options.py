@@ -44,7 +44,7 @@ class Opt:
     flag: str  # "--ca-dir"; for an argument, its metavar ("PATHS")
     kind: type
     help: str
-    group: str  # "pki", "signer", "state", "proof", "puppetdb", "confirm", or "command"
+    group: str  # "pki", "signer", "state", "proof", "wiring", "puppetdb", "confirm", "command"
     choices: tuple[str, ...] = ()
     hiera: bool = False
     secret: bool = False
@@ -161,6 +161,19 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("skip_mtls_proof", "--skip-mtls-proof", bool,
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
         "A flag only (the node configuration may not set it).", "proof", flag_only=True),
+    # The Kubernetes wiring's TLS switch and policy (docs/kubernetes.md; typhapki/settings/
+    # wiring.py), read by `manifests` in every way it delivers the wiring.
+    Opt("tls_stage", "--tls-stage", str,
+        "The live switch to mTLS: parallel (a TLS Typha beside the plain one), switch "
+        "(calico-node on the TLS Typha), retire (the plain Typha removed). Absent: both "
+        "sides switched at once.", "wiring", choices=("parallel", "switch", "retire"),
+        hiera=True),
+    Opt("tls_min_version", "--tls-min-version", str,
+        "Minimum TLS version of Typha and Felix (TLS_MIN_VERSION; Calico 3.32 and later).",
+        "wiring", choices=("1.2", "1.3"), hiera=True),
+    Opt("tls_cipher_suites", "--tls-cipher-suites", str,
+        "TLS 1.2 cipher suites of Typha and Felix: Go's ECDHE suite names, comma-separated "
+        "(TLS_CIPHER_SUITES; Calico 3.31 and later).", "wiring", hiera=True),
     # How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py).
     Opt("puppetdb", "--puppetdb", str,
         "PuppetDB's URL, e.g. https://puppetdb.example.org:8081.", "puppetdb"),
@@ -420,6 +433,11 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              "uid Typha runs as (default 10001): the Typha key's owner."),
         _own("typha_gid", "--typha-gid", int,
              "gid Typha runs as (default 10001): the Typha key's group."),
+        *group("wiring"),
+        _own("typha_deployment", "--typha-deployment", Path,
+             "With --wiring-dir and a --tls-stage: the live calico-typha Deployment "
+             "(kubectl get -o yaml) the TLS Typha is derived from."),
+        HIERA, CLUSTER,
     )),
     Command("rotate-ca",
             "Move OUT to a CA rotation stage; refuse (exit 3) a skipped or reordered stage.", (

@@ -1,0 +1,126 @@
+"""The Kubernetes wiring's settings: the live switch's stage and the TLS policy.
+
+Declared in typhapki/settings/options.py (group ``wiring``); the flags of `manifests`
+win over the cluster's hiera ``typha:`` mapping, so every later `helm upgrade` run
+through the post-renderer renders the stage hiera names (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from typhapki.errors import ConfigError, UsageError
+from typhapki.record import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typhapki.puppet.hiera import TyphaSettings
+
+
+class Stage(StrEnum):
+    """The live switch to mTLS (docs/kubernetes.md §4), in order."""
+
+    PARALLEL = "parallel"  # a TLS Typha beside the untouched plain one
+    SWITCH = "switch"  # calico-node dials the TLS Typha; both Typhas stay
+    RETIRE = "retire"  # the plain Typha is gone
+
+
+MIN_VERSIONS = ("1.2", "1.3")
+# The TLS 1.2 suites with forward secrecy (ECDHE) among those Go counts as secure
+# (tls.CipherSuites(); tests/settings/test_wiring.py reads Go's source). Go's TLS 1.3
+# suites are not configurable, and Calico hands the names to Go.
+CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+)
+
+
+@record(frozen=True)
+class TlsPolicy:
+    """Calico's TLS_MIN_VERSION and TLS_CIPHER_SUITES, for Typha and Felix alike."""
+
+    min_version: str | None = None
+    cipher_suites: tuple[str, ...] = ()
+
+    def env(self) -> list[dict[str, str]]:
+        """The container env; empty when nothing is set (Calico's defaults)."""
+        out = []
+        if self.min_version is not None:
+            out.append({"name": "TLS_MIN_VERSION", "value": self.min_version})
+        if self.cipher_suites:
+            out.append({"name": "TLS_CIPHER_SUITES", "value": ",".join(self.cipher_suites)})
+        return out
+
+
+@record(frozen=True)
+class WiringSettings:
+    stage: Stage | None = None
+    policy: TlsPolicy = field(default_factory=TlsPolicy)
+
+
+def _min_version(value: str, where: str) -> str:
+    if value not in MIN_VERSIONS:
+        raise UsageError(f"{where}: expected 1.2 or 1.3, got {value!r}")
+    return value
+
+
+def _suites(value: str, where: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(","))
+    for name in names:
+        if name not in CIPHER_SUITES:
+            raise UsageError(
+                f"{where}: {name!r} is not one of Go's secure TLS 1.2 ECDHE cipher suites "
+                f"({', '.join(CIPHER_SUITES)})"
+            )
+    if len(set(names)) != len(names):
+        raise UsageError(f"{where}: a cipher suite is named twice")
+    return names
+
+
+def resolve(
+    stage: str | None,
+    min_version: str | None,
+    cipher_suites: str | None,
+    typha: TyphaSettings | None = None,
+) -> WiringSettings:
+    """The flags over the cluster's hiera (flags win). A bad flag is a usage error, a
+    bad hiera value hiera's (both exit 2), each naming where it was written."""
+    values: dict[str, tuple[str, str]] = {}
+    for name, flag, given in (
+        ("tls_stage", "--tls-stage", stage),
+        ("tls_min_version", "--tls-min-version", min_version),
+        ("tls_cipher_suites", "--tls-cipher-suites", cipher_suites),
+    ):
+        if given is not None:
+            values[name] = (given, flag)
+        elif typha is not None and getattr(typha, name) is not None:
+            values[name] = (getattr(typha, name), f"hiera {typha.sources.get(name, name)}")
+    try:
+        chosen_stage = None
+        if "tls_stage" in values:
+            text, where = values["tls_stage"]
+            try:
+                chosen_stage = Stage(text)
+            except ValueError:
+                raise UsageError(
+                    f"{where}: expected parallel, switch or retire, got {text!r}"
+                ) from None
+        version = None
+        if "tls_min_version" in values:
+            version = _min_version(*values["tls_min_version"])
+        suites: tuple[str, ...] = ()
+        if "tls_cipher_suites" in values:
+            suites = _suites(*values["tls_cipher_suites"])
+    except UsageError as exc:
+        if str(exc).startswith("hiera "):
+            raise ConfigError(str(exc)[len("hiera ") :]) from None
+        raise
+    return WiringSettings(chosen_stage, TlsPolicy(version, suites))
