@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,11 +21,15 @@ from tests.support.issuing import ensure_local
 from tests.support.processes import private_process_table
 from typhapki.monitoring import processes
 from typhapki.monitoring.processes import (
+    FELIX_TLS_ENV,
     PROCESS_NAMES,
     Component,
+    TlsEnv,
     component_processes,
+    felix_tls,
     restart_status,
     restart_statuses,
+    typha_listeners,
 )
 from typhapki.pki.issuance import load_issuer
 from typhapki.pki.layout import SetPaths
@@ -193,3 +201,89 @@ def test_an_exited_process_not_yet_reaped_is_not_running(
     assert Path(f"/proc/{typha.pid}/comm").read_text().strip() == "calico-typha"
     assert _mine({typha.pid}) == []
     assert not restart_statuses(Path("/nonexistent"), _mine({typha.pid}))[Component.TYPHA].running
+
+
+def _with_env(tmp: Path, name: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """A real process named NAME (a copy of bash waiting on `read`) started with ENV."""
+    exe = tmp / name
+    if not exe.exists():
+        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
+    proc = subprocess.Popen(
+        [str(exe), "-c", "read -t 600", name, *args], stdin=subprocess.PIPE, env=env
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
+                return proc
+        time.sleep(0.01)
+    pytest.fail(f"process {proc.pid} never showed up as {name}")
+
+
+def _stop(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.kill()
+        proc.wait()
+
+
+TLS_VALUES = {"FELIX_TYPHACAFILE": "/calico-typha-ca/typhaca.crt",
+              "FELIX_TYPHACERTFILE": "/calico-node-certs/calico-node.crt",
+              "FELIX_TYPHAKEYFILE": "/calico-node-certs/calico-node.key",
+              "FELIX_TYPHACN": "calico-typha", "FELIX_TYPHAURISAN": "spiffe://x/typha"}  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    chosen=st.sets(st.sampled_from(FELIX_TLS_ENV)),
+    lower=st.booleans(),
+    empty=st.booleans(),
+)
+def test_felix_on_tls_is_read_from_its_environment(
+    tmp_path_factory: pytest.TempPathFactory, chosen: set[str], lower: bool, empty: bool
+) -> None:
+    """Felix dials TLS when any of its five variables is set (in any case, as Calico
+    reads them); set empty, or none of them, it dials plain Typha."""
+    tmp = tmp_path_factory.mktemp("felix-env")
+    env = {"PATH": "/usr/bin:/bin", "FELIX_TYPHAK8SSERVICENAME": "calico-typha-tls"}
+    env |= {(n.lower() if lower else n): ("" if empty else TLS_VALUES[n]) for n in chosen}
+    felix = _with_env(tmp, "calico-node", env, "-felix")
+    confd = _with_env(tmp, "calico-node", {"PATH": "/bin"}, "-confd")  # not Felix
+    try:
+        found = felix_tls(_mine({felix.pid, confd.pid}))
+        assert found.running and found.error is None
+        assert found.tls is (bool(chosen) and not empty)
+        assert set(found.names) == (set() if empty else chosen)
+        assert all(v not in json.dumps(found.as_dict()) for v in TLS_VALUES.values())
+    finally:
+        _stop(felix, confd)
+
+
+def test_typha_listeners_say_port_and_tls(tmp_path: Path) -> None:
+    """In the parallel stage one node runs a plain Typha and a TLS one on its own port."""
+    plain = _with_env(tmp_path, "calico-typha", {"PATH": "/bin"})
+    tls = _with_env(
+        tmp_path,
+        "calico-typha",
+        {"TYPHA_SERVERPORT": "5474", "TYPHA_CAFILE": "/ca.crt", "TYPHA_CLIENTCN": "felix"},
+    )
+    try:
+        listeners = typha_listeners(_mine({plain.pid, tls.pid}))
+        assert [(t.port, t.tls) for t in listeners] == [(5473, False), (5474, True)]
+        assert listeners[1].names == ("TYPHA_CAFILE", "TYPHA_CLIENTCN")
+        assert felix_tls([]) == TlsEnv(False, None)
+    finally:
+        _stop(plain, tls)
+
+
+def test_an_unreadable_environment_is_unknown_not_plain(tmp_path: Path) -> None:
+    """Only root reads another user's /proc/PID/environ; a fact that cannot read it says
+    so (tls unknown, never "plain" or "TLS")."""
+    proc_dir = tmp_path / "proc"
+    (proc_dir / "4242").mkdir(parents=True)
+    (proc_dir / "4242" / "environ").mkdir()  # reading a directory fails: EISDIR
+    felix = processes.Process(4242, "calico-node", ("calico-node", "-felix"), 0.0, 0)
+    found = felix_tls([felix], proc_dir)
+    assert found.running and found.tls is None and found.error
+    assert "4242/environ" in found.error

@@ -225,3 +225,93 @@ def restart_statuses(
     if processes is None:
         processes = list_processes(PROCESS_NAMES.values())
     return {c: restart_status(out, c, processes) for c in Component}
+
+
+# What a running Felix dials with: Calico's Felix dials Typha over TLS as soon as any of
+# these is set (typha/pkg/syncclient/sync_client.go), and Typha listens with TLS as soon
+# as any of its own is (typha/pkg/syncserver/sync_server.go). Calico reads its env names
+# in any case.
+FELIX_TLS_ENV = ("FELIX_TYPHACAFILE", "FELIX_TYPHACERTFILE", "FELIX_TYPHAKEYFILE",
+                 "FELIX_TYPHACN", "FELIX_TYPHAURISAN")  # fmt: skip
+TYPHA_TLS_ENV = ("TYPHA_CAFILE", "TYPHA_SERVERCERTFILE", "TYPHA_SERVERKEYFILE",
+                 "TYPHA_CLIENTCN", "TYPHA_CLIENTURISAN")  # fmt: skip
+MAX_ENVIRON = 1024 * 1024  # bytes of /proc/PID/environ read: far above any real one
+
+
+@record(frozen=True)
+class TlsEnv:
+    """Whether a running process was started with TLS: the names (never the values) of
+    the TLS variables its environment holds, read from /proc/PID/environ (root reads
+    every process's; another user gets `error`, and `tls` is then unknown)."""
+
+    running: bool
+    tls: bool | None  # None: not running, or its environment could not be read
+    names: tuple[str, ...] = ()
+    port: int | None = None  # a Typha's TYPHA_SERVERPORT (0 or unset: 5473)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {"running": self.running, "tls": self.tls,
+                                    "tls_env": list(self.names), "error": self.error}  # fmt: skip
+        if self.port is not None:
+            found["port"] = self.port
+        return found
+
+
+def read_environ(pid: int, proc: Path = Path("/proc")) -> dict[str, str] | str:
+    """The environment a process started with (names upper-cased, as Calico reads
+    them), or why it cannot be read."""
+    path = f"{proc}/{pid}/environ"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    try:
+        chunks, size = [], 0
+        while size <= MAX_ENVIRON and (chunk := os.read(fd, 65536)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    env: dict[str, str] = {}
+    for entry in b"".join(chunks)[:MAX_ENVIRON].split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals:
+            env[name.decode("utf-8", "replace").upper()] = value.decode("utf-8", "replace")
+    return env
+
+
+def _tls_env(process: Process, typha: bool, proc: Path) -> TlsEnv:
+    env = read_environ(process.pid, proc)
+    if isinstance(env, str):
+        return TlsEnv(True, None, error=env)
+    present = tuple(n for n in (TYPHA_TLS_ENV if typha else FELIX_TLS_ENV) if env.get(n))
+    port = None
+    if typha:
+        text = env.get("TYPHA_SERVERPORT", "").strip()
+        port = int(text) if text.isdigit() and 0 < int(text) < 65536 else 5473
+    return TlsEnv(True, bool(present), present, port)
+
+
+def felix_tls(processes: Sequence[Process], proc: Path = Path("/proc")) -> TlsEnv:
+    """Whether this node's running Felix (`calico-node -felix`, else any calico-node)
+    dials Typha over TLS. Several calico-node processes (a pod restarting): TLS only
+    when every one of them was started with it."""
+    mine = component_processes(Component.FELIX, processes)
+    if not mine:
+        return TlsEnv(False, None)
+    found = [_tls_env(p, False, proc) for p in sorted(mine, key=lambda p: p.pid)]
+    unread = next((f for f in found if f.tls is None), None)
+    if unread is not None:
+        return unread
+    plain = next((f for f in found if not f.tls), None)
+    return plain or found[0]
+
+
+def typha_listeners(processes: Sequence[Process], proc: Path = Path("/proc")) -> list[TlsEnv]:
+    """Each running Typha on this node: its server port and whether it listens with TLS
+    (in the parallel stage a node holds a plain and a TLS Typha, docs/kubernetes.md)."""
+    mine = component_processes(Component.TYPHA, processes)
+    return [_tls_env(p, True, proc) for p in sorted(mine, key=lambda p: p.pid)]

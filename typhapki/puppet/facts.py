@@ -265,14 +265,27 @@ def _set_fact(
 
 def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]) -> dict[str, Any]:
     """Restart pending per component (/proc) and what the local Typha serves (probe)."""
-    from typhapki.monitoring.processes import Component, restart_statuses
+    from typhapki.monitoring.processes import (
+        PROCESS_NAMES,
+        Component,
+        felix_tls,
+        list_processes,
+        restart_statuses,
+        typha_listeners,
+    )
 
     assert request.out is not None
-    restarts = restart_statuses(request.out)
+    running = list_processes(PROCESS_NAMES.values())  # /proc read once for all three
+    restarts = restart_statuses(request.out, running)
     fact: dict[str, Any] = {
         "restart": {c.value: status.as_dict() for c, status in restarts.items()},
         "probe": None,
+        # Whether the running Felix dials Typha over TLS: its process's environment,
+        # the evidence `fleet ready --stage retire` needs (docs/fleet.md).
+        "felix_typha": felix_tls(running).as_dict(),
+        "typhas": [],
     }
+    listeners = typha_listeners(running)
     address = request.probe_address
     if address is None and restarts[Component.TYPHA].running:
         address = "127.0.0.1:5473"  # monitoring.probe.DEFAULT_ADDRESS
@@ -285,6 +298,18 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
             ).as_dict()
         except Exception as exc:  # a malformed --probe-address
             errors.append(str(exc) or type(exc).__name__)
+    for listener in listeners:
+        # Each Typha on this node, with the probe of each TLS one on its own port: the
+        # switch gate's proof that every TLS Typha host accepts its Felixes.
+        typha = listener.as_dict()
+        if request.probe and listener.tls and listener.port is not None:
+            from typhapki.monitoring.probe import probe
+
+            typha["probe"] = probe(
+                f"127.0.0.1:{listener.port}", request.out, settings.typha,
+                felix_identity=settings.felix,
+            ).as_dict()  # fmt: skip
+        fact["typhas"].append(typha)
     return fact
 
 

@@ -1,0 +1,114 @@
+"""The fact's evidence for the live switch's gates (docs/fleet.md): whether the running
+Felix dials Typha over TLS (its process's environment) and, for each Typha on the node,
+its port, TLS setting and the probe of a TLS one, against real processes and a real
+TLS server that requires this node's Felix certificate."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.gopeers import felix_env, typha_env
+from tests.support.tlspeers import _server_context, typha_files
+from typhapki.monitoring import processes
+from typhapki.pki.settings import PkiSettings
+from typhapki.puppet.facts import FactRequest, gather
+
+
+def _named(tmp: Path, name: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    exe = tmp / name
+    if not exe.exists():
+        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
+    proc = subprocess.Popen([str(exe), "-c", "read -t 600", name, *args],
+                            stdin=subprocess.PIPE, env=env)  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
+                return proc
+        time.sleep(0.01)
+    pytest.fail(f"{name} never started")
+
+
+@contextlib.contextmanager
+def _tls_typha(out: Path) -> Iterator[int]:
+    """A TLS server with the node's Typha pair that requires a client certificate from
+    the bundle and then waits, as Typha waits for Felix's hello."""
+    context = _server_context(typha_files(out))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    held: list[Any] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with contextlib.suppress(OSError):
+                conn.settimeout(5)
+                held.append(context.wrap_socket(conn, server_side=True))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
+    issued: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with _tls_typha(issued) as port:
+        started = [
+            _named(tmp_path, "calico-node", {"PATH": "/bin", **felix_env(issued)}, "-felix"),
+            _named(tmp_path, "calico-typha", {"PATH": "/bin"}),  # the plain Typha
+            _named(tmp_path, "calico-typha", {**typha_env(issued), "TYPHA_SERVERPORT": str(port)}),
+        ]
+        pids = {p.pid for p in started}
+        real = processes.list_processes
+        # Only this test's processes: another job's calico-* must not enter the fact.
+        monkeypatch.setattr(processes, "list_processes",
+                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
+        try:
+            fact = gather(FactRequest(out=issued, probe=True), PkiSettings)["typhapki"]
+        finally:
+            for proc in started:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.kill()
+                proc.wait()
+    felix = fact["felix_typha"]
+    assert felix["running"] and felix["tls"] is True and felix["error"] is None
+    assert set(felix["tls_env"]) == {"FELIX_TYPHACAFILE", "FELIX_TYPHACERTFILE",
+                                     "FELIX_TYPHAKEYFILE", "FELIX_TYPHACN"}  # fmt: skip
+    plain, tls = fact["typhas"]
+    assert (plain["port"], plain["tls"], "probe" in plain) == (5473, False, False)
+    assert (tls["port"], tls["tls"]) == (port, True)
+    assert tls["probe"]["accepted"] is True, tls["probe"]
+    assert tls["probe"]["serves_disk_certificate"] is True
+    assert str(issued) not in str(felix)  # names only, never the values
+
+
+def test_no_calico_running_reports_nothing_running(
+    issued: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "list_processes", lambda names: [])
+    fact = gather(FactRequest(out=issued, probe=True), PkiSettings)["typhapki"]
+    assert fact["felix_typha"] == {"running": False, "tls": None, "tls_env": [], "error": None}
+    assert fact["typhas"] == []
