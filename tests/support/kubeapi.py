@@ -1,4 +1,5 @@
-"""A fake Kubernetes API server on loopback: pods list and eviction, nothing else.
+"""A fake Kubernetes API server on loopback: pods list and eviction, Deployments,
+DaemonSets and EndpointSlices, nothing else.
 
 Debian has no kube-apiserver, so this stands in for the two calls `restart-typha`
 makes, with the PodDisruptionBudget's real arithmetic (as the disruption controller and
@@ -8,6 +9,15 @@ an eviction is allowed while currentHealthy - desiredHealthy > 0. An allowed evi
 marks the pod terminating (deletionTimestamp) at once, under one lock, so concurrent
 evictions from several nodes see each other. `replace_terminating()` plays the
 Deployment controller: each terminating pod goes and a new one starts on the same node.
+
+Two Typha Deployments (the plain one and the live switch's `calico-typha-tls`, docs/
+kubernetes.md section 4) each have a budget of their own: a pod's budget is its
+Deployment's, found by label selection (`k8s-app=calico-typha` selects no TLS pod), and
+a pod two budgets cover gets the API's 500. A Deployment's status (updated, ready,
+available replicas) is counted from its pods; its Service's EndpointSlice lists them,
+ready or not, with the port named `calico-typha`. The calico-node DaemonSet reports the
+status the retire gate reads (observedGeneration, desired, updated, ready) and when it
+last changed, in `managedFields`.
 
 TLS with client-certificate authentication (the kubeconfig's client pair) or a bearer
 token; a client with neither gets 401, a client certificate from another CA fails the
@@ -35,18 +45,65 @@ from tests.support.cfssl import _tls_files
 TOKEN = "typhapki-test-token"
 
 
+PLAIN_LABELS = {"k8s-app": "calico-typha"}
+TLS_LABELS = {"k8s-app": "calico-typha-tls"}
+
+
 @dataclass
 class Pod:
     name: str
     node: str
     started_at: datetime
     terminating: bool = False
-    labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "calico-typha"})
+    labels: dict[str, str] = field(default_factory=lambda: dict(PLAIN_LABELS))
+    ready: bool = True
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """A matchLabels selector (or a parsed `k=v,k2=v2` labelSelector) against labels."""
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def parse_selector(text: str) -> dict[str, str]:
+    pairs = [part.partition("=") for part in text.split(",") if part]
+    return {k: v for k, _, v in pairs}
+
+
+@dataclass
+class Deployment:
+    """A Typha Deployment with its budget (maxUnavailable) and Service."""
+
+    name: str
+    labels: dict[str, str]  # its selector, and its pods' labels
+    replicas: int
+    max_unavailable: int = 1
+    generation: int = 1
+    observed_generation: int = 1
+    port: int = 5473  # the container port named calico-typha
+    port_name: str = "calico-typha"
+
+    @property
+    def service(self) -> str:
+        return self.name
+
+
+@dataclass
+class DaemonSet:
+    """calico-node, as its controller reports it."""
+
+    name: str = "calico-node"
+    generation: int = 1
+    observed_generation: int = 1
+    desired: int = 0
+    updated: int = 0
+    ready: int = 0
+    changed_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(hours=1))
 
 
 @dataclass
 class Cluster:
-    """One Typha Deployment (`replicas` pods, one per node) and its budget."""
+    """Typha Deployments (`replicas` pods, one per node) and their budgets; without any
+    in `deployments`, one plain Typha of `replicas` and `max_unavailable`."""
 
     namespace: str = "kube-system"
     max_unavailable: int = 1
@@ -55,17 +112,46 @@ class Cluster:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _serial: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     replicas: int = 0
+    deployments: dict[str, Deployment] = field(default_factory=dict)
+    daemonsets: dict[str, DaemonSet] = field(default_factory=dict)
 
-    def add(self, node: str, started_at: datetime | None = None) -> Pod:
+    def add(
+        self, node: str, started_at: datetime | None = None, deployment: str = "calico-typha"
+    ) -> Pod:
+        owner = self.deployments.get(deployment)
         pod = Pod(
-            f"calico-typha-{next(self._serial):05d}",
+            f"{deployment}-{next(self._serial):05d}",
             node,
             started_at or datetime.now(UTC) - timedelta(hours=1),
+            labels=dict(owner.labels if owner is not None else PLAIN_LABELS),
         )
         self.pods[pod.name] = pod
         return pod
 
-    def disruptions_allowed(self) -> int:
+    def deploy(self, deployment: Deployment, nodes: list[str]) -> list[Pod]:
+        """A Deployment and one pod of it on each of `nodes`."""
+        self.deployments[deployment.name] = deployment
+        return [self.add(node, deployment=deployment.name) for node in nodes]
+
+    def pods_of(self, deployment: Deployment) -> list[Pod]:
+        return [p for p in self.pods.values() if selects(deployment.labels, p.labels)]
+
+    def status_of(self, deployment: Deployment) -> dict[str, int]:
+        live = [p for p in self.pods_of(deployment) if not p.terminating]
+        ready = sum(1 for p in live if p.ready)
+        return {"observedGeneration": deployment.observed_generation, "replicas": len(live),
+                "updatedReplicas": len(live), "readyReplicas": ready,
+                "availableReplicas": ready}  # fmt: skip
+
+    def budgets_over(self, pod: Pod) -> list[Deployment]:
+        return [d for d in self.deployments.values() if selects(d.labels, pod.labels)]
+
+    def disruptions_allowed(self, pod: Pod | None = None) -> int:
+        budgets = self.budgets_over(pod) if pod is not None else []
+        if budgets:
+            owner = budgets[0]
+            healthy = sum(1 for p in self.pods_of(owner) if not p.terminating)
+            return healthy - (owner.replicas - owner.max_unavailable)
         healthy = sum(1 for p in self.pods.values() if not p.terminating)
         return healthy - (self.replicas - self.max_unavailable)
 
@@ -76,7 +162,10 @@ class Cluster:
                 status, body = 404, _status(404, "NotFound", f'pods "{name}" not found')
             elif pod.terminating:  # already going: nothing to budget
                 status, body = 201, _status(201, "", "")
-            elif self.disruptions_allowed() <= 0:
+            elif len(self.budgets_over(pod)) > 1:  # the eviction subresource's answer
+                message = "This pod has more than one PodDisruptionBudget."
+                status, body = 500, _status(500, "InternalError", message)
+            elif self.disruptions_allowed(pod) <= 0:
                 status, body = (
                     429,
                     _status(
@@ -97,7 +186,82 @@ class Cluster:
             gone = [p for p in self.pods.values() if p.terminating]
             for pod in gone:
                 del self.pods[pod.name]
-            return [self.add(p.node, datetime.now(UTC) + timedelta(seconds=2)) for p in gone]
+            return [self._again(p, datetime.now(UTC) + timedelta(seconds=2)) for p in gone]
+
+    def _again(self, gone: Pod, started_at: datetime) -> Pod:
+        prefix = gone.name.rsplit("-", 1)[0]
+        pod = Pod(f"{prefix}-{next(self._serial):05d}", gone.node, started_at,
+                  labels=dict(gone.labels))  # fmt: skip
+        self.pods[pod.name] = pod
+        return pod
+
+    def deployment_json(self, deployment: Deployment) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": deployment.name,
+                "namespace": self.namespace,
+                "generation": deployment.generation,
+            },
+            "spec": {
+                "replicas": deployment.replicas,
+                "selector": {"matchLabels": deployment.labels},
+            },
+            "status": self.status_of(deployment),
+        }
+
+    def endpointslice_json(self, deployment: Deployment) -> dict[str, Any]:
+        endpoints = [
+            {
+                "addresses": [f"10.0.0.{i + 1}"],
+                "conditions": {
+                    "ready": p.ready and not p.terminating,
+                    "terminating": p.terminating,
+                },
+                "nodeName": p.node,
+            }
+            for i, p in enumerate(sorted(self.pods_of(deployment), key=lambda p: p.name))
+        ]
+        return {
+            "metadata": {
+                "name": f"{deployment.service}-abcde",
+                "namespace": self.namespace,
+                "labels": {"kubernetes.io/service-name": deployment.service},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": deployment.port_name, "port": deployment.port, "protocol": "TCP"}],
+            "endpoints": endpoints,
+        }
+
+
+def daemonset_json(ds: DaemonSet, namespace: str) -> dict[str, Any]:
+    stamp = ds.changed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": ds.name,
+            "namespace": namespace,
+            "generation": ds.generation,
+            "managedFields": [
+                {"manager": "helm", "operation": "Update", "time": stamp},
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "subresource": "status",
+                    "time": now,
+                },
+            ],
+        },
+        "status": {
+            "observedGeneration": ds.observed_generation,
+            "desiredNumberScheduled": ds.desired,
+            "updatedNumberScheduled": ds.updated,
+            "numberReady": ds.ready,
+        },
+    }
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -144,6 +308,8 @@ class FakeApi:
         # An API (or a proxy in front of it) that drops the fieldSelector: every node's
         # Typha pods are listed, as a buggy or hostile server might.
         self.ignore_field_selector = False
+        # The same for EndpointSlices' label selector: every Service's slices listed.
+        self.ignore_label_selector = False
         self.requests: list[tuple[str, str]] = []  # (method, path)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
@@ -271,7 +437,9 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             cluster = api.cluster
             parts = urlsplit(self.path)
             segments = parts.path.strip("/").split("/")
-            if (
+            if method == "GET" and segments[:2] in (["apis", "apps"], ["apis", "discovery.k8s.io"]):
+                self._workloads(segments, parse_qs(parts.query))
+            elif (
                 len(segments) < 5
                 or segments[:3] != ["api", "v1", "namespaces"]
                 or (segments[4] != "pods")
@@ -281,13 +449,13 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 query = parse_qs(parts.query)
                 label = query.get("labelSelector", [""])[0]
                 field_sel = query.get("fieldSelector", [""])[0]
-                key, _, value = label.partition("=")
                 node = field_sel.removeprefix("spec.nodeName=")
+                selector = parse_selector(label)
                 with cluster.lock:
                     items = [
                         _pod_json(p, cluster.namespace)
                         for p in cluster.pods.values()
-                        if p.labels.get(key) == value
+                        if selects(selector, p.labels)
                         and (not field_sel or api.ignore_field_selector or p.node == node)
                         and segments[3] == cluster.namespace  # another namespace: empty
                     ]
@@ -306,6 +474,31 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 self._send(status, json.dumps(doc).encode())
             else:
                 self._send(405, json.dumps(_status(405, "MethodNotAllowed", "no")).encode())
+
+        def _workloads(self, segments: list[str], query: dict[str, list[str]]) -> None:
+            """apps/v1 deployments and daemonsets by name, discovery.k8s.io/v1
+            endpointslices by the service-name label."""
+            cluster = api.cluster
+            missing = json.dumps(_status(404, "NotFound", "not found")).encode()
+            if len(segments) < 6 or segments[3] != "namespaces" or segments[4] != cluster.namespace:
+                self._send(404, missing)
+                return
+            kind, name = segments[5], (segments[6] if len(segments) > 6 else None)
+            with cluster.lock:
+                if kind == "deployments" and name in cluster.deployments:
+                    doc = cluster.deployment_json(cluster.deployments[name])
+                elif kind == "daemonsets" and name in cluster.daemonsets:
+                    doc = daemonset_json(cluster.daemonsets[name], cluster.namespace)
+                elif kind == "endpointslices" and name is None:
+                    wanted = parse_selector(query.get("labelSelector", [""])[0])
+                    slices = [cluster.endpointslice_json(d) for d in cluster.deployments.values()]
+                    doc = {"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1",
+                           "items": [s for s in slices if api.ignore_label_selector
+                                     or selects(wanted, s["metadata"]["labels"])]}  # fmt: skip
+                else:
+                    self._send(404, missing)
+                    return
+            self._send(200, json.dumps(doc).encode())
 
         def do_GET(self) -> None:
             self._serve("GET")

@@ -131,6 +131,21 @@ class KubeApi:
             )
         raise KubeApiError(self._refusal(path, status, doc))
 
+    def get(self, path: str, thing: str, right: str) -> Any:
+        """The API's JSON object at `path` (a GET, inside the same deadline); anything
+        but 200 with a JSON object is a KubeApiError naming the `thing` asked for and,
+        for 401/403, the `right` ("get deployments") the credentials lack."""
+        status, doc = self._call("GET", path, None)
+        if status != 200:
+            raise KubeApiError(self._refusal(path, status, doc, right))
+        if not isinstance(doc, dict):
+            raise KubeApiError(f"{self._url(path)}: HTTP 200 without {thing}")
+        return doc
+
+    def url(self, path: str) -> str:
+        """The URL a message names for `path` (no query)."""
+        return self._url(path)
+
     # --- plumbing ---
 
     def _url(self, path: str) -> str:
@@ -175,7 +190,9 @@ class KubeApi:
             return server_text(doc["message"], 200)
         return ""
 
-    def _refusal(self, path: str, status: int, doc: object) -> str:
+    def _refusal(
+        self, path: str, status: int, doc: object, what: str = "list pods or create pods/eviction"
+    ) -> str:
         url = self._url(path)
         message = self._message(doc)
         detail = f": {message}" if message else ""
@@ -183,7 +200,7 @@ class KubeApi:
             who = "client certificate" if self.access.client_cert_pem else "token"
             return (
                 f"{url}: HTTP {status}{detail} (the kubeconfig's {who} may not "
-                "list pods or create pods/eviction in this namespace)"
+                f"{what} in this namespace)"
             )
         if 300 <= status < 400:
             return f"{url}: HTTP {status} redirect not followed"
