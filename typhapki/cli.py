@@ -386,10 +386,20 @@ def lint_hiera_cmd(
 
 
 @command("fleet")
-def fleet_cmd(*, db: Any, cluster: Optional[str], json_out: bool, max_age: str) -> int:
+def fleet_cmd(
+    *, db: Any, cluster: Optional[str], hiera: Optional[Path], json_out: bool, max_age: str
+) -> int:
     from typhapki.commands.fleet import fleet
 
-    return guarded(lambda: fleet(db, cluster, json_out, max_age))
+    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera))
+
+
+def _fleet_kube(values: dict[str, Any]) -> Any:
+    """The `FLEET_KUBE` options of typhapki/settings/options.py, as one object."""
+    from typhapki.commands.fleet import KubeOptions
+
+    return KubeOptions(**{n: values.pop(n) for n in ("kubeconfig", "context", "namespace",
+                                                      "kube_timeout")})  # fmt: skip
 
 
 @command("fleet ready")
@@ -402,19 +412,28 @@ def fleet_ready_cmd(
     new_ca: Optional[str],
     old_ca: Optional[str],
     max_age: str,
+    **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_ready
 
-    return guarded(lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age))
+    return guarded(
+        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube))
+    )
 
 
 @command("fleet gate")
 def fleet_gate_cmd(
-    *, db: Any, hiera: Path, base: Optional[str], old: Optional[Path], no_puppetdb: bool
+    *,
+    db: Any,
+    hiera: Path,
+    base: Optional[str],
+    old: Optional[Path],
+    no_puppetdb: bool,
+    **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_gate
 
-    return guarded(lambda: fleet_gate(db, hiera, base, old, no_puppetdb))
+    return guarded(lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)))
 
 
 def _gate_values(values: dict[str, Any]) -> dict[str, Any]:

@@ -70,7 +70,8 @@ EXIT_STATUS = (
     ),
     (
         errors.EXIT_KUBE_API,
-        "restart-typha: the Kubernetes API unreachable, untrusted, refusing or broken.",
+        "restart-typha, fleet ready, fleet gate (the live switch's gates): the "
+        "Kubernetes API unreachable, untrusted, refusing or broken.",
     ),
     (
         errors.EXIT_PUPPETDB,
@@ -82,7 +83,7 @@ EXIT_STATUS = (
 # settings/options.py); every other code may come from any command.
 EXIT_COMMANDS = {
     errors.EXIT_DEFERRED: ("restart-typha",),
-    errors.EXIT_KUBE_API: ("restart-typha",),
+    errors.EXIT_KUBE_API: ("restart-typha", "fleet ready", "fleet gate"),
     errors.EXIT_PUPPETDB: ("fleet", "fleet ready", "fleet gate"),
 }
 

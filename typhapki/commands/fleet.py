@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from typhapki.fleet.gate import Unjudged
     from typhapki.fleet.nodes import Node
     from typhapki.fleet.puppetdb import PuppetDB
+    from typhapki.fleet.summary import Readiness
+    from typhapki.kubernetes.eviction import KubeApi
 
 
 @record(frozen=True)
@@ -38,6 +40,47 @@ class PuppetDBOptions:
     puppetdb_key: Path | None = None
     puppetdb_ca: Path | None = None
     puppetdb_timeout: float | None = None
+
+
+@record(frozen=True)
+class KubeOptions:
+    """How the live switch's gates reach the Kubernetes API (typhapki/settings/options.py
+    FLEET_KUBE): the kubeconfig `restart-typha` uses."""
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+    namespace: str = "kube-system"
+    kube_timeout: float = 30.0
+
+
+def _kube_api(kube: KubeOptions, context: str | None, why: str) -> KubeApi:
+    from typhapki.kubernetes.eviction import KubeApi, valid_namespace
+    from typhapki.kubernetes.kubeconfig import load_kubeconfig
+
+    if kube.kubeconfig is None:
+        raise UsageError(f"{why} is judged against the Kubernetes API: give --kubeconfig")
+    try:
+        valid_namespace(kube.namespace)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not 0 < kube.kube_timeout <= 3600:
+        raise UsageError(f"--kube-timeout: expected 0 < SECONDS <= 3600, got {kube.kube_timeout}")
+    return KubeApi(load_kubeconfig(kube.kubeconfig, context), kube.kube_timeout)
+
+
+def switch_verdict(
+    stage: str, nodes: list[Node], api: KubeApi, namespace: str, since: datetime | None
+) -> Readiness:
+    """The live switch's gate for STAGE (switch or retire), typhapki/fleet/switch.py."""
+    from typhapki.fleet.switch import retire_gate, switch_gate
+    from typhapki.kubernetes import rollout
+    from typhapki.kubernetes.typhaports import TLS_NAME
+
+    if stage == "switch":
+        deployment = rollout.deployment_status(api, namespace, TLS_NAME)
+        endpoints = rollout.service_endpoints(api, namespace, TLS_NAME)
+        return switch_gate(nodes, deployment, endpoints)
+    return retire_gate(nodes, rollout.daemonset_status(api, namespace, "calico-node"), since)
 
 
 def _client(opts: PuppetDBOptions) -> PuppetDB:
@@ -93,13 +136,25 @@ def _nodes(
     return data.members, nodes
 
 
-def fleet(opts: PuppetDBOptions, cluster: str | None, as_json: bool, max_age: str) -> int:
-    """The per-cluster table (or JSON); exit 0 when every cluster is healthy, else 1."""
+def fleet(
+    opts: PuppetDBOptions,
+    cluster: str | None,
+    as_json: bool,
+    max_age: str,
+    hiera: Path | None = None,
+) -> int:
+    """The per-cluster table (or JSON); exit 0 when every cluster is healthy, else 1.
+    With HIERA, each cluster's live switch stage beside its progress."""
     from typhapki.fleet.summary import render_table, summarise
 
     now, age = datetime.now(UTC), _max_age(max_age)
+    stages = None
+    if hiera is not None:
+        from typhapki.fleet.gate import rotation_keys
+
+        stages = {name: keys.tls_stage for name, keys in rotation_keys(hiera).items()}
     members, nodes = _nodes(_client(opts), cluster, age, now)
-    clusters = summarise(members, nodes)
+    clusters = summarise(members, nodes, stages)
     healthy = bool(clusters) and all(c.healthy for c in clusters)
     if as_json:
         print(json.dumps({"healthy": healthy, "clusters": [c.as_json() for c in clusters]}))
@@ -136,14 +191,19 @@ def fleet_ready(
     new_ca: str | None,
     old_ca: str | None,
     max_age: str,
+    kube: KubeOptions | None = None,
 ) -> int:
-    """Exit 0 when every member of CLUSTER reached STAGE by fingerprints, else 1 listing
-    the nodes that hold it back."""
+    """Exit 0 when every member of CLUSTER reached STAGE by fingerprints (or, for the
+    live switch's switch and retire, its gate passes), else 1 listing what holds it
+    back."""
     from typhapki.fleet.nodes import BrokenFact, parse_time, shown
     from typhapki.fleet.summary import READY_STAGES, ready
 
-    if stage not in READY_STAGES:
-        raise UsageError(f"--stage: expected trust-new, reissue or drop-old, got {stage!r:.40}")
+    switching = stage in ("switch", "retire")
+    if stage not in READY_STAGES and not switching:
+        raise UsageError(
+            f"--stage: expected trust-new, reissue, drop-old, switch or retire, got {stage!r:.40}"
+        )
     if stage in ("trust-new", "reissue") and new_ca is None:
         raise UsageError(f"--stage {stage} needs --new-ca FILE|FINGERPRINT")
     if stage == "drop-old" and old_ca is None:
@@ -155,18 +215,25 @@ def fleet_ready(
     except BrokenFact as exc:
         raise UsageError(f"{exc}, got {since!r:.40}") from None
     now, age = datetime.now(UTC), _max_age(max_age)
+    kube = kube or KubeOptions()
+    api = _kube_api(kube, kube.context, f"--stage {stage}") if switching else None
     # --since already bounds the facts that count; --max-age still names stale ones.
     _, nodes = _nodes(_client(opts), cluster, age, now)
-    verdict = ready(stage, nodes, new_fp, old_fp, since_at)
+    if api is not None:
+        verdict = switch_verdict(stage, nodes, api, kube.namespace, since_at)
+    else:
+        verdict = ready(stage, nodes, new_fp, old_fp, since_at)
     if verdict.ready:
-        print(f"cluster {shown(cluster)}: all {verdict.members} members reached {stage}")
+        said = f"{stage} may start" if switching else f"reached {stage}"
+        print(f"cluster {shown(cluster)}: all {verdict.members} members {said}")
         return EXIT_OK
     if not verdict.members:
         print(f"cluster {shown(cluster)}: no members (no catalog holds Class[Typhapki] for it)")
     for certname, why in verdict.holding_back:
         print(f"{shown(certname)}: {why}")
     print(
-        f"cluster {shown(cluster)}: {len(verdict.holding_back)} of {verdict.members} members "
+        f"cluster {shown(cluster)}: {len(verdict.holding_back)} "
+        f"{'members or objects' if switching else f'of {verdict.members} members'} "
         f"hold {stage} back",
         file=sys.stderr,
     )
@@ -236,9 +303,11 @@ def fleet_gate(
     base: str | None,
     old: Path | None,
     no_puppetdb: bool,
+    kube: KubeOptions | None = None,
 ) -> int:
     """Refuse (exit 1) a hiera change that advances a cluster's rotation before every
-    member reached the previous stage; with --no-puppetdb, warn and pass."""
+    member reached the previous stage, or its live switch before the stage's gate
+    passes; with --no-puppetdb, warn and pass."""
     from typhapki.fleet.gate import advances, rotation_keys, unjudged
     from typhapki.fleet.nodes import shown
     from typhapki.fleet.summary import reached
@@ -260,35 +329,70 @@ def fleet_gate(
         before = rotation_keys(old_path) if _has_yaml(old_path) else {}
     moves = advances(before, rotation_keys(hiera))
     if not moves:
-        print("no cluster's CA rotation advances")
+        print("no cluster's CA rotation or live switch advances")
         return EXIT_OK
     if no_puppetdb:
         for move in moves:
             print(
                 f"typhapki: warning: cluster {shown(move.cluster)}: {move.what} "
                 f"({move.stage}); not checked against PuppetDB (--no-puppetdb): the merge "
-                "check must confirm every member reached "
-                f"{move.requires}",
+                "check must confirm "
+                + (
+                    f"the {move.stage} gate passes"
+                    if move.stage in ("switch", "retire")
+                    else f"every member reached {move.requires}"
+                ),
                 file=sys.stderr,
             )
         return EXIT_OK
     refused = 0
+    kube = kube or KubeOptions()
+    switching = sorted({m.cluster for m in moves if m.stage in ("switch", "retire")})
+    apis = {c: _gate_kube_api(kube, c, len(switching)) for c in switching}  # usage first
     db = _client(opts)  # one client: one deadline for every cluster's queries
     for move in moves:
-        _, nodes = _nodes(db, move.cluster, timedelta(days=36500), datetime.now(UTC))
-        verdict = reached(move.requires, nodes)
+        age = timedelta(days=36500) if move.cluster not in apis else _max_age("2h")
+        _, nodes = _nodes(db, move.cluster, age, datetime.now(UTC))
+        if move.stage in ("switch", "retire"):
+            verdict = switch_verdict(move.stage, nodes, apis[move.cluster], kube.namespace, None)
+            said = f"the {move.stage} gate passes for all {verdict.members} members"
+            held = f"{len(verdict.holding_back)} members or objects hold the {move.stage} gate"
+        else:
+            verdict = reached(move.requires, nodes)
+            said = f"all {verdict.members} members reached {move.requires}"
+            held = (f"{len(verdict.holding_back)} of {verdict.members} members not at "
+                    f"{move.requires}")  # fmt: skip
         if verdict.ready:
-            print(f"cluster {shown(move.cluster)}: {move.what}: all {verdict.members} members "
-                  f"reached {move.requires}")  # fmt: skip
+            print(f"cluster {shown(move.cluster)}: {move.what}: {said}")
             continue
         refused += 1
-        print(
-            f"cluster {shown(move.cluster)}: {move.what} ({move.stage}) refused: "
-            f"{len(verdict.holding_back)} of {verdict.members} members not at {move.requires}"
-        )
+        if not verdict.members:
+            held += " (no members)"
+        print(f"cluster {shown(move.cluster)}: {move.what} ({move.stage}) refused: {held}")
         for certname, why in verdict.holding_back[:50]:
             print(f"  {shown(certname)}: {why}")
     return EXIT_NEEDS_ACTION if refused else EXIT_OK
+
+
+def _gate_kube_api(kube: KubeOptions, cluster: str, clusters: int) -> KubeApi:
+    """The API of CLUSTER: --context, else the kubeconfig's context named after the
+    cluster, else (one cluster's switch moves) its current-context."""
+    from typhapki.fleet.nodes import shown
+
+    why = f"cluster {shown(cluster)}'s tls_stage move"
+    if kube.context is not None:
+        if clusters > 1:
+            raise UsageError(
+                f"--context names one cluster's API, and {clusters} clusters' tls_stage "
+                "move: leave it out, and name each context after its cluster"
+            )
+        return _kube_api(kube, kube.context, why)
+    try:
+        return _kube_api(kube, cluster, why)
+    except ConfigError:
+        if clusters > 1:
+            raise
+        return _kube_api(kube, None, why)
 
 
 def _has_yaml(path: Path) -> bool:

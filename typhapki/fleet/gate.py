@@ -7,6 +7,10 @@ A change advances a cluster's CA rotation (docs/rotation.md) when it
   names no label (reissue: every member must have reached trust-new),
 - removes an entry from `typha: trust` (drop-old: every member must have reached
   reissue).
+It moves the live switch (docs/kubernetes.md section 4) when the cluster's `typha:
+tls_stage` becomes `switch` (from none or `parallel`: the switch gate must pass) or
+`retire` (from any other stage: the retire gate must pass), typhapki/fleet/switch.py.
+Moving back (a rollback) or to `parallel` needs no gate.
 Defaults (`kubernetes::clusters_defaults`) are merged in first, so a change to the
 defaults advances every cluster it reaches. The trees are loaded here, PuppetDB is
 asked by the caller.
@@ -25,9 +29,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from typhapki.errors import ConfigError
 from typhapki.fleet.nodes import shown
 from typhapki.puppet.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
+
+TLS_STAGES = tuple(stage.value for stage in Stage)  # parallel, switch, retire
 
 _REGULAR_MODES = (b"100644", b"100755")
 _GIT_MODES = {
@@ -143,6 +151,7 @@ class RotationKeys:
 
     trust: frozenset[str]  # each entry as canonical JSON
     signer: str | None  # typha.cfssl_label, else pki_intermediate_base
+    tls_stage: str | None = None  # typha.tls_stage: the live switch's stage
 
 
 @record(frozen=True)
@@ -176,11 +185,23 @@ def rotation_keys(hiera: Path) -> dict[str, RotationKeys]:
         trust = typha.get("trust")
         entries = trust if isinstance(trust, list) else ([] if trust is None else [trust])
         label = typha.get("cfssl_label") or merged.get("pki_intermediate_base")
+        stage = typha.get("tls_stage")
+        if stage is not None and stage not in TLS_STAGES:
+            raise ConfigError(
+                f"{hiera}: cluster {shown(str(name))}: typha.tls_stage: expected "
+                f"{', '.join(TLS_STAGES)} or nothing, got {shown(str(stage), 40)!r}"
+            )
         keys[name] = RotationKeys(
             frozenset(json.dumps(e, sort_keys=True) for e in entries),
             None if label is None else str(label),
+            stage,
         )
     return keys
+
+
+# The gated moves of the live switch: the stage, and the stages it may come from
+# without a gate (itself, and the later ones: a rollback of the hiera change).
+_TLS_GATED = {"switch": ("switch", "retire"), "retire": ("retire",)}
 
 
 def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list[Advance]:
@@ -203,6 +224,10 @@ def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list
             )
         if before.trust - after.trust:
             found.append(Advance(name, "drop-old", "reissue", "removes a CA from typha.trust"))
+        stage = after.tls_stage
+        if stage in _TLS_GATED and before.tls_stage not in _TLS_GATED[stage]:
+            what = f"moves typha.tls_stage from {before.tls_stage or 'none'} to {stage}"
+            found.append(Advance(name, stage, stage, what))
     return found
 
 

@@ -75,6 +75,13 @@ class Node:
     produced_at: datetime | None = None
     has_fact: bool = False
     future: bool = False  # stamped more than FUTURE_SKEW ahead: never fresh
+    # The live switch's evidence (typhapki/fleet/switch.py): a valid Felix set; whether
+    # the running Felix dials TLS (None: unknown, `felix_why` says why); each TLS
+    # Typha on the node as (port, probe accepted, the probe's error).
+    felix_set_ok: bool = False
+    felix_tls: bool | None = None
+    felix_why: str = ""
+    tls_typhas: tuple[tuple[int, bool, str], ...] = ()
 
     @property
     def judged(self) -> bool:
@@ -192,6 +199,68 @@ def _runtime_state(fact: Mapping[str, Any]) -> str:
     return ""
 
 
+MAX_TYPHAS = 8  # Typha processes on one node: two in the parallel stage
+
+
+def _felix_set_ok(fact: Mapping[str, Any], now: datetime) -> bool:
+    """The Felix leaf is present, unexpired and valid (or only due for renewal), and the
+    bundle has no problem: what the switch needs on every member. The fact's types
+    were checked by `_set_state`."""
+    the_set = fact["set"]
+    felix = the_set["roles"].get("felix")
+    if not isinstance(felix, dict) or not felix.get("present"):
+        return False
+    if parse_time(felix.get("not_after"), "set.roles.felix.not_after") <= now:
+        return False
+    return bool((felix.get("valid") or felix.get("renewal_due")) and
+                not the_set["bundle"]["problems"])  # fmt: skip
+
+
+def _text(value: object, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BrokenFact(f"{what}: expected text or null")
+    return shown(value, 160)
+
+
+def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[Any, ...]]:
+    """(Felix on TLS, why unknown, the TLS Typhas) from `felix_typha` and `typhas`
+    (typhapki/puppet/facts.py)."""
+    felix = fact.get("felix_typha")
+    if felix is None:
+        tls, why = None, "the fact has no felix_typha (typhapki on the node predates it)"
+    else:
+        felix = _mapping(felix, "felix_typha")
+        running = _bool(felix.get("running"), "felix_typha.running")
+        tls = felix.get("tls")
+        if tls is not None:
+            tls = _bool(tls, "felix_typha.tls")
+        error = _text(felix.get("error"), "felix_typha.error")
+        why = "" if tls is not None else (error or "calico-node -felix is not running")
+        if not running:
+            tls, why = None, "calico-node -felix is not running"
+    typhas = fact.get("typhas", [])
+    if not isinstance(typhas, list) or len(typhas) > MAX_TYPHAS:
+        raise BrokenFact(f"typhas: expected a list of at most {MAX_TYPHAS}")
+    found = []
+    for typha in typhas:
+        typha = _mapping(typha, "typhas[]")
+        port = typha.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise BrokenFact("typhas[].port: expected a port number")
+        if not _bool(typha.get("tls"), "typhas[].tls"):
+            continue
+        probe = typha.get("probe")
+        if probe is None:
+            found.append((port, False, "not probed"))
+            continue
+        probe = _mapping(probe, "typhas[].probe")
+        accepted = _bool(probe.get("accepted"), "typhas[].probe.accepted")
+        found.append((port, accepted, _text(probe.get("error"), "typhas[].probe.error")))
+    return tls, why, tuple(sorted(found))
+
+
 def judge_node(
     certname: str,
     fact: object,
@@ -211,6 +280,8 @@ def judge_node(
         bundle, issuers, stage = _trust(fact)
         state, reason, first = _set_state(fact, now)
         runtime = _runtime_state(fact)
+        felix_ok = _felix_set_ok(fact, now)
+        felix_tls, felix_why, tls_typhas = _switch_evidence(fact)
     except BrokenFact as exc:
         return Node(certname, BROKEN, str(exc), has_fact=True)
     except Exception as exc:  # belt and braces: a hostile value must never end the run
@@ -233,4 +304,8 @@ def judge_node(
         when,
         has_fact=True,
         future=future,
+        felix_set_ok=felix_ok,
+        felix_tls=felix_tls,
+        felix_why=felix_why,
+        tls_typhas=tls_typhas,
     )

@@ -25,6 +25,9 @@ FIRST_EXPIRIES = 5  # how many of a cluster's earliest expiries the table shows
 class ClusterSummary:
     name: str
     nodes: list[Node] = field(default_factory=list)
+    # The live switch's stage hiera says ("none" when it names none), None when no
+    # hiera was given (`fleet --hiera`).
+    tls_stage: str | None = None
 
     @property
     def counts(self) -> Counter[str]:
@@ -41,11 +44,26 @@ class ClusterSummary:
     def stages(self) -> Counter[str]:
         return Counter(n.stage or "unknown" for n in self.nodes if n.judged)
 
+    def felix_transport(self) -> Counter[str]:
+        """The switch's progress: members whose running Felix dials TLS, plain Typha,
+        or unknown (not running, no evidence in the fact, the fact not believed)."""
+        return Counter(
+            "tls" if n.judged and n.felix_tls
+            else "plain" if n.judged and n.felix_tls is False
+            else "unknown"
+            for n in self.nodes
+        )  # fmt: skip
+
     def as_json(self) -> dict[str, Any]:
+        felix = self.felix_transport()
         return {
             "cluster": self.name,
             "members": len(self.nodes),
             "healthy": self.healthy,
+            "tls_switch": {
+                "stage": self.tls_stage,
+                "felix": {k: felix.get(k, 0) for k in ("tls", "plain", "unknown")},
+            },
             "counts": {state: self.counts.get(state, 0) for state in STATES},
             "stages": dict(sorted(self.stages().items())),
             "first_expiries": [
@@ -64,12 +82,19 @@ def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def summarise(members: Mapping[str, str], nodes: Iterable[Node]) -> list[ClusterSummary]:
-    """Clusters in name order; `members` maps certname -> cluster (from the catalogs)."""
+def summarise(
+    members: Mapping[str, str],
+    nodes: Iterable[Node],
+    tls_stages: Mapping[str, str | None] | None = None,
+) -> list[ClusterSummary]:
+    """Clusters in name order; `members` maps certname -> cluster (from the catalogs),
+    `tls_stages` cluster -> the live switch's stage in hiera (when hiera was given)."""
     clusters: dict[str, ClusterSummary] = {}
     for node in nodes:
         cluster = members[node.certname]
-        clusters.setdefault(cluster, ClusterSummary(cluster)).nodes.append(node)
+        stage = None if tls_stages is None else (tls_stages.get(cluster) or "none")
+        summary = clusters.setdefault(cluster, ClusterSummary(cluster, [], stage))
+        summary.nodes.append(node)
     return [clusters[name] for name in sorted(clusters)]
 
 
@@ -86,6 +111,14 @@ def render_table(clusters: list[ClusterSummary]) -> str:
         stages = ", ".join(f"{s} {n}" for s, n in sorted(c.stages().items()))
         if stages:
             lines.append(f"  rotation stages: {stages}")
+        felix = c.felix_transport()
+        if c.tls_stage not in (None, "none") or felix.get("tls"):
+            said = f"stage {c.tls_stage} (hiera)" if c.tls_stage else "stage unknown (no --hiera)"
+            lines.append(
+                f"  TLS switch: {said}, Felix on TLS "
+                f"{felix.get('tls', 0)} of {len(c.nodes)} (plain {felix.get('plain', 0)}, "
+                f"unknown {felix.get('unknown', 0)})"
+            )
         for n in c.first_expiries():
             lines.append(f"  first expiry: {_iso(n.first_expiry)} {shown(n.certname)}")
         shown_nodes = [

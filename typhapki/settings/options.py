@@ -310,6 +310,20 @@ MAX_AGE = _own(
 )
 _SIGNER = group("signer")
 
+# The live switch's gates ask the Kubernetes API (`fleet ready --stage switch|retire`,
+# `fleet gate`), with the kubeconfig `restart-typha` uses (docs/fleet.md).
+FLEET_KUBE = (
+    _own("kubeconfig", "--kubeconfig", Path,
+         "Kubeconfig for the live switch's gates (restart-typha's): get deployments and "
+         "daemonsets, list endpointslices."),
+    _own("context", "--context", str,
+         "Kubeconfig context (default: `fleet gate` the one named after the cluster, else "
+         "the current-context)."),
+    _own("namespace", "--namespace", str, "Calico's namespace.", value="kube-system"),
+    _own("kube_timeout", "--kube-timeout", float,
+         "Seconds for all of a run's Kubernetes API requests.", value=30.0),
+)  # fmt: skip
+
 COMMANDS: tuple[Command, ...] = (
     Command("ca init", "Create the cluster CA: CA_DIR/typhaca.crt and CA_DIR/typhaca.key.", (
         CA_DIR,
@@ -500,21 +514,25 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
             "PuppetDB failed.", (
         *group("puppetdb"),
         _own("cluster", "--cluster", str, "Only this cluster."),
+        _own("hiera", "--hiera", Path,
+             "Hiera file or directory: show each cluster's tls_stage beside its progress."),
         JSON, MAX_AGE,
     )),
     Command("fleet ready",
-            "Exit 0 when every member reached STAGE, judged by CA fingerprints; else 1, "
-            "listing the nodes that hold it back.", (
+            "Exit 0 when every member reached STAGE (a CA rotation's, judged by CA "
+            "fingerprints, or the live switch's); else 1, listing what holds it back.", (
         *group("puppetdb"),
-        _own("cluster", "--cluster", str, "The cluster being rotated.", required=True),
-        _own("stage", "--stage", str, "trust-new, reissue or drop-old.", required=True,
-             choices=("trust-new", "reissue", "drop-old")),
+        _own("cluster", "--cluster", str, "The cluster being rotated or switched.",
+             required=True),
+        _own("stage", "--stage", str,
+             "trust-new, reissue or drop-old; switch or retire (docs/fleet.md).",
+             required=True, choices=("trust-new", "reissue", "drop-old", "switch", "retire")),
         _own("since", "--since", str, "Count only facts uploaded after this time (ISO 8601)."),
         _own("new_ca", "--new-ca", str,
              "The CA rotated in: a PEM file or its SHA-256 fingerprint."),
         _own("old_ca", "--old-ca", str,
              "The CA rotated out: a PEM file or its SHA-256 fingerprint."),
-        MAX_AGE,
+        MAX_AGE, *FLEET_KUBE,
     )),
     Command("fleet gate",
             "Refuse (exit 1) a hiera change that advances a cluster's CA rotation while its "
@@ -528,6 +546,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              "The hiera file or directory before the change (instead of --base)."),
         _own("no_puppetdb", "--no-puppetdb", bool,
              "Workstations: warn about rotation steps and pass, without asking PuppetDB."),
+        *FLEET_KUBE,
     )),
     Command("ferm",
             "Render the Typha ferm rule of a cluster; nothing while any cluster node fails "
