@@ -40,14 +40,14 @@ def _named(tmp: Path, name: str, env: dict[str, str], *args: str) -> subprocess.
 
 
 @contextlib.contextmanager
-def _tls_typha(out: Path) -> Iterator[int]:
+def _tls_typha(out: Path, held: list[Any] | None = None) -> Iterator[int]:
     """A TLS server with the node's Typha pair that requires a client certificate from
     the bundle and then waits, as Typha waits for Felix's hello."""
     context = _server_context(typha_files(out))
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
     stop = threading.Event()
-    held: list[Any] = []
+    held = [] if held is None else held
 
     def serve() -> None:
         while not stop.is_set():
@@ -71,10 +71,14 @@ def _tls_typha(out: Path) -> Iterator[int]:
             conn.close()
 
 
+@pytest.mark.parametrize("asked", [False, True])
 def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
-    issued: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    issued: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked: bool
 ) -> None:
-    with _tls_typha(issued) as port:
+    """Each TLS Typha is probed on its own port, once: when --probe-address names that
+    port already, its probe is the one the fact reports."""
+    connections: list[Any] = []
+    with _tls_typha(issued, connections) as port:
         started = [
             _named(tmp_path, "calico-node", {"PATH": "/bin", **felix_env(issued)}, "-felix"),
             _named(tmp_path, "calico-typha", {"PATH": "/bin"}),  # the plain Typha
@@ -86,7 +90,9 @@ def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
         monkeypatch.setattr(processes, "list_processes",
                             lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
         try:
-            fact = gather(FactRequest(out=issued, probe=True), PkiSettings)["typhapki"]
+            address = f"127.0.0.1:{port}" if asked else None
+            request = FactRequest(out=issued, probe=True, probe_address=address)
+            fact = gather(request, PkiSettings)["typhapki"]
         finally:
             for proc in started:
                 assert proc.stdin is not None
@@ -103,6 +109,8 @@ def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
     assert tls["probe"]["accepted"] is True, tls["probe"]
     assert tls["probe"]["serves_disk_certificate"] is True
     assert str(issued) not in str(felix)  # names only, never the values
+    assert len(connections) == 1  # one handshake with it, whoever asked
+    assert (fact["probe"] == tls["probe"]) is asked
 
 
 def test_no_calico_running_reports_nothing_running(

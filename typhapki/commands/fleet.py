@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from typhapki.fleet.puppetdb import PuppetDB
     from typhapki.fleet.summary import Readiness
     from typhapki.kubernetes.eviction import KubeApi
+    from typhapki.kubernetes.kubeconfig import KubeAccess
 
 
 @record(frozen=True)
@@ -53,8 +54,10 @@ class KubeOptions:
     kube_timeout: float = 30.0
 
 
-def _kube_api(kube: KubeOptions, context: str | None, why: str) -> KubeApi:
-    from typhapki.kubernetes.eviction import KubeApi, valid_namespace
+def _kube_access(kube: KubeOptions, context: str | None, why: str) -> KubeAccess:
+    """The kubeconfig read and the options checked before anything is asked (usage
+    errors first); the client and its deadline come when the API is asked."""
+    from typhapki.kubernetes.eviction import valid_namespace
     from typhapki.kubernetes.kubeconfig import load_kubeconfig
 
     if kube.kubeconfig is None:
@@ -65,7 +68,14 @@ def _kube_api(kube: KubeOptions, context: str | None, why: str) -> KubeApi:
         raise UsageError(str(exc)) from None
     if not 0 < kube.kube_timeout <= 3600:
         raise UsageError(f"--kube-timeout: expected 0 < SECONDS <= 3600, got {kube.kube_timeout}")
-    return KubeApi(load_kubeconfig(kube.kubeconfig, context), kube.kube_timeout)
+    return load_kubeconfig(kube.kubeconfig, context)
+
+
+def _kube_api(access: KubeAccess, kube: KubeOptions) -> KubeApi:
+    """A client whose one deadline (--kube-timeout) starts now, after PuppetDB."""
+    from typhapki.kubernetes.eviction import KubeApi
+
+    return KubeApi(access, kube.kube_timeout)
 
 
 def switch_verdict(
@@ -216,10 +226,11 @@ def fleet_ready(
         raise UsageError(f"{exc}, got {since!r:.40}") from None
     now, age = datetime.now(UTC), _max_age(max_age)
     kube = kube or KubeOptions()
-    api = _kube_api(kube, kube.context, f"--stage {stage}") if switching else None
+    access = _kube_access(kube, kube.context, f"--stage {stage}") if switching else None
     # --since already bounds the facts that count; --max-age still names stale ones.
     _, nodes = _nodes(_client(opts), cluster, age, now)
-    if api is not None:
+    if access is not None:
+        api = _kube_api(access, kube)
         verdict = switch_verdict(stage, nodes, api, kube.namespace, since_at)
     else:
         verdict = ready(stage, nodes, new_fp, old_fp, since_at)
@@ -348,13 +359,14 @@ def fleet_gate(
     refused = 0
     kube = kube or KubeOptions()
     switching = sorted({m.cluster for m in moves if m.stage in ("switch", "retire")})
-    apis = {c: _gate_kube_api(kube, c, len(switching)) for c in switching}  # usage first
+    access = {c: _gate_kube_access(kube, c, len(switching)) for c in switching}  # usage first
     db = _client(opts)  # one client: one deadline for every cluster's queries
     for move in moves:
-        age = timedelta(days=36500) if move.cluster not in apis else _max_age("2h")
+        age = timedelta(days=36500) if move.cluster not in access else _max_age("2h")
         _, nodes = _nodes(db, move.cluster, age, datetime.now(UTC))
         if move.stage in ("switch", "retire"):
-            verdict = switch_verdict(move.stage, nodes, apis[move.cluster], kube.namespace, None)
+            api = _kube_api(access[move.cluster], kube)  # each cluster's own deadline
+            verdict = switch_verdict(move.stage, nodes, api, kube.namespace, None)
             said = f"the {move.stage} gate passes for all {verdict.members} members"
             held = f"{len(verdict.holding_back)} members or objects hold the {move.stage} gate"
         else:
@@ -374,7 +386,7 @@ def fleet_gate(
     return EXIT_NEEDS_ACTION if refused else EXIT_OK
 
 
-def _gate_kube_api(kube: KubeOptions, cluster: str, clusters: int) -> KubeApi:
+def _gate_kube_access(kube: KubeOptions, cluster: str, clusters: int) -> KubeAccess:
     """The API of CLUSTER: --context, else the kubeconfig's context named after the
     cluster, else (one cluster's switch moves) its current-context."""
     from typhapki.fleet.nodes import shown
@@ -386,13 +398,13 @@ def _gate_kube_api(kube: KubeOptions, cluster: str, clusters: int) -> KubeApi:
                 f"--context names one cluster's API, and {clusters} clusters' tls_stage "
                 "move: leave it out, and name each context after its cluster"
             )
-        return _kube_api(kube, kube.context, why)
+        return _kube_access(kube, kube.context, why)
     try:
-        return _kube_api(kube, cluster, why)
+        return _kube_access(kube, cluster, why)
     except ConfigError:
         if clusters > 1:
             raise
-        return _kube_api(kube, None, why)
+        return _kube_access(kube, None, why)
 
 
 def _has_yaml(path: Path) -> bool:

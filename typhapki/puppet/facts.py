@@ -302,7 +302,10 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
         # Each Typha on this node, with the probe of each TLS one on its own port: the
         # switch gate's proof that every TLS Typha host accepts its Felixes.
         typha = listener.as_dict()
-        if request.probe and listener.tls and listener.port is not None:
+        here = f"127.0.0.1:{listener.port}"
+        if request.probe and listener.tls and (fact["probe"] or {}).get("address") == here:
+            typha["probe"] = fact["probe"]  # probed above already
+        elif request.probe and listener.tls and listener.port is not None:
             from typhapki.monitoring.probe import probe
 
             typha["probe"] = probe(

@@ -321,7 +321,8 @@ FLEET_KUBE = (
          "the current-context)."),
     _own("namespace", "--namespace", str, "Calico's namespace.", value="kube-system"),
     _own("kube_timeout", "--kube-timeout", float,
-         "Seconds for all of a run's Kubernetes API requests.", value=30.0),
+         "Seconds for all of a cluster's Kubernetes API requests, after PuppetDB's.",
+         value=30.0),
 )  # fmt: skip
 
 COMMANDS: tuple[Command, ...] = (
