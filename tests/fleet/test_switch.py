@@ -210,7 +210,7 @@ def test_fleet_ready_switch(standin: StandIn, kube: FakeApi, kubeconfig: Path) -
     _members(standin)
     result = _ready(standin, kubeconfig, "switch")
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
-    assert "all 3 members switch may start" in result.stdout
+    assert "cluster c1: switch may start: its gate passes for all 3 members" in result.stdout
     # One TLS Typha not ready: the Deployment is not fully available.
     next(p for p in kube.cluster.pods.values() if p.labels == TLS_LABELS).ready = False
     standin.nodes[NODES[2]].fact = member_fact(probe=False)

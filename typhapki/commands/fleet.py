@@ -235,8 +235,9 @@ def fleet_ready(
     else:
         verdict = ready(stage, nodes, new_fp, old_fp, since_at)
     if verdict.ready:
-        said = f"{stage} may start" if switching else f"reached {stage}"
-        print(f"cluster {shown(cluster)}: all {verdict.members} members {said}")
+        said = (f"{stage} may start: its gate passes for all {verdict.members} members"
+                if switching else f"all {verdict.members} members reached {stage}")  # fmt: skip
+        print(f"cluster {shown(cluster)}: {said}")
         return EXIT_OK
     if not verdict.members:
         print(f"cluster {shown(cluster)}: no members (no catalog holds Class[Typhapki] for it)")
