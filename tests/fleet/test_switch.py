@@ -351,3 +351,35 @@ def test_hostile_api_is_exit_7(
     finally:
         kube.answer = None
     assert_one_line_error(result, EXIT_KUBE_API, kube.url)
+
+
+def test_fleet_gate_picks_each_clusters_context(
+    standin: StandIn, kube: FakeApi, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Two clusters' stages move: each is asked in the kubeconfig's context named after
+    it, never both in one current-context."""
+
+    def hiera(path: Path, stage: str) -> Path:
+        path.write_text(yaml.safe_dump({"kubernetes::clusters": {"main": {
+            c: {"cluster_nodes": NODES, "typha": {"tls_stage": stage}} for c in ("c1", "c2")
+        }}}))  # fmt: skip
+        return path
+
+    old, new = hiera(tmp_path / "old.yaml", "parallel"), hiera(tmp_path / "new.yaml", "switch")
+    standin.nodes = {n: StandInNode("c1", member_fact()) for n in NODES}
+    args = ("fleet", "gate", "--hiera", new, "--old", old, "--puppetdb", standin.url,
+            "--kubeconfig", kubeconfig)  # fmt: skip
+    assert_one_line_error(run_cli(*args), EXIT_USAGE, "contexts: no entry named 'c1'")
+    assert_one_line_error(run_cli(*args, "--context", "fake"), EXIT_USAGE, "--context")
+    doc = json.loads(kubeconfig.read_text())
+    doc["contexts"] += [{"name": c, "context": {"cluster": "fake", "user": "node"}}
+                        for c in ("c1", "c2")]  # fmt: skip
+    kubeconfig.write_text(json.dumps(doc))
+    result = run_cli(*args)
+    assert result.returncode == EXIT_NEEDS_ACTION, result.stdout + result.stderr
+    assert "cluster c1: moves typha.tls_stage from parallel to switch: the switch gate" in (
+        result.stdout
+    )
+    assert "cluster c2: moves typha.tls_stage from parallel to switch (switch) refused" in (
+        result.stdout
+    )
