@@ -224,7 +224,8 @@ def test_fleet_ready_retire(standin: StandIn, kube: FakeApi, kubeconfig: Path) -
     _members(standin)
     assert _ready(standin, kubeconfig, "retire").returncode == EXIT_OK
     # calico-node changes again: every fact from before the change no longer counts.
-    kube.cluster.daemonsets["calico-node"].changed_at = NOW + timedelta(minutes=1)
+    # After the facts, which the stand-in stamps when it answers, whenever this runs.
+    kube.cluster.daemonsets["calico-node"].changed_at = datetime.now(UTC) + timedelta(minutes=1)
     standin.nodes[NODES[0]].fact = member_fact(felix_tls=False)
     kube.cluster.daemonsets["calico-node"].updated = 2
     result = _ready(standin, kubeconfig, "retire")

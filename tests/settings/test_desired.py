@@ -195,7 +195,12 @@ def test_every_command_that_takes_hiera_reads_it_once(tmp_path: Path, loads: lis
         for opt in command.options:
             if opt.required and opt.name not in ("hiera", "cluster"):
                 argv += [opt.flag, paths.get(opt.name) or _REQUIRED[opt.name]]
-        extra: dict[str, list[str | Path]] = {"facts": ["--out", out], "install": ["--from", out]}
+        extra: dict[str, list[str | Path]] = {
+            "facts": ["--out", out],
+            "install": ["--from", out],
+            # hiera is read before PuppetDB is asked; nothing listens on port 1.
+            "fleet": ["--puppetdb", "https://127.0.0.1:1"],
+        }
         argv += extra.get(command.name, [])
         loads.clear()
         code, stdout, stderr = _run(*argv)

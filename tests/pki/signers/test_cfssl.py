@@ -361,7 +361,7 @@ def test_signer_option_mistakes_are_usage_errors(tmp_path: Path, ca_dir: Path) -
     assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "hex")
     key.write_text("00ff\n")
     key.chmod(0o644)
-    assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "everyone")
+    assert_one_line_error(run_cli("issue", "--out", out, *args), 2, str(key), "lets others read")
     assert not out.exists()
 
 
