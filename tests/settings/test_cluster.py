@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import ConfigError, UsageError
+from typhapki.inventory.hiera import TyphaSettings
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.verify import subject_cn
-from typhapki.puppet.hiera import TyphaSettings
 from typhapki.settings.cluster import (
     load_typha_settings,
     merged_signer,

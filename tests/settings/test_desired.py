@@ -3,7 +3,7 @@ cluster's hiera exactly once, in every issuance mode (issue 18: "`issue --hiera`
 hiera twice" must not come back anywhere), and so does every command of the option
 table that takes --hiera (issue 29).
 
-The loader (typhapki/puppet/hiera.py `load_hiera`, under `load_cluster`) is wrapped to
+The loader (typhapki/inventory/hiera.py `load_hiera`, under `load_cluster`) is wrapped to
 count its calls; the commands run in this process (tests/support/inprocess.py), so the
 wrapper sees them whatever TYPHAPKI_CLI_RUNNER says. In cfssl mode the signer is a
 closed loopback port and its CA the fresh entry `check` would have cached: nothing is
@@ -62,7 +62,7 @@ def _cache(url: str, ca_dir: Path) -> None:
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every path the hiera loader is asked to read."""
-    import typhapki.puppet.hiera as hiera
+    import typhapki.inventory.hiera as hiera
 
     seen: list[Path] = []
     real = hiera.load_hiera

@@ -12,8 +12,8 @@ from typhapki.record import record
 if TYPE_CHECKING:
     from typhapki.firewall.ferm import Sources
     from typhapki.firewall.mtls_proof import Decision, ProofRecord
+    from typhapki.inventory.hiera import Cluster
     from typhapki.pki.settings import Identity
-    from typhapki.puppet.hiera import Cluster
 
 DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
@@ -119,7 +119,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
         resolve_all,
     )
     from typhapki.firewall.state import record_run, state_dir
-    from typhapki.puppet.hiera import load_cluster
+    from typhapki.inventory.hiera import load_cluster
     from typhapki.puppet.lint import nameservers_from
 
     if opts.check and opts.output is None:

@@ -8,7 +8,7 @@ from typhapki.errors import ConfigError
 from typhapki.record import record
 
 if TYPE_CHECKING:
-    from typhapki.puppet.hiera import Cluster
+    from typhapki.inventory.hiera import Cluster
 
 
 @record(frozen=True)

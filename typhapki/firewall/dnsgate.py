@@ -30,7 +30,7 @@ from enum import StrEnum
 from typing import Any, cast
 
 from typhapki.errors import UsageError
-from typhapki.firewall.hostnames import not_a_node, parse_ip, validate_host
+from typhapki.inventory.hostnames import not_a_node, parse_ip, validate_host
 from typhapki.record import field, record
 
 DEFAULT_PORT = 53

@@ -36,6 +36,8 @@ from typhapki.firewall.mtls_proof import (
     Proof,
     judge,
 )
+from typhapki.inventory.hostnames import address_ok as address_ok
+from typhapki.inventory.hostnames import parse_address
 from typhapki.record import replace
 
 if TYPE_CHECKING:
@@ -51,22 +53,7 @@ _SERVER_HELLO_DONE = 14
 
 
 def _split(address: str) -> tuple[str, int]:
-    from typhapki.monitoring.probe import parse_address
-
     return parse_address(address)
-
-
-def address_ok(text: str) -> bool:
-    """HOST:PORT or [IPV6]:PORT of printable characters only (it ends up in one line)."""
-    from typhapki.errors import UsageError
-
-    if not text or any(c.isspace() or not c.isprintable() for c in text):
-        return False
-    try:
-        _split(text)
-    except UsageError:
-        return False
-    return True
 
 
 def unreachable(address: str, why: str) -> Proof:

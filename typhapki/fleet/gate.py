@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.fleet.nodes import shown
-from typhapki.puppet.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
+from typhapki.inventory.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
 from typhapki.record import record
 
 _REGULAR_MODES = (b"100644", b"100755")

@@ -13,7 +13,6 @@ refused the same way, and the caller says so loudly.
 
 from __future__ import annotations
 
-import re
 import socket
 import ssl
 from datetime import datetime
@@ -22,7 +21,9 @@ from typing import Any
 
 from cryptography import x509
 
-from typhapki.errors import ConfigError, UsageError
+from typhapki.errors import ConfigError
+from typhapki.inventory.hostnames import TYPHA_PORT as TYPHA_PORT
+from typhapki.inventory.hostnames import parse_address as parse_address
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import Identity, RoleName
 from typhapki.pki.verify import fingerprint, snapshot_paths
@@ -31,7 +32,6 @@ from typhapki.record import record
 from typhapki.safeio import read_regular
 
 DEFAULT_ADDRESS = "127.0.0.1:5473"
-TYPHA_PORT = 5473
 # How long to wait, after the handshake, for Typha to refuse the client certificate
 # (under TLS 1.3 the client finishes its handshake before the server has judged it).
 SETTLE_SECONDS = 1.0
@@ -90,20 +90,6 @@ class ProbeResult:
             "disk": self.disk.as_dict() if self.disk else None,
             "disk_error": self.disk_error,
         }
-
-
-_ADDRESS = re.compile(
-    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
-)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
-    match = _ADDRESS.fullmatch(address.strip())
-    port = int((match["p6"] or match["port"] or TYPHA_PORT) if match else 0)
-    if match is None or not 0 < port < 65536:
-        raise UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
-    return match["v6"] or match["host"], port
 
 
 def _disk_certificate(paths: SetPaths) -> tuple[CertSummary | None, str | None]:

@@ -15,8 +15,8 @@ from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from typhapki.inventory.hiera import TyphaSettings
     from typhapki.pki.settings import PkiSettings, RoleName
-    from typhapki.puppet.hiera import TyphaSettings
     from typhapki.settings.signer import SignerOptions
 
 
@@ -44,7 +44,7 @@ def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSetting
     if not require_pair(hiera, cluster):
         return None
     assert hiera is not None and cluster is not None
-    from typhapki.puppet.hiera import load_cluster  # yaml only when hiera is used
+    from typhapki.inventory.hiera import load_cluster  # yaml only when hiera is used
 
     return load_cluster(hiera, cluster).typha
 
@@ -105,7 +105,7 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     base = typha.pki_intermediate_base
     if base is None:
         return merged
-    from typhapki.puppet.hiera import cfssl_name_problem
+    from typhapki.inventory.hiera import cfssl_name_problem
     from typhapki.record import replace
 
     if (problem := cfssl_name_problem(base)) is not None:

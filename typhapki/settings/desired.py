@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
     from cryptography import x509
 
+    from typhapki.inventory.hiera import TyphaSettings
     from typhapki.pki.plan import Desired
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.pki.signers import CurrentCa, Signer
-    from typhapki.puppet.hiera import TyphaSettings
 
 
 @record(frozen=True)

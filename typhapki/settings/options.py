@@ -6,7 +6,7 @@ with its help and all its options, shared or its own. Read from here: typer's co
 line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
 without typer (typhapki/fastcli.py); the node configuration file's keys, values and
 flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
-it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py); the man page, the
+it may set (typhapki/inventory/hiera.py, typhapki/settings/cluster.py); the man page, the
 completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
 one entry here (and the parameter of the body that uses it). Pure data: importing it
 costs little and imports neither typer nor click.

@@ -12,7 +12,7 @@ from typhapki.pki.signers import CurrentCa, Signer
 from typhapki.settings.signer import SignerOptions
 
 DEFAULT_CA_TTL = timedelta(hours=1)
-# A multirootca label is an INI section name: word characters (typhapki/puppet/hiera.py
+# A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
 # checks the same in hiera, naming the key).
 CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
 # The options that name a file on the node: the checks of the file in

@@ -10,9 +10,7 @@ import yaml
 
 from tests.conftest import ROOT
 from typhapki.errors import ConfigError
-from typhapki.pki.layout import CaPaths, SetPaths
-from typhapki.pki.settings import RoleName
-from typhapki.puppet.hiera import (
+from typhapki.inventory.hiera import (
     TyphaSettings,
     check_host_entries,
     cluster_names,
@@ -20,6 +18,8 @@ from typhapki.puppet.hiera import (
     load_cluster,
     load_hiera,
 )
+from typhapki.pki.layout import CaPaths, SetPaths
+from typhapki.pki.settings import RoleName
 
 SAMPLE = ROOT / "hiera_sample"
 

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError, unprintable
-from typhapki.firewall.hostnames import (
+from typhapki.inventory.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
+    address_ok,
     not_a_node,
     parse_ip,
     shown,
@@ -669,8 +670,6 @@ def _typha_value(key: str, item: YNode) -> Any:
             raise ConfigError(f"{item.where}: expected a file path, got {shown(value)}")
         return text
     if key == "typha_address":
-        from typhapki.firewall.mtls_probe import address_ok  # only when the key is there
-
         text = _expect_str(item)
         if not address_ok(text):
             raise ConfigError(
