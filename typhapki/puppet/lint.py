@@ -13,20 +13,18 @@ required for the nodes of dual-stack clusters.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from typhapki.errors import ConfigError, UsageError
+from typhapki.errors import ConfigError
 from typhapki.record import field, record
 
 if TYPE_CHECKING:
     from typhapki.firewall.dnsgate import HostFailure
     from typhapki.inventory.hiera import HieraDoc
 
-NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
 CLUSTER_KEYS_PREFIX = "kubernetes::clusters"  # also matches kubernetes::clusters_defaults
 # Hosts resolved per round: between rounds a terminal gets its progress line.
 BATCH = 250
@@ -126,24 +124,6 @@ class LintReport:
             "resolved": self.resolved,
             "problems": [f.as_json() for f in self.findings],
         }
-
-
-def nameservers_from(
-    options: Sequence[str], environ: Mapping[str, str] | None = None
-) -> list[tuple[str, int]] | None:
-    """--nameserver values, else $TYPHAPKI_NAMESERVERS (comma or space separated), else None
-    (the system resolver). The variable lets a pre-commit hook point at a resolver."""
-    from typhapki.firewall.dnsgate import parse_nameserver
-
-    if options:
-        return [parse_nameserver(v) for v in options]
-    env = os.environ if environ is None else environ
-    values = env.get(NAMESERVERS_ENV, "").replace(",", " ").split()
-    try:
-        return [parse_nameserver(v) for v in values] or None
-    except UsageError as exc:
-        detail = str(exc).removeprefix("--nameserver: ")
-        raise UsageError(f"${NAMESERVERS_ENV}: {detail}") from None
 
 
 def _mentions_clusters(path: Path) -> bool:

@@ -246,7 +246,7 @@ PROBE_ADDRESS = _own(
     "Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
 )
 NO_PROBE = _own("no_probe", "--no-probe", bool, "Never probe Typha.")
-# The firewall commands' options, shared by ferm and nft (typhapki/commands/ferm.py).
+# The firewall commands' options, shared by ferm and nft (typhapki/firewall/pipeline.py).
 FIREWALL_HEAD = (
     _own("hiera", "--hiera", Path, "Hiera YAML file, or a directory of them.", required=True),
     _own("cluster", "--cluster", str, "Cluster name in kubernetes::clusters.", required=True),
