@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.progress import TerminalLine
 from typhapki.record import record
 
 if TYPE_CHECKING:

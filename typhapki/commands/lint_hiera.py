@@ -4,8 +4,8 @@ import json
 import sys
 from pathlib import Path
 
-from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+from typhapki.progress import TerminalLine
 
 
 def lint_hiera(

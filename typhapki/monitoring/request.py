@@ -1,4 +1,4 @@
-"""What `metrics`, `probe` and `check --nagios` share: the set judged like `check`.
+"""The status request `metrics`, `probe` and `check --nagios` share: the set judged like `check`.
 
 `metrics` and `check --nagios` resolve their options with typhapki/settings/desired.py
 `observe`, the resolution `check` makes; `probe` needs only the settings."""
