@@ -46,7 +46,7 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
     if not opts.puppetdb:
         raise UsageError("--puppetdb URL is required (or --no-puppetdb for `fleet gate`)")
     if opts.puppetdb_cert == PUPPET_SHORTHAND:
-        from typhapki.puppet.agent_ssl import agent_ssl
+        from typhapki.inventory.agent_ssl import agent_ssl
 
         agent = agent_ssl()  # puppet.conf read as cfssl's `puppet` reads it: no Ruby run
 

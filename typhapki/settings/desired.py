@@ -66,7 +66,7 @@ def state_root(given: Path | None) -> Path:
     configuration's state_dir (both arrive as the option's value, flags winning), else
     $TYPHAPKI_STATE_DIR, else /var/lib/typhapki. Every reader of the run (the signer-CA
     cache, ferm.json) is handed this one path."""
-    from typhapki.firewall.state import state_dir
+    from typhapki.statedir import state_dir
 
     return state_dir(given)
 
@@ -85,6 +85,7 @@ def checked_signer(
     judges the set by its own bundle). `resolve` and `observe` both call it, so the
     fact, the metrics and `check --nagios` refuse what `check` refuses."""
     from typhapki.pki.signers.factory import build_signer
+    from typhapki.settings.signer import signer_config
 
     if not require_signer and ca_dir is None and signer.kind == "local":
         signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
@@ -93,7 +94,8 @@ def checked_signer(
     # signs for the settings' lifetimes, a remote signer for its profile's.
     if ca_dir is not None:
         check_local_renewal(settings, roles, pki)
-    return build_signer(signer, ca_dir, settings, state_dir=state_dir, roles=roles)
+    config = signer_config(signer, ca_dir, settings.node_name, state_dir, roles)
+    return build_signer(config, settings)
 
 
 def check_signer_renewal(
