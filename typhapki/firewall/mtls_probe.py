@@ -394,17 +394,17 @@ def _felix_attempt(address: str, out: Path, typha: Identity, timeout: float) -> 
     URI SAN), but over TLS 1.2 and the bounded handshake: under TLS 1.2 a completed
     handshake is Typha's acceptance, with no wait for a late refusal."""
     from typhapki.errors import ConfigError
-    from typhapki.monitoring.probe import _context, _identity_error
+    from typhapki.pki.felix_tls import felix_context, typha_identity_error
     from typhapki.pki.layout import SetPaths
 
     try:
-        ctx = _context(SetPaths(out), verify=True)
+        ctx = felix_context(SetPaths(out), verify=True)
     except ConfigError as exc:
         return Attempt(INCONCLUSIVE, f"cannot act as this node's Felix: {exc}")
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
 
     def identity(tls: ssl.SSLObject) -> str | None:
-        mismatch = _identity_error(dict(tls.getpeercert() or {}), typha)
+        mismatch = typha_identity_error(dict(tls.getpeercert() or {}), typha)
         return None if mismatch is None else f"Felix would refuse Typha's identity: {mismatch}"
 
     return _handshake(address, ctx, timeout, identity)
