@@ -53,7 +53,7 @@ from typhapki.inventory.hostnames import (
     validate_source_network,
 )
 from typhapki.record import field, fields, record, replace
-from typhapki.settings import options
+from typhapki.settings.options import BY_NAME, SECRETS
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
 from typhapki.yamllimits import scan_events, yaml_loader
@@ -561,7 +561,7 @@ _CLUSTER_FIELDS = (
 MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
-_SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
+_SECRET_KEYS = frozenset(SECRETS | {"auth_key", "cfssl_key"})
 
 
 def _typha_settings(node: YNode) -> TyphaSettings:
@@ -654,7 +654,7 @@ def _typha_value(key: str, item: YNode) -> Any:
     if key in ("tls_stage", "tls_min_version"):
         # `tls_min_version: 1.3` is a YAML float: the text as written is the version.
         text = item.raw if isinstance(value, float) else value
-        choices = options.BY_NAME[key].choices
+        choices = BY_NAME[key].choices
         if text not in choices:
             raise ConfigError(
                 f"{item.where}: expected one of {', '.join(choices)}, got {shown(value)}"

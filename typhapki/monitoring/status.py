@@ -174,7 +174,7 @@ def judge_set(
 
             path = CaPaths(ca_dir).cert  # only the certificate: judging never needs the key
             current = CurrentCa(load_certs(path, "CA certificate")[0], str(path))
-        elif signer is not None and signer.signer == "cfssl":
+        elif signer is not None and signer.caches_ca:
             from typhapki.settings.desired import check_signer_renewal
             from typhapki.settings.signer import cached_ca
 

@@ -232,5 +232,5 @@ def observe(
             checked_signer(merged, ca_dir, settings, merged_pki, wanted, root, False)
         except Exception as exc:
             errors.append(exc)
-    cfssl = merged if merged.signer == "cfssl" else None
+    cfssl = merged if merged.caches_ca else None
     return Observed(settings, root, cfssl, trusted, typha, tuple(errors))

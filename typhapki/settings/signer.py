@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from typhapki.pki.signers.factory import SignerConfig
 
 SIGNERS = ("local", "cfssl")
+REMOTE_SIGNERS = ("cfssl",)  # their CA is cached (`caches_ca`)
 DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
 # A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
 # checks the same in hiera, naming the key).
@@ -84,6 +85,13 @@ class SignerOptions(Sourced):
         if kind not in SIGNERS:
             self.refuse("signer", "expected local or cfssl")
         return kind
+
+    @property
+    def caches_ca(self) -> bool:
+        """Whether the signer is a remote one whose CA `check` and `issue` cache, and
+        `facts`, `metrics` and `check --nagios` read from that cache, never asking it
+        (typhapki/pki/signers/ca_cache.py)."""
+        return self.signer in REMOTE_SIGNERS
 
     def refuse_cfssl_options(self) -> None:
         """Refuse the first cfssl option given without the cfssl signer, naming it and
