@@ -19,7 +19,7 @@ from pathlib import Path
 from typhapki.pki.settings import check_renewal
 from typhapki.record import record
 from typhapki.settings.cluster import load_typha_settings, merge_cluster, merge_pki, merged_signer
-from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
+from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -131,8 +131,7 @@ def resolve_loaded(
     from typhapki.pki.plan import Desired
     from typhapki.pki.verify import load_trusted
 
-    pki, signer_opts = merge_cluster(request.pki, request.signer, typha)
-    settings = build_settings(pki)
+    pki, settings, signer_opts = merge_cluster(request.pki, request.signer, typha)
     roles = tuple(parse_roles(request.role))
     _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue
     if request.source is not None:
@@ -210,8 +209,7 @@ def observe(
     settings: PkiSettings | Exception
     merged_pki = pki
     try:
-        merged_pki = merge_pki(pki, typha)
-        settings = build_settings(merged_pki)
+        merged_pki, settings = merge_pki(pki, typha)
     except Exception as exc:
         settings = exc
     merged = signer
