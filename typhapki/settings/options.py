@@ -552,6 +552,29 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 COMMAND = {c.name: c for c in COMMANDS}
 
 
+# What `--help` lists under "Advanced options", after the common ones (typhapki/cli.py):
+# the shared groups below, but for the few options the minimal path (docs/start.md)
+# uses, and the command's own options named here. Required options and arguments are
+# never advanced: a command cannot run without them.
+ADVANCED_GROUPS = frozenset({"pki", "signer", "state", "proof", "wiring", "puppetdb"})
+COMMON_SHARED = frozenset({"signer", "cfssl_url", "cfssl_auth_key", "puppetdb"})
+ADVANCED_OWN = frozenset({
+    "probe_address", "no_probe", "warning", "critical", "ferm_output", "templates",
+    "nameserver", "timeout", "concurrency", "dns_gate", "port", "style", "max_age",
+    "typha_deployment", "typha_uid", "typha_gid", "post_render", "kustomize_base",
+    "context", "namespace", "identity", "fmt",
+})  # fmt: skip
+
+
+def advanced(opt: Opt) -> bool:
+    """Whether `--help` lists the option under "Advanced options"."""
+    if opt.required or opt.argument:
+        return False
+    if opt.group in ADVANCED_GROUPS:
+        return opt.name not in COMMON_SHARED
+    return opt.name in ADVANCED_OWN
+
+
 def hiera_keys(name: str) -> tuple[str, ...]:
     """The options of a group that the cluster's ``typha:`` mapping may set."""
     return tuple(o.name for o in group(name) if o.hiera)
