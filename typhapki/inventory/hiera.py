@@ -546,7 +546,7 @@ _PKI_STR_FIELDS = (
     "cfssl_profile_felix",
     "cfssl_label",
 )
-_SIGNERS = ("local", "cfssl")
+_SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
 # cfssl 1.2: a multirootca label is an INI section name, word characters only
 # (`[ cluster-2025 ]` is an invalid config file); profile names follow the same rule here.
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")

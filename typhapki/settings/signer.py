@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from typhapki.record import field, fields, record
+from typhapki.settings.options import BY_NAME
 from typhapki.settings.provenance import Sourced, named, unset
 
 TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from typhapki.pki.signers import CurrentCa
     from typhapki.pki.signers.factory import SignerConfig
 
-SIGNERS = ("local", "cfssl")
+SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
 REMOTE_SIGNERS = ("cfssl",)  # their CA is cached (`caches_ca`)
 DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
 # A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
