@@ -104,7 +104,7 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     either, the cluster's ``pki_intermediate_base`` names the label: the fleet runs
     one intermediate per cluster, under that name (docs/issuance.md)."""
     merged = flags.merged_over(signer_options_of(typha))
-    if merged.signer != "cfssl" or merged.cfssl_label is not None:
+    if not merged.labelled or merged.cfssl_label is not None:
         return merged
     base = typha.pki_intermediate_base
     if base is None:

@@ -87,7 +87,7 @@ def checked_signer(
     from typhapki.pki.signers.factory import build_signer
     from typhapki.settings.signer import signer_config
 
-    if not require_signer and ca_dir is None and signer.kind == "local":
+    if not require_signer and ca_dir is None and signer.local:
         signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
         return None
     # A renewal window as long as the lifetime would renew on every run: the local CA

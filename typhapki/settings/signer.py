@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
 REMOTE_SIGNERS = ("cfssl",)  # their CA is cached (`caches_ca`)
+LABELLED_SIGNERS = ("cfssl",)  # a label picks their CA (`labelled`)
 DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
 # A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
 # checks the same in hiera, naming the key).
@@ -86,6 +87,17 @@ class SignerOptions(Sourced):
         if kind not in SIGNERS:
             self.refuse("signer", "expected local or cfssl")
         return kind
+
+    @property
+    def local(self) -> bool:
+        """Whether the local CA signs (the default); a misspelt signer is a usage error."""
+        return self.kind == "local"
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the signer picks its CA by a label (cfssl's multirootca): with none
+        given, the cluster's pki_intermediate_base names it (typhapki/settings/cluster.py)."""
+        return self.signer in LABELLED_SIGNERS
 
     @property
     def caches_ca(self) -> bool:
