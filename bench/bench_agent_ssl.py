@@ -1,5 +1,5 @@
 """What `--cfssl-client-cert puppet` costs a run: typhapki's own puppet.conf reading
-(typhapki/puppet/agent_ssl.py) against `puppet config print`, which it avoids.
+(typhapki/inventory/agent_ssl.py) against `puppet config print`, which it avoids.
 
     python bench/bench_agent_ssl.py [--runs N]
 
@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import time
 
-from typhapki.puppet.agent_ssl import agent_ssl
+from typhapki.inventory.agent_ssl import agent_ssl
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
     python bench/bench_hiera_bombs.py [--timeout S]
 
-Each input is loaded in a fresh process (`typhapki.puppet.hiera.load_hiera`, what
+Each input is loaded in a fresh process (`typhapki.inventory.hiera.load_hiera`, what
 `ferm`, `lint-hiera` and `facts --hiera` all start with), killed after --timeout
 seconds (default 120). Printed per input: file size, seconds, and how it ended (loaded,
 or the one-line error). `--source DIR` loads typhapki from another checkout instead (for
@@ -27,7 +27,7 @@ if sys.argv[2]:
         del sys.modules[name]
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__name__.lower()]
 from typhapki.errors import TyphapkiError
-from typhapki.puppet.hiera import load_hiera
+from typhapki.inventory.hiera import load_hiera
 try:
     load_hiera(Path(sys.argv[1]))
     print("loaded")

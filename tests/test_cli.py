@@ -70,3 +70,43 @@ def test_declared_and_shared_build_typer_options_from_the_table() -> None:
         assert tuple(info.param_decls) == opt.decls
         assert (info.default, info.help) == (opt.default, opt.help)
     assert list(cli.shared("pki")) == [o.name for o in options.group("pki")]
+
+
+def _help_sections(text: str) -> dict[str, list[str]]:
+    """Each heading of a `--help` (a line ending in ':' at column 0) and the first word
+    of each entry under it (a line indented by exactly two spaces)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.endswith(":"):
+            current = sections.setdefault(line[:-1], [])
+        elif current is not None and line.startswith("  ") and line[2:3] not in ("", " "):
+            current.append(line.split()[0].rstrip(","))
+    return sections
+
+
+def test_help_shows_the_common_options_first_and_the_rest_as_advanced() -> None:
+    """Every command's `--help`, on this leg's typer: the options `options.advanced`
+    declares advanced under "Advanced options", after every other, and nothing else
+    there; a command without advanced options has no such heading."""
+    from typhapki.settings import options
+
+    split = 0
+    for spec in options.COMMANDS:
+        result = run_cli(*spec.name.split(), "--help")
+        assert result.returncode == 0, (spec.name, result.stderr)
+        sections = _help_sections(result.stdout)
+        # click names a short option first: `-q, --quiet`.
+        advanced = [o.short or o.flag for o in spec.options if options.advanced(o)]
+        common = [
+            o.short or o.flag for o in spec.options if not o.argument and not options.advanced(o)
+        ]
+        assert sections["Options"] == [*common, "--help"], (spec.name, result.stdout)
+        if advanced:
+            split += 1
+            assert sections["Advanced options"] == advanced, (spec.name, result.stdout)
+            text = result.stdout
+            assert text.index("\nOptions:") < text.index("\nAdvanced options:"), spec.name
+        else:
+            assert "Advanced options" not in sections, (spec.name, result.stdout)
+    assert split >= 15  # check, issue, facts... (42 options in check)

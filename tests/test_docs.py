@@ -473,7 +473,14 @@ def _evicted(sandbox: Sandbox, api: Any) -> None:
     assert [(pod, 201) for pod in sorted(mine)] == api.cluster.evictions
 
 
+def _started(sandbox: Sandbox, cfssl: CfsslServer) -> None:
+    """docs/start.md wrote only the node configuration: nothing issued yet."""
+    assert (sandbox.root / "etc" / "typhapki" / "typhapki.yaml").is_file()
+    assert not (sandbox.root / "var" / "lib" / "typhapki" / "calico-typha-ca").exists()
+
+
 OUTCOMES = [
+    Outcome("docs/start.md", "cat > /etc/typhapki/typhapki.yaml", 0, (), _started),
     Outcome("docs/issuance.md", "--cfssl-auth-key /etc/typhapki/cfssl-felix.key", 0,
             ("felix: issued", "now trusts CA"), _felix_from_cfssl),
     Outcome("docs/issuance.md", "--cfssl-auth-key-typha", 0,

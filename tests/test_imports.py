@@ -1,21 +1,22 @@
-"""The layers hold: nothing below `typhapki/commands/` imports it, and no module of the
-package imports itself back through others (docs/architecture.md).
+"""The folders are the layers (docs/architecture.md, "Layers"): every module of the
+package belongs to one layer of the documented list, imports nothing from a layer
+above its own, and no module or layer imports itself back through others.
 
 Read from the source with `ast`, lazy imports inside functions included: a cycle that
-only closes at run time is still a cycle a reader has to untangle.
+only closes at run time is still a cycle a reader has to untangle. The layer list is
+read from docs/architecture.md, so the page is the contract this test checks.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import SOURCE
 
 PACKAGE = SOURCE / "typhapki"
-# Above commands/: the CLI (its entry point and fast path included), and what generates
-# docs from it.
-TOP = {"typhapki.cli", "typhapki.entry", "typhapki.fastcli", "typhapki.__main__", "typhapki.docgen"}
+ARCHITECTURE = SOURCE / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -47,43 +48,103 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(path, known) - {name} for name, path in mods.items()}
 
 
-def test_nothing_below_commands_imports_them() -> None:
-    upward = sorted(
-        f"{mod} imports {dep}"
-        for mod, deps in graph().items()
-        for dep in deps
-        if dep.startswith("typhapki.commands")
-        and not mod.startswith("typhapki.commands")
-        and mod not in TOP
-    )
-    assert upward == []
+def documented_layers(text: str) -> list[list[str]]:
+    """The numbered list under "## Layers": each item's backticked paths (a folder ends
+    with "/"), bottom first."""
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"\n(?=\d+\. )", "\n" + section)
+    layers = []
+    for item in items:
+        if re.match(r"\d+\. ", item):
+            layers.append(re.findall(r"`(typhapki/[\w/.]*)`", item))
+    return layers
 
 
-def test_no_import_cycles() -> None:
-    edges = graph()
+def layer_of(layers: list[list[str]]) -> dict[str, tuple[int, str]]:
+    """Each module -> (its layer's index, the documented path that places it): a file
+    listed by name, else the deepest folder listed above it."""
+    placed: dict[str, tuple[int, str]] = {}
+    for mod, path in modules().items():
+        rel = path.relative_to(SOURCE).as_posix()
+        best: tuple[int, str] | None = None
+        for index, paths in enumerate(layers):
+            for doc in paths:
+                hit = rel == doc or (doc.endswith("/") and rel.startswith(doc))
+                if hit and (best is None or len(doc) > len(best[1])):
+                    best = (index, doc)
+        if best is not None:
+            placed[mod] = best
+    return placed
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the path, 2 done
     path: list[str] = []
 
-    def visit(mod: str) -> None:
-        state[mod] = 1
-        path.append(mod)
-        for dep in sorted(edges[mod]):
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(edges.get(node, ())):
             if state.get(dep) == 1:
                 cycles.append([*path[path.index(dep) :], dep])
             elif dep not in state:
                 visit(dep)
         path.pop()
-        state[mod] = 2
+        state[node] = 2
 
-    for mod in sorted(edges):
-        if mod not in state:
-            visit(mod)
-    assert cycles == []
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return cycles
 
 
-def test_the_graph_is_read() -> None:
-    """The test above would pass on an empty graph: prove it sees real edges."""
+LAYERS = documented_layers(ARCHITECTURE.read_text())
+
+
+def test_every_module_is_in_a_documented_layer() -> None:
+    placed = layer_of(LAYERS)
+    assert sorted(set(modules()) - set(placed)) == []
+
+
+def test_nothing_imports_upwards() -> None:
+    placed = layer_of(LAYERS)
+    upward = sorted(
+        f"{mod} ({placed[mod][1]}) imports {dep} ({placed[dep][1]})"
+        for mod, deps in graph().items()
+        for dep in deps
+        if placed[dep][0] > placed[mod][0]
+    )
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycles(graph()) == []
+
+
+def test_no_package_cycles() -> None:
+    """Two folders of one layer (or a folder and a listed file) never import each other."""
+    placed = layer_of(LAYERS)
+    edges: dict[str, set[str]] = {}
+    for mod, deps in graph().items():
+        unit = placed[mod][1]
+        edges.setdefault(unit, set()).update(placed[d][1] for d in deps if placed[d][1] != unit)
+    assert find_cycles(edges) == []
+
+
+def test_the_contract_is_read() -> None:
+    """The tests above would pass on an empty graph or an empty list: prove they see
+    real edges, the whole order, and an upward import when there is one."""
     edges = graph()
     assert "typhapki.pki.plan" in edges["typhapki.pki.issuance"]
     assert "typhapki.settings.desired" in edges["typhapki.commands.check"]
+    placed = layer_of(LAYERS)
+    bottom_up = ("typhapki.errors", "typhapki.pki.store", "typhapki.inventory.hiera",
+                 "typhapki.settings.desired", "typhapki.firewall.pipeline",
+                 "typhapki.commands.ferm", "typhapki.cli")  # fmt: skip
+    ranks = [placed[m][0] for m in bottom_up]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), ranks
+    assert placed["typhapki.settings.options"][0] < placed["typhapki.inventory.hiera"][0]
+    swapped = [LAYERS[3], LAYERS[2], *LAYERS[:2], *LAYERS[4:]]  # settings below pki
+    wrong = layer_of(swapped)
+    assert any(wrong[d][0] > wrong[m][0] for m, deps in edges.items() for d in deps)

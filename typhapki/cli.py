@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
+import typer.core
 
 from typhapki.fastcli import BODIES, CliState, bundled, checked, guarded
 from typhapki.settings import options
@@ -99,6 +100,49 @@ def command(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     return decorate
 
 
+def _split_options(cmd: Any, ctx: Any, formatter: Any, advanced: frozenset[str]) -> None:
+    """The arguments, the common options, then the rest under "Advanced options"
+    (`options.advanced`), as click lays out a section; typer's own layout is one
+    "Options" section."""
+    sections: dict[str, list[tuple[str, str]]] = {
+        "Arguments": [], "Options": [], "Advanced options": []
+    }  # fmt: skip
+    for param in cmd.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        if param.param_type_name == "argument":
+            sections["Arguments"].append(record)
+        else:
+            sections["Advanced options" if param.name in advanced else "Options"].append(record)
+    for title, rows in sections.items():
+        if rows:
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+class SplitCommand(typer.core.TyperCommand):
+    """A command whose `--help` puts its advanced options last, under their own heading.
+    The app runs with rich_markup_mode=None, so click's `format_options` prints the
+    options on typer 0.7 (no rich on Debian) as on the newest typer."""
+
+    advanced: frozenset[str] = frozenset()
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        _split_options(self, ctx, formatter, self.advanced)
+
+
+class SplitGroup(typer.core.TyperGroup):
+    """`fleet`, a command and a group: its options split as SplitCommand's, then its
+    subcommands."""
+
+    advanced: frozenset[str] = frozenset()
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        _split_options(self, ctx, formatter, self.advanced)
+        self.format_commands(ctx, formatter)
+
+
 def _register(spec: options.Command, body: Callable[..., int]) -> None:
     """Register `body` under typer with the command's options from the table.
 
@@ -147,10 +191,13 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     settings = {"ignore_unknown_options": True, "allow_extra_args": True} if spec.extra_args else {}
+    advanced = frozenset(o.name for o in spec.options if options.advanced(o))
     if spec.name in _GROUPS:  # `fleet`: the group's callback, run when no subcommand is
-        _GROUPS[spec.name].callback(invoke_without_command=True)(wrapper)
+        group_cls = type("SplitGroup", (SplitGroup,), {"advanced": advanced})
+        _GROUPS[spec.name].callback(invoke_without_command=True, cls=group_cls)(wrapper)
     else:
-        target.command(word, context_settings=settings)(wrapper)
+        cls = type("SplitCommand", (SplitCommand,), {"advanced": advanced})
+        target.command(word, context_settings=settings, cls=cls)(wrapper)
 
 
 # The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live

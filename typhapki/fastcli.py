@@ -210,8 +210,7 @@ def facts_body(
     from typhapki.commands.facts import RawFactOptions, facts
 
     options_ = RawFactOptions(
-        **raw,
-        trust=list(trust or []),
+        values={**raw, "trust": list(trust or [])},
         extra_args=list(extra_args),
         config_error=config_error,
         sources=sources,

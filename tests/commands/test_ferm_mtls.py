@@ -237,7 +237,7 @@ def test_a_relaxed_rule_to_write_needs_the_felix_set(lab: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["verify", "no-client-cert"])
 def test_nft_takes_the_same_proof(go_peers: GoPeers, issued: Path, lab: Path, mode: str) -> None:
-    """The proof sits in the pipeline both renderers share (commands/ferm.py gated_rule)."""
+    """The proof sits in the pipeline both renderers share (firewall/pipeline.py gated_rule)."""
     with go_typha(go_peers, issued, mode) as address:
         result = run_cli(
             "nft", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",

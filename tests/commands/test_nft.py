@@ -1,5 +1,5 @@
 """`typhapki nft` as a process: the same DNS gate and refusals as `ferm` (one pipeline,
-typhapki/commands/ferm.py `gated_rule`), atomic --output, --check, --sets-only, state."""
+typhapki/firewall/pipeline.py `gated_rule`), atomic --output, --check, --sets-only, state."""
 
 from __future__ import annotations
 

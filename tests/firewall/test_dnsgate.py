@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.dns import Behaviour, Dnsmasq, ScriptedDns, dnsmasq_server, scripted_dns
 from typhapki.errors import ConfigError, UsageError
-from typhapki.firewall.dnsgate import Reason, parse_nameserver, resolve_all
+from typhapki.firewall.dnsgate import Reason, nameservers_from, parse_nameserver, resolve_all
 
 __all__ = ["dnsmasq_server", "scripted_dns"]  # fixtures used below
 
@@ -224,3 +224,13 @@ def test_truncated_answers_are_asked_again_over_tcp(
     result = resolve_all(["big.example.test"], nameservers=[dns.nameserver])
     assert result.ok, result.failure_lines()
     assert len(result.addresses["big.example.test"]) == 60  # UDP alone carries 29 of them
+
+
+def test_nameservers_from_flags_then_environment() -> None:
+    assert nameservers_from(["127.0.0.1:5353"], {}) == [("127.0.0.1", 5353)]
+    env = {"TYPHAPKI_NAMESERVERS": "127.0.0.1:5353, ::1"}
+    assert nameservers_from([], env) == [("127.0.0.1", 5353), ("::1", 53)]
+    assert nameservers_from(["10.0.0.1"], env) == [("10.0.0.1", 53)]
+    assert nameservers_from([], {}) is None
+    with pytest.raises(UsageError, match=r"\$TYPHAPKI_NAMESERVERS"):
+        nameservers_from([], {"TYPHAPKI_NAMESERVERS": "dns.example"})

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.conftest import against_servers, run_cli
 from tests.support.dns import AnswerDns, answer
 from typhapki.firewall.dnsgate import Reason, resolve_all
-from typhapki.firewall.hostnames import not_a_node
+from typhapki.inventory.hostnames import not_a_node
 
 QUERIED = ("n1.gate.test", "n2.gate.test")
 CHAIN = ("c1.gate.test", "c2.gate.test", "c3.gate.test")  # CNAME targets

@@ -188,7 +188,7 @@ EVENTS = st.lists(
 
 
 def _run(directory: Path, event: str, now: int) -> bool:
-    """One `ferm` run as typhapki/commands/ferm.py does it: the recorded proof, this
+    """One `ferm` run as typhapki/firewall/pipeline.py does it: the recorded proof, this
     run's decision, the record; whether a relaxed rule was allowed."""
     from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME, Proof, ProofRecord, decide
     from typhapki.firewall.state import recorded_proof

@@ -32,8 +32,8 @@ from tests.support.multirootca import Multirootca
 from typhapki.errors import UsageError
 from typhapki.firewall.mtls_probe import prove
 from typhapki.firewall.mtls_proof import ENFORCED
-from typhapki.monitoring import probe as probe_module
 from typhapki.monitoring.probe import ProbeResult, parse_address, probe
+from typhapki.pki import felix_tls
 from typhapki.pki.issuance import init_ca, load_issuer
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
@@ -276,6 +276,6 @@ def test_a_bundle_anchored_at_an_intermediate_is_trusted_as_go_trusts_it(
         assert nagios.returncode == 0 and "serves" not in nagios.stdout.split("|")[0], nagios
         metrics = run_cli("metrics", "--out", node, "--probe-address", address)
         assert 'typhapki_probe_success{cluster=""} 1.0' in metrics.stdout, metrics
-        monkeypatch.setattr(probe_module, "PARTIAL_CHAIN", ssl.VerifyFlags(0))
+        monkeypatch.setattr(felix_tls, "PARTIAL_CHAIN", ssl.VerifyFlags(0))
         without = probe(address, node, TYPHA)
     assert not without.accepted and "issuer" in (without.error or ""), without

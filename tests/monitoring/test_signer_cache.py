@@ -24,9 +24,8 @@ from tests.conftest import run_cli
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.signers import ca_cache
-from typhapki.pki.signers.factory import cached_ca
 from typhapki.pki.verify import fingerprint
-from typhapki.settings.signer import SignerOptions
+from typhapki.settings.signer import SignerOptions, cached_ca
 
 
 class CountingListener:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.dns import Dnsmasq, start_dnsmasq
-from typhapki.errors import ConfigError, UsageError
-from typhapki.puppet.lint import lint, nameservers_from
+from typhapki.errors import ConfigError
+from typhapki.puppet.lint import lint
 
 DnsFactory = Callable[[Mapping[str, Sequence[str]]], Dnsmasq]
 
@@ -171,13 +171,3 @@ def test_malformed_hiera_raises(tmp_path: Path) -> None:
     path = write(tmp_path / "broken.yaml", "kubernetes::clusters:\n  g: [unclosed\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml"):
         lint([path], offline=True)
-
-
-def test_nameservers_from_flags_then_environment() -> None:
-    assert nameservers_from(["127.0.0.1:5353"], {}) == [("127.0.0.1", 5353)]
-    env = {"TYPHAPKI_NAMESERVERS": "127.0.0.1:5353, ::1"}
-    assert nameservers_from([], env) == [("127.0.0.1", 5353), ("::1", 53)]
-    assert nameservers_from(["10.0.0.1"], env) == [("10.0.0.1", 53)]
-    assert nameservers_from([], {}) is None
-    with pytest.raises(UsageError, match=r"\$TYPHAPKI_NAMESERVERS"):
-        nameservers_from([], {"TYPHAPKI_NAMESERVERS": "dns.example"})

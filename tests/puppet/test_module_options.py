@@ -145,9 +145,9 @@ def test_the_mapping_keys_the_module_reads_are_hiera_options() -> None:
 
 
 def _cli_accepts(kind: str, value: str) -> bool:
+    from typhapki.inventory.hiera import cfssl_name_problem
     from typhapki.pki.settings import parse_duration, parse_key_mode
     from typhapki.pki.signers.cfssl import validate_url
-    from typhapki.puppet.hiera import cfssl_name_problem
 
     try:
         if kind in ("Typhapki::Lifetime", "Typhapki::RenewBefore"):

@@ -15,17 +15,17 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import ConfigError, UsageError
+from typhapki.inventory.hiera import TyphaSettings
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.verify import subject_cn
-from typhapki.puppet.hiera import TyphaSettings
 from typhapki.settings.cluster import (
+    cluster_settings,
     load_typha_settings,
     merged_signer,
     pki_options_of,
     require_pair,
-    with_cluster_options,
 )
 from typhapki.settings.pki import PkiOptions, build_settings
 from typhapki.settings.signer import SignerOptions
@@ -88,21 +88,21 @@ def test_cluster_settings_become_options(hiera: Path) -> None:
 
 
 def test_defaults_reach_a_cluster_without_typha(hiera: Path) -> None:
-    opts = with_cluster_options(PkiOptions(), hiera, "plain")
+    opts = cluster_settings(PkiOptions(), hiera, "plain")[0]
     # hiera's days set both lifetimes
     assert (opts.typha_lifetime, opts.felix_lifetime, opts.renew_before) == ("90d", "90d", "20d")
     assert opts.typha_cn is None  # the built-in default applies later
 
 
 def test_flags_win_over_hiera(hiera: Path) -> None:
-    opts = with_cluster_options(PkiOptions(typha_cn="from-flag", days=30), hiera, "staging-eqiad")
+    opts = cluster_settings(PkiOptions(typha_cn="from-flag", days=30), hiera, "staging-eqiad")[0]
     assert opts.typha_cn == "from-flag"
     assert (opts.typha_lifetime, opts.felix_lifetime) == ("30d", "30d")
     assert opts.felix_cn == "felix-staging"
 
 
 def test_a_per_role_flag_wins_over_hieras_days_for_its_role_only(hiera: Path) -> None:
-    opts = with_cluster_options(PkiOptions(felix_lifetime="24h", renew_before="4h"), hiera, "plain")
+    opts = cluster_settings(PkiOptions(felix_lifetime="24h", renew_before="4h"), hiera, "plain")[0]
     settings = build_settings(opts)
     assert settings.felix_lifetime == timedelta(hours=24)
     assert settings.typha_lifetime == timedelta(days=90)  # hiera's days, for Typha
@@ -123,12 +123,12 @@ def test_days_and_a_per_role_lifetime_in_hiera_names_the_file(tmp_path: Path) ->
     where = re.escape(str(path))
     both = rf"{where}:\d+: \S*typha\.days and hiera {where}:\d+: \S*typha\.typha_lifetime exclude"
     with pytest.raises(ConfigError, match=both):
-        with_cluster_options(PkiOptions(), path, "plain")
+        cluster_settings(PkiOptions(), path, "plain")[0]
 
 
 def test_without_hiera_flags_pass_through() -> None:
     flags = PkiOptions(felix_cn="x")
-    assert with_cluster_options(flags, None, None) is flags
+    assert cluster_settings(flags, None, None)[0] is flags
 
 
 def test_issue_and_check_take_settings_from_hiera(

@@ -3,7 +3,7 @@ cluster's hiera exactly once, in every issuance mode (issue 18: "`issue --hiera`
 hiera twice" must not come back anywhere), and so does every command of the option
 table that takes --hiera (issue 29).
 
-The loader (typhapki/puppet/hiera.py `load_hiera`, under `load_cluster`) is wrapped to
+The loader (typhapki/inventory/hiera.py `load_hiera`, under `load_cluster`) is wrapped to
 count its calls; the commands run in this process (tests/support/inprocess.py), so the
 wrapper sees them whatever TYPHAPKI_CLI_RUNNER says. In cfssl mode the signer is a
 closed loopback port and its CA the fresh entry `check` would have cached: nothing is
@@ -62,7 +62,7 @@ def _cache(url: str, ca_dir: Path) -> None:
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every path the hiera loader is asked to read."""
-    import typhapki.puppet.hiera as hiera
+    import typhapki.inventory.hiera as hiera
 
     seen: list[Path] = []
     real = hiera.load_hiera
@@ -75,12 +75,37 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return seen
 
 
+@pytest.fixture
+def work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the settings are built and this host's FQDN is looked up (a slow DNS
+    answer is paid once per lookup)."""
+    import typhapki.settings.pki as pki
+
+    counts = {"settings": 0, "fqdn": 0}
+
+    def wrap(name: str, what: str) -> None:
+        real = getattr(pki, name)
+
+        def counting(*args: Any) -> Any:
+            counts[what] += 1
+            return real(*args)
+
+        monkeypatch.setattr(pki, name, counting)
+
+    wrap("_build_settings", "settings")
+    wrap("fqdn", "fqdn")
+    return counts
+
+
 def _run(*args: str | Path) -> tuple[int, str, str]:
     return run_in_process([str(a) for a in args], {}, 120)
 
 
 @pytest.mark.parametrize("mode", ["local", "cfssl", "shipped"])
-def test_every_command_reads_hiera_once(tmp_path: Path, loads: list[Path], mode: str) -> None:
+def test_every_command_reads_hiera_once(
+    tmp_path: Path, loads: list[Path], work: dict[str, int], mode: str
+) -> None:
+    """... and builds its settings once, looking this host's FQDN up once (issue 31)."""
     ca_dir = tmp_path / "ca"
     init_ca(ca_dir, KeyType.ECDSA_P256, 3650, None, False)
     other = tmp_path / "other-ca"
@@ -117,9 +142,11 @@ def test_every_command_reads_hiera_once(tmp_path: Path, loads: list[Path], mode:
         commands.append(["issue", *common])
     for command in commands:
         loads.clear()
+        work.update(settings=0, fqdn=0)
         code, stdout, stderr = _run(*command)
         assert "Traceback" not in stderr, (command, stderr)
         assert len(loads) == 1, (command, loads, code, stdout, stderr)
+        assert work == {"settings": 1, "fqdn": 1}, (command, work)
         if command[0] == "facts":
             assert json.loads(stdout)["typhapki"]["error"] is None, stdout
         elif command[0] == "metrics":

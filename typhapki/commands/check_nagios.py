@@ -70,9 +70,9 @@ def _evaluate(
     signer: SignerOptions | None = None,
     state_dir: Path | None = None,
 ) -> NagiosResult:
-    from typhapki.commands.monitoring_options import observed_request
     from typhapki.errors import ConfigError
     from typhapki.monitoring.nagios import Thresholds, evaluate
+    from typhapki.monitoring.request import observed_request
     from typhapki.monitoring.status import collect
 
     thresholds = Thresholds.parse(warning, critical)  # the wrong order: UNKNOWN

@@ -16,50 +16,21 @@ if TYPE_CHECKING:
 
 @record(frozen=True)
 class RawFactOptions:
-    """The facts command line, unparsed: a bad value must end up in the fact, not exit 2."""
+    """The facts command line, unparsed: a bad value must end up in the fact, not exit 2.
 
-    out: str | None = None
-    role: str = "both"
-    ca_dir: str | None = None
-    trust: Sequence[str] = ()
-    ferm_output: str | None = None
-    state_dir: str | None = None
-    hiera: str | None = None
-    cluster: str | None = None
-    typha_cn: str | None = None
-    felix_cn: str | None = None
-    typha_uri_san: str | None = None
-    felix_uri_san: str | None = None
-    key_type: str | None = None
-    days: str | None = None
-    typha_lifetime: str | None = None
-    felix_lifetime: str | None = None
-    renew_before: str | None = None
-    key_owner: str | None = None
-    key_group: str | None = None
-    key_mode: str | None = None
-    node_name: str | None = None
-    # The signer options as check takes them (typhapki/settings/signer.py): which cached
-    # CA to judge by, and what check would refuse; cfssl is never asked.
-    signer: str | None = None
-    cfssl_url: str | None = None
-    cfssl_auth_key: str | None = None
-    cfssl_auth_key_typha: str | None = None
-    cfssl_auth_key_felix: str | None = None
-    cfssl_ca_file: str | None = None
-    cfssl_client_cert: str | None = None
-    cfssl_client_key: str | None = None
-    cfssl_profile_typha: str | None = None
-    cfssl_profile_felix: str | None = None
-    cfssl_label: str | None = None
-    cfssl_timeout: str | None = None
-    cfssl_ca_ttl: str | None = None
-    cfssl_allow_http: bool = False
-    probe_address: str | None = None
-    no_probe: bool = False
+    `values` holds each option of `facts` by its name in typhapki/settings/options.py,
+    as text (a flag as a bool, --trust as a list): the table is the one declaration of
+    the option names, so none is repeated here.
+    """
+
+    values: Mapping[str, Any] = field(default_factory=dict)
     extra_args: Sequence[str] = ()
     config_error: str | None = None  # the node configuration file could not be used
     sources: Mapping[str, str] = field(default_factory=dict)  # option -> where it was given
+
+    def get(self, name: str) -> Any:
+        """An option's raw value; None when not given."""
+        return self.values.get(name)
 
 
 def _days(value: str | None, source: str) -> int | None:
@@ -81,7 +52,7 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
 
     given: dict[str, Any] = {}
     for name in OPTION_NAMES:
-        value, kind = getattr(raw, name), options.BY_NAME[name].kind
+        value, kind = raw.get(name), options.BY_NAME[name].kind
         if value is None or kind in (str, bool):
             given[name] = value
         elif kind is float:
@@ -110,11 +81,11 @@ def facts(raw: RawFactOptions) -> int:
         errors.append(f"unexpected arguments: {' '.join(raw.extra_args)}")
     roles: list[RoleName] = [RoleName.TYPHA, RoleName.FELIX]
     try:
-        roles = parse_roles(raw.role)
+        roles = parse_roles(raw.get("role"))
     except UsageError as exc:
         errors.append(str(exc))
 
-    ferm_output = Path(raw.ferm_output) if raw.ferm_output else None
+    ferm_output = Path(raw.get("ferm_output")) if raw.get("ferm_output") else None
     try:
         flags = _signer_options(raw)
     except UsageError as exc:
@@ -122,8 +93,8 @@ def facts(raw: RawFactOptions) -> int:
         flags = SignerOptions()
     pki = PkiOptions()
     try:
-        given = {name: getattr(raw, name) for name in OPTION_NAMES}
-        given["days"] = _days(raw.days, raw.sources.get("days", "--days"))
+        given = {name: raw.get(name) for name in OPTION_NAMES}
+        given["days"] = _days(raw.get("days"), raw.sources.get("days", "--days"))
         pki = PkiOptions(**given, sources=raw.sources)
     except UsageError as exc:
         pki_error: UsageError | None = exc  # reported when the settings are built
@@ -134,10 +105,10 @@ def facts(raw: RawFactOptions) -> int:
     observed = observe(
         pki,
         flags,
-        Path(raw.hiera) if raw.hiera else None,
-        raw.cluster or None,
-        Path(raw.state_dir) if raw.state_dir else None,
-        Path(raw.ca_dir) if raw.ca_dir else None,
+        Path(raw.get("hiera")) if raw.get("hiera") else None,
+        raw.get("cluster") or None,
+        Path(raw.get("state_dir")) if raw.get("state_dir") else None,
+        Path(raw.get("ca_dir")) if raw.get("ca_dir") else None,
         roles,
     )
     errors += [str(exc) or type(exc).__name__ for exc in observed.errors]
@@ -150,16 +121,16 @@ def facts(raw: RawFactOptions) -> int:
         return observed.built_settings()
 
     request = FactRequest(
-        out=Path(raw.out) if raw.out else None,
+        out=Path(raw.get("out")) if raw.get("out") else None,
         roles=roles,
-        ca_dir=Path(raw.ca_dir) if raw.ca_dir else None,
-        trust=[Path(t) for t in raw.trust],
+        ca_dir=Path(raw.get("ca_dir")) if raw.get("ca_dir") else None,
+        trust=[Path(t) for t in raw.get("trust")],
         ferm_output=ferm_output,
         state_dir=observed.state_dir,
-        probe_address=raw.probe_address or None,
-        probe=not raw.no_probe,
+        probe_address=raw.get("probe_address") or None,
+        probe=not raw.get("no_probe"),
         errors=errors,
-        cluster=raw.cluster or None,
+        cluster=raw.get("cluster") or None,
         signer=observed.signer,
         trusted=observed.trusted,
     )

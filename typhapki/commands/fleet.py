@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.progress import TerminalLine
 from typhapki.record import record
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
     if not opts.puppetdb:
         raise UsageError("--puppetdb URL is required (or --no-puppetdb for `fleet gate`)")
     if opts.puppetdb_cert == PUPPET_SHORTHAND:
-        from typhapki.puppet.agent_ssl import agent_ssl
+        from typhapki.inventory.agent_ssl import agent_ssl
 
         agent = agent_ssl()  # puppet.conf read as cfssl's `puppet` reads it: no Ruby run
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from typhapki.errors import UsageError
-from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.pki import PkiOptions, parse_roles
 
 
 def install(
@@ -20,14 +20,13 @@ def install(
     """Install a shipped set (--from) or a certificate signed elsewhere (--cert)."""
     from typhapki.commands.issue import report_changes
     from typhapki.pki.install import install_certificate, install_shipped
-    from typhapki.settings.cluster import with_cluster_options
+    from typhapki.settings.cluster import cluster_settings
 
     if (source is None) == (cert is None):
         raise UsageError("give either --from DIR (a shipped set) or --cert FILE (from request)")
     if bundle is not None and cert is None:
         raise UsageError("--bundle goes with --cert; a shipped set brings its own bundle")
-    opts = with_cluster_options(opts, hiera, cluster)
-    settings = build_settings(opts)
+    opts, settings = cluster_settings(opts, hiera, cluster)
     roles = parse_roles(role)
     if source is not None:
         changes, warnings = install_shipped(source, out, settings, roles)

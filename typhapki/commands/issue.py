@@ -15,10 +15,10 @@ def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: 
 
     A new bundle on a node without Typha's set (a worker) needs no restart: Felix reads
     it on its next reconnect, so its line says that, not "restart Typha"."""
-    from typhapki.commands.restarts import record_restarts
     from typhapki.pki.changes import without_typha
+    from typhapki.pki.restarts import restarts_after
 
-    restart = record_restarts(out, changes)
+    restart = restarts_after(out, changes)
     if "typha" not in restart:
         changes = without_typha(changes)
     if as_json:

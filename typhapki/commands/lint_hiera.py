@@ -4,15 +4,16 @@ import json
 import sys
 from pathlib import Path
 
-from typhapki.commands.progress import TerminalLine
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
+from typhapki.progress import TerminalLine
 
 
 def lint_hiera(
     files: list[Path], offline: bool, nameserver: list[str], as_json: bool, timeout: float | None
 ) -> int:
     """Exit 0 when every host entry is valid (and resolves), 1 listing each failing one."""
-    from typhapki.puppet.lint import lint, nameservers_from
+    from typhapki.firewall.dnsgate import nameservers_from
+    from typhapki.puppet.lint import lint
 
     servers = None if offline else nameservers_from(nameserver)
     line = TerminalLine()

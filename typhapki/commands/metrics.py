@@ -4,8 +4,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import observed_request
 from typhapki.errors import EXIT_OK
+from typhapki.monitoring.request import observed_request
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
 

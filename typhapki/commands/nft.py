@@ -3,12 +3,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from typhapki.commands.ferm import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.errors import ConfigError
+from typhapki.firewall.pipeline import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.record import record
 
 if TYPE_CHECKING:
-    from typhapki.puppet.hiera import Cluster
+    from typhapki.inventory.hiera import Cluster
 
 
 @record(frozen=True)

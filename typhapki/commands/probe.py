@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typhapki.commands.monitoring_options import settings_factory
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError
+from typhapki.monitoring.request import settings_factory
 from typhapki.settings.pki import PkiOptions
 
 

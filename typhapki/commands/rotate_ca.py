@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
-from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
+from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
 
 
 def rotate_ca(
@@ -22,11 +22,10 @@ def rotate_ca(
 ) -> int:
     """Bring OUT to a CA rotation stage; with --check only say whether it is there."""
     from typhapki.pki.rotation import Stage, check_stage, rotate
-    from typhapki.settings.cluster import with_cluster_options
+    from typhapki.settings.cluster import cluster_settings
 
     target = Stage.parse(stage)
-    opts = with_cluster_options(opts, hiera, cluster)  # the same sources as `issue`
-    settings = build_settings(opts)
+    opts, settings = cluster_settings(opts, hiera, cluster)  # the same sources as `issue`
     roles = parse_roles(role)
     check_local_renewal(settings, roles, opts)  # local CAs sign for the settings' lifetimes
     if check:

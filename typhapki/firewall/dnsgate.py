@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import secrets
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, cast
 
 from typhapki.errors import UsageError
-from typhapki.firewall.hostnames import not_a_node, parse_ip, validate_host
+from typhapki.inventory.hostnames import not_a_node, parse_ip, validate_host
 from typhapki.record import field, record
+
+# Where --nameserver is not given: lets a pre-commit hook point at a resolver.
+NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
 
 DEFAULT_PORT = 53
 DEFAULT_CONCURRENCY = 200
@@ -440,3 +444,19 @@ def resolve_all(
             retries=retries,
         )
     )
+
+
+def nameservers_from(
+    options: Sequence[str], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, int]] | None:
+    """--nameserver values, else $TYPHAPKI_NAMESERVERS (comma or space separated), else None
+    (the system resolver). The variable lets a pre-commit hook point at a resolver."""
+    if options:
+        return [parse_nameserver(v) for v in options]
+    env = os.environ if environ is None else environ
+    values = env.get(NAMESERVERS_ENV, "").replace(",", " ").split()
+    try:
+        return [parse_nameserver(v) for v in values] or None
+    except UsageError as exc:
+        detail = str(exc).removeprefix("--nameserver: ")
+        raise UsageError(f"${NAMESERVERS_ENV}: {detail}") from None

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.hostnames import (
+from typhapki.inventory.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
     merge_within_bounds,

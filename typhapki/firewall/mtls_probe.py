@@ -36,6 +36,8 @@ from typhapki.firewall.mtls_proof import (
     Proof,
     judge,
 )
+from typhapki.inventory.hostnames import address_ok as address_ok
+from typhapki.inventory.hostnames import parse_address
 from typhapki.record import replace
 
 if TYPE_CHECKING:
@@ -51,22 +53,7 @@ _SERVER_HELLO_DONE = 14
 
 
 def _split(address: str) -> tuple[str, int]:
-    from typhapki.monitoring.probe import parse_address
-
     return parse_address(address)
-
-
-def address_ok(text: str) -> bool:
-    """HOST:PORT or [IPV6]:PORT of printable characters only (it ends up in one line)."""
-    from typhapki.errors import UsageError
-
-    if not text or any(c.isspace() or not c.isprintable() for c in text):
-        return False
-    try:
-        _split(text)
-    except UsageError:
-        return False
-    return True
 
 
 def unreachable(address: str, why: str) -> Proof:
@@ -407,17 +394,17 @@ def _felix_attempt(address: str, out: Path, typha: Identity, timeout: float) -> 
     URI SAN), but over TLS 1.2 and the bounded handshake: under TLS 1.2 a completed
     handshake is Typha's acceptance, with no wait for a late refusal."""
     from typhapki.errors import ConfigError
-    from typhapki.monitoring.probe import _context, _identity_error
+    from typhapki.pki.felix_tls import felix_context, typha_identity_error
     from typhapki.pki.layout import SetPaths
 
     try:
-        ctx = _context(SetPaths(out), verify=True)
+        ctx = felix_context(SetPaths(out), verify=True)
     except ConfigError as exc:
         return Attempt(INCONCLUSIVE, f"cannot act as this node's Felix: {exc}")
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
 
     def identity(tls: ssl.SSLObject) -> str | None:
-        mismatch = _identity_error(dict(tls.getpeercert() or {}), typha)
+        mismatch = typha_identity_error(dict(tls.getpeercert() or {}), typha)
         return None if mismatch is None else f"Felix would refuse Typha's identity: {mismatch}"
 
     return _handshake(address, ctx, timeout, identity)

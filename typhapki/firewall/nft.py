@@ -14,7 +14,7 @@ its ``table inet filter { ... }`` block, after its ``chain input`` (docs/nftable
 element`` of both sets. ``nft -f`` applies a file as one transaction, so a connection
 never sees the sets empty in between, and the ruleset is not reloaded.
 
-Every source is validated again here (typhapki/firewall/hostnames.py), whatever the
+Every source is validated again here (typhapki/inventory/hostnames.py), whatever the
 caller did, and overlapping networks are merged (an interval set refuses overlaps),
 but never into a network wider than /8 (IPv4) or /32 (IPv6): 10.0.0.0/8 and
 11.0.0.0/8 stay two elements, not 10.0.0.0/7 (hostnames.merge_within_bounds). A
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.ferm import _NAME, MODES, Sources
-from typhapki.firewall.hostnames import (
+from typhapki.inventory.hostnames import (
     merge_within_bounds,
     validate_port,
     validate_source_network,

@@ -35,16 +35,17 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.firewall.mtls_proof import ENFORCED, NOT_ENFORCED, VERDICTS, ProofRecord
 from typhapki.record import fields, record, replace
+from typhapki.statedir import DEFAULT_STATE_DIR as DEFAULT_STATE_DIR
+from typhapki.statedir import STATE_ENV as STATE_ENV
+from typhapki.statedir import state_dir as state_dir
 
-STATE_ENV = "TYPHAPKI_STATE_DIR"
-DEFAULT_STATE_DIR = Path("/var/lib/typhapki")
 STATE_FILE = "ferm.json"
 VERSION = 1
 MAX_TIMESTAMP = 253402300799  # 9999-12-31: a larger "timestamp" is corruption
@@ -86,15 +87,6 @@ class FermState:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["failed_hosts"] = list(self.failed_hosts)
         return data
-
-
-def state_dir(option: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
-    """--state-dir, else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki."""
-    if option is not None:
-        return option
-    env = os.environ if environ is None else environ
-    value = env.get(STATE_ENV, "")
-    return Path(value) if value else DEFAULT_STATE_DIR
 
 
 def _int(data: dict[str, Any], key: str, nullable: bool = False) -> Any:

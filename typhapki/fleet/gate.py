@@ -31,7 +31,7 @@ from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.fleet.nodes import shown
-from typhapki.puppet.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
+from typhapki.inventory.hiera import YNode, clusters_map, load_hiera, merged_cluster_node
 from typhapki.record import record
 from typhapki.settings.wiring import Stage
 

@@ -13,7 +13,6 @@ refused the same way, and the caller says so loudly.
 
 from __future__ import annotations
 
-import re
 import socket
 import ssl
 from datetime import datetime
@@ -22,24 +21,20 @@ from typing import Any
 
 from cryptography import x509
 
-from typhapki.errors import ConfigError, UsageError
+from typhapki.errors import ConfigError
+from typhapki.inventory.hostnames import TYPHA_PORT as TYPHA_PORT
+from typhapki.inventory.hostnames import parse_address as parse_address
+from typhapki.pki.felix_tls import felix_context, typha_identity_error
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import Identity, RoleName
-from typhapki.pki.verify import fingerprint, snapshot_paths
+from typhapki.pki.verify import fingerprint
 from typhapki.pki.x509compat import valid_until
 from typhapki.record import record
-from typhapki.safeio import read_regular
 
 DEFAULT_ADDRESS = "127.0.0.1:5473"
-TYPHA_PORT = 5473
 # How long to wait, after the handshake, for Typha to refuse the client certificate
 # (under TLS 1.3 the client finishes its handshake before the server has judged it).
 SETTLE_SECONDS = 1.0
-# Go (Felix, Typha) trusts any certificate of the bundle as an anchor; OpenSSL only a
-# self-signed root unless told otherwise. A cluster's bundle pins its own intermediate,
-# never the root the fleet's intermediates share (docs/issuance.md), so without this
-# flag the probe would refuse a chain that Felix accepts.
-PARTIAL_CHAIN = ssl.VERIFY_X509_PARTIAL_CHAIN
 
 
 @record(frozen=True)
@@ -92,20 +87,6 @@ class ProbeResult:
         }
 
 
-_ADDRESS = re.compile(
-    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
-)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
-    match = _ADDRESS.fullmatch(address.strip())
-    port = int((match["p6"] or match["port"] or TYPHA_PORT) if match else 0)
-    if match is None or not 0 < port < 65536:
-        raise UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
-    return match["v6"] or match["host"], port
-
-
 def _disk_certificate(paths: SetPaths) -> tuple[CertSummary | None, str | None]:
     from typhapki.pki.pem import load_certs
 
@@ -116,48 +97,6 @@ def _disk_certificate(paths: SetPaths) -> tuple[CertSummary | None, str | None]:
     return CertSummary.of(chain[0]), None
 
 
-def _context(paths: SetPaths, verify: bool) -> ssl.SSLContext:
-    cert_src, key_src = snapshot_paths(paths.cert(RoleName.FELIX), paths.key(RoleName.FELIX))
-    # Regular files only: a FIFO in their place must not hang the probe in OpenSSL.
-    read_regular(cert_src, "Felix certificate")
-    read_regular(key_src, "Felix private key")
-    bundle = read_regular(paths.bundle, "CA bundle").decode("ascii", "replace")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # Calico's NewTLSConfig
-    ctx.check_hostname = False  # Felix checks Typha's CN/URI SAN, not a host name
-    if verify:
-        ctx.verify_mode = ssl.CERT_REQUIRED  # OpenSSL's client default purpose: serverAuth
-        ctx.verify_flags |= PARTIAL_CHAIN
-        try:
-            ctx.load_verify_locations(cadata=bundle)
-        except (ssl.SSLError, ValueError) as exc:
-            raise ConfigError(f"CA bundle {paths.bundle}: no usable CA: {exc}") from None
-    else:
-        ctx.verify_mode = ssl.CERT_NONE
-    try:
-        ctx.load_cert_chain(cert_src, key_src)
-    except (ssl.SSLError, OSError) as exc:
-        raise ConfigError(
-            f"Felix certificate {paths.cert(RoleName.FELIX)}: cannot be used as a client "
-            f"certificate: {getattr(exc, 'reason', None) or exc}"
-        ) from None
-    return ctx
-
-
-def _identity_error(peer: dict[str, Any], identity: Identity) -> str | None:
-    """Felix's rule (FELIX_TYPHACN / FELIX_TYPHAURISAN): either one matching suffices."""
-    cns = [v for rdn in peer.get("subject", ()) for (k, v) in rdn if k == "commonName"]
-    uris = [v for (k, v) in peer.get("subjectAltName", ()) if k == "URI"]
-    if identity.cn is not None and identity.cn in cns[:1]:
-        return None
-    if identity.uri_san is not None and identity.uri_san in uris:
-        return None
-    return (
-        f"Typha's certificate has CN {cns[0] if cns else None!r} and URI SANs {uris or 'none'}, "
-        f"Felix wants {identity.describe()}"
-    )
-
-
 def _refusal(exc: BaseException) -> str:
     reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
     return str(reason).replace("_", " ").lower() if isinstance(exc, ssl.SSLError) else str(reason)
@@ -166,7 +105,7 @@ def _refusal(exc: BaseException) -> str:
 def _served_unverified(host: str, port: int, paths: SetPaths, timeout: float) -> CertSummary | None:
     """Fetch the certificate Typha presents, without judging it (for the report only)."""
     try:
-        ctx = _context(paths, verify=False)
+        ctx = felix_context(paths, verify=False)
         with (
             socket.create_connection((host, port), timeout=timeout) as raw,
             ctx.wrap_socket(raw) as tls,
@@ -195,7 +134,7 @@ def probe(
         return ProbeResult(address, False, error, served, disk, disk_error)
 
     try:
-        ctx = _context(paths, verify=True)
+        ctx = felix_context(paths, verify=True)
     except ConfigError as exc:
         return failed(f"cannot act as this node's Felix: {exc}")
     try:
@@ -226,7 +165,7 @@ def probe(
             der = tls.getpeercert(binary_form=True)
             served = CertSummary.of(x509.load_der_x509_certificate(der)) if der else None
             peer = tls.getpeercert() or {}
-            mismatch = _identity_error(dict(peer), typha_identity)
+            mismatch = typha_identity_error(dict(peer), typha_identity)
             if mismatch is not None:
                 return failed(f"Felix would refuse Typha's identity: {mismatch}", served)
             # TLS 1.3: Typha judges the client certificate after our handshake is done;

@@ -158,7 +158,7 @@ def judge_set(
     a trust list, monitoring judges exactly as `check` does.
 
     In cfssl mode (`signer`), the CA is the one `check` and `issue` last cached: this
-    never contacts cfssl (pki/signers/factory.py `cached_ca`).
+    never contacts cfssl (typhapki/settings/signer.py `cached_ca`).
     """
     from typhapki.errors import TyphapkiError
     from typhapki.pki.plan import Desired
@@ -174,9 +174,9 @@ def judge_set(
 
             path = CaPaths(ca_dir).cert  # only the certificate: judging never needs the key
             current = CurrentCa(load_certs(path, "CA certificate")[0], str(path))
-        elif signer is not None and signer.signer == "cfssl":
-            from typhapki.pki.signers.factory import cached_ca
+        elif signer is not None and signer.caches_ca:
             from typhapki.settings.desired import check_signer_renewal
+            from typhapki.settings.signer import cached_ca
 
             current = cached_ca(signer, tuple(roles), state_dir, now.timestamp())
             try:  # what check refuses with this CA: said, and the set still judged by it

@@ -41,6 +41,12 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, write_file_atomic
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from typhapki.pki.changes import Change
+
 
 class Component(Enum):
     """A process that reads the set: Typha, or Felix (calico-node)."""
@@ -92,6 +98,14 @@ def components_held(out: Path, scopes: Iterable[str]) -> list[Component]:
         for c in components_to_restart(scopes)
         if _ROLE[c].value in scopes or os.path.lexists(paths.role_dir(_ROLE[c]))
     ]
+
+
+def restarts_after(out: Path, changes: Sequence[Change]) -> list[str]:
+    """The components to restart after `changes`, as `issue --json` and `install --json`
+    name them (their markers are already on disk): Typha, when its set or the bundle
+    changed and OUT holds Typha's set; never Felix, which re-reads its files on every
+    reconnect."""
+    return [c.value for c in components_held(out, (ch.scope for ch in changes if ch.restarts))]
 
 
 def live_generation(out: Path, component: Component) -> str:

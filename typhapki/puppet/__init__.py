@@ -1,4 +1,4 @@
-"""Puppet's side: hiera loading, cluster settings, the Facter fact and the hiera lint."""
+"""Puppet's side: the Facter fact, the hiera lint and the agent's SSL files."""
 
 # The fact's name, for what reads it without building it (the fleet view, PuppetDB).
 FACT_NAME = "typhapki"

@@ -13,20 +13,18 @@ required for the nodes of dual-stack clusters.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from typhapki.errors import ConfigError, UsageError
+from typhapki.errors import ConfigError
 from typhapki.record import field, record
 
 if TYPE_CHECKING:
     from typhapki.firewall.dnsgate import HostFailure
-    from typhapki.puppet.hiera import HieraDoc
+    from typhapki.inventory.hiera import HieraDoc
 
-NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
 CLUSTER_KEYS_PREFIX = "kubernetes::clusters"  # also matches kubernetes::clusters_defaults
 # Hosts resolved per round: between rounds a terminal gets its progress line.
 BATCH = 250
@@ -128,24 +126,6 @@ class LintReport:
         }
 
 
-def nameservers_from(
-    options: Sequence[str], environ: Mapping[str, str] | None = None
-) -> list[tuple[str, int]] | None:
-    """--nameserver values, else $TYPHAPKI_NAMESERVERS (comma or space separated), else None
-    (the system resolver). The variable lets a pre-commit hook point at a resolver."""
-    from typhapki.firewall.dnsgate import parse_nameserver
-
-    if options:
-        return [parse_nameserver(v) for v in options]
-    env = os.environ if environ is None else environ
-    values = env.get(NAMESERVERS_ENV, "").replace(",", " ").split()
-    try:
-        return [parse_nameserver(v) for v in values] or None
-    except UsageError as exc:
-        detail = str(exc).removeprefix("--nameserver: ")
-        raise UsageError(f"${NAMESERVERS_ENV}: {detail}") from None
-
-
 def _mentions_clusters(path: Path) -> bool:
     """Whether a file can hold cluster data at all: other YAML in the repository
     (CI configs, .pre-commit-config.yaml) is none of the lint's business."""
@@ -163,7 +143,7 @@ def _with_defaults(docs: Sequence[HieraDoc]) -> list[HieraDoc]:
     Defaults often live in another file (common.yaml) than the clusters: a file without
     its own kubernetes::clusters_defaults uses the one other given file that has them.
     """
-    from typhapki.puppet.hiera import DEFAULTS_KEY, HieraDoc
+    from typhapki.inventory.hiera import DEFAULTS_KEY, HieraDoc
 
     defaults = [n for n in (d.get(DEFAULTS_KEY) for d in docs) if n is not None]
     return [
@@ -177,7 +157,7 @@ def _with_defaults(docs: Sequence[HieraDoc]) -> list[HieraDoc]:
 def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
     """Per hiera doc (defaults merged in): key path prefix of each cluster -> dual-stack?,
     and whether any is."""
-    from typhapki.puppet.hiera import clusters_map, merged_cluster_node
+    from typhapki.inventory.hiera import clusters_map, merged_cluster_node
 
     out = []
     for doc in docs:
@@ -201,7 +181,7 @@ def judge_cluster(doc: HieraDoc, name: str) -> None:
     """Raise what `check --hiera FILE --cluster NAME` raises for the hiera alone (exit 2):
     the cluster loaded as every command loads it, then resolved by `check`'s own code,
     without flags, node configuration or a signer to ask."""
-    from typhapki.puppet.hiera import cluster_from_doc
+    from typhapki.inventory.hiera import cluster_from_doc
     from typhapki.settings.desired import Request, resolve_loaded
     from typhapki.settings.pki import PkiOptions
     from typhapki.settings.signer import SignerOptions
@@ -215,7 +195,7 @@ def _settings_findings(doc: HieraDoc, report: LintReport) -> list[Finding]:
     """One finding per refusal of a cluster's settings; a refusal of a shared value
     (the defaults) once, however many clusters merge it."""
     from typhapki.errors import EXIT_USAGE, TyphapkiError
-    from typhapki.puppet.hiera import CLUSTERS_KEY, clusters_map
+    from typhapki.inventory.hiera import CLUSTERS_KEY, clusters_map
 
     top = doc.get(CLUSTERS_KEY)
     if top is None:
@@ -267,13 +247,13 @@ def lint(
     timeout: float | None = None,
 ) -> LintReport:
     """Check every host entry of every file. Raises ConfigError for an unreadable file."""
-    from typhapki.firewall.hostnames import parse_ip, validate_host
-    from typhapki.puppet.hiera import (
+    from typhapki.inventory.hiera import (
         DEFAULTS_KEY,
         check_host_entries,
         iter_host_entries,
         load_hiera,
     )
+    from typhapki.inventory.hostnames import parse_ip, validate_host
 
     paths = list(dict.fromkeys(paths))  # a file named in hook args and changed: once
     report = LintReport(paths, offline=offline)

@@ -15,8 +15,8 @@ from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
+    from typhapki.inventory.hiera import TyphaSettings
     from typhapki.pki.settings import PkiSettings, RoleName
-    from typhapki.puppet.hiera import TyphaSettings
     from typhapki.settings.signer import SignerOptions
 
 
@@ -44,24 +44,28 @@ def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSetting
     if not require_pair(hiera, cluster):
         return None
     assert hiera is not None and cluster is not None
-    from typhapki.puppet.hiera import load_cluster  # yaml only when hiera is used
+    from typhapki.inventory.hiera import load_cluster  # yaml only when hiera is used
 
     return load_cluster(hiera, cluster).typha
 
 
-def with_cluster_options(flags: PkiOptions, hiera: Path | None, cluster: str | None) -> PkiOptions:
-    """The command-line options over the cluster's hiera settings (flags win)."""
+def cluster_settings(
+    flags: PkiOptions, hiera: Path | None, cluster: str | None
+) -> tuple[PkiOptions, PkiSettings]:
+    """The command-line options over the cluster's hiera settings (flags win), and the
+    settings they make, built once."""
     return merge_pki(flags, load_typha_settings(hiera, cluster))
 
 
-def merge_pki(flags: PkiOptions, typha: TyphaSettings | None) -> PkiOptions:
-    """The certificate flags over one loaded ``typha:`` mapping (flags win); a value
-    that is wrong only because of hiera is hiera's error (ConfigError, naming where)."""
+def merge_pki(flags: PkiOptions, typha: TyphaSettings | None) -> tuple[PkiOptions, PkiSettings]:
+    """The certificate flags over one loaded ``typha:`` mapping (flags win), and the
+    settings they make, built once (with the host's name looked up once); a value that
+    is wrong only because of hiera is hiera's error (ConfigError, naming where)."""
     if typha is None:
-        return flags
+        return flags, build_settings(flags)
     try:
         merged = flags.merged_over(pki_options_of(typha))
-        build_settings(merged)
+        return merged, build_settings(merged)
     except UsageError as exc:
         try:
             build_settings(flags)
@@ -70,17 +74,17 @@ def merge_pki(flags: PkiOptions, typha: TyphaSettings | None) -> PkiOptions:
         # The hiera values are to blame: the message names where they are written
         # (each value's source), and the error is hiera's.
         raise ConfigError(str(exc)) from None
-    return merged
 
 
 def merge_cluster(
     pki: PkiOptions, signer: SignerOptions, typha: TyphaSettings | None
-) -> tuple[PkiOptions, SignerOptions]:
-    """Both option sets over one loaded ``typha:`` mapping (flags win)."""
+) -> tuple[PkiOptions, PkiSettings, SignerOptions]:
+    """Both option sets over one loaded ``typha:`` mapping (flags win), and the
+    certificate settings, built once."""
+    merged_pki, settings = merge_pki(pki, typha)
     if typha is None:
-        return pki, signer
-    merged_pki = merge_pki(pki, typha)
-    return merged_pki, merged_signer(signer, typha)
+        return merged_pki, settings, signer
+    return merged_pki, settings, merged_signer(signer, typha)
 
 
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
@@ -100,12 +104,12 @@ def merged_signer(flags: SignerOptions, typha: TyphaSettings) -> SignerOptions:
     either, the cluster's ``pki_intermediate_base`` names the label: the fleet runs
     one intermediate per cluster, under that name (docs/issuance.md)."""
     merged = flags.merged_over(signer_options_of(typha))
-    if merged.signer != "cfssl" or merged.cfssl_label is not None:
+    if not merged.labelled or merged.cfssl_label is not None:
         return merged
     base = typha.pki_intermediate_base
     if base is None:
         return merged
-    from typhapki.puppet.hiera import cfssl_name_problem
+    from typhapki.inventory.hiera import cfssl_name_problem
     from typhapki.record import replace
 
     if (problem := cfssl_name_problem(base)) is not None:
@@ -123,7 +127,7 @@ def single_role_settings(
 ) -> tuple[PkiSettings, RoleName]:
     """The settings (flags over the cluster's hiera) and the one role WHAT is for
     (`request` and `sign`: a CSR or a certificate is for typha or felix, not both)."""
-    settings = build_settings(with_cluster_options(opts, hiera, cluster))
+    settings = cluster_settings(opts, hiera, cluster)[1]
     roles = parse_roles(role)
     if len(roles) != 1:
         raise UsageError(f"--role: {what} is for one role, typha or felix")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typhapki.pki.settings import check_renewal
 from typhapki.record import record
 from typhapki.settings.cluster import load_typha_settings, merge_cluster, merge_pki, merged_signer
-from typhapki.settings.pki import PkiOptions, build_settings, check_local_renewal, parse_roles
+from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
 from typhapki.settings.signer import SignerOptions
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
     from cryptography import x509
 
+    from typhapki.inventory.hiera import TyphaSettings
     from typhapki.pki.plan import Desired
     from typhapki.pki.settings import PkiSettings, RoleName
     from typhapki.pki.signers import CurrentCa, Signer
-    from typhapki.puppet.hiera import TyphaSettings
 
 
 @record(frozen=True)
@@ -66,7 +66,7 @@ def state_root(given: Path | None) -> Path:
     configuration's state_dir (both arrive as the option's value, flags winning), else
     $TYPHAPKI_STATE_DIR, else /var/lib/typhapki. Every reader of the run (the signer-CA
     cache, ferm.json) is handed this one path."""
-    from typhapki.firewall.state import state_dir
+    from typhapki.statedir import state_dir
 
     return state_dir(given)
 
@@ -85,15 +85,17 @@ def checked_signer(
     judges the set by its own bundle). `resolve` and `observe` both call it, so the
     fact, the metrics and `check --nagios` refuse what `check` refuses."""
     from typhapki.pki.signers.factory import build_signer
+    from typhapki.settings.signer import signer_config
 
-    if not require_signer and ca_dir is None and signer.kind == "local":
+    if not require_signer and ca_dir is None and signer.local:
         signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
         return None
     # A renewal window as long as the lifetime would renew on every run: the local CA
     # signs for the settings' lifetimes, a remote signer for its profile's.
     if ca_dir is not None:
         check_local_renewal(settings, roles, pki)
-    return build_signer(signer, ca_dir, settings, state_dir=state_dir, roles=roles)
+    config = signer_config(signer, ca_dir, settings.node_name, state_dir, roles)
+    return build_signer(config, settings)
 
 
 def check_signer_renewal(
@@ -129,8 +131,7 @@ def resolve_loaded(
     from typhapki.pki.plan import Desired
     from typhapki.pki.verify import load_trusted
 
-    pki, signer_opts = merge_cluster(request.pki, request.signer, typha)
-    settings = build_settings(pki)
+    pki, settings, signer_opts = merge_cluster(request.pki, request.signer, typha)
     roles = tuple(parse_roles(request.role))
     _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue
     if request.source is not None:
@@ -208,8 +209,7 @@ def observe(
     settings: PkiSettings | Exception
     merged_pki = pki
     try:
-        merged_pki = merge_pki(pki, typha)
-        settings = build_settings(merged_pki)
+        merged_pki, settings = merge_pki(pki, typha)
     except Exception as exc:
         settings = exc
     merged = signer
@@ -230,5 +230,5 @@ def observe(
             checked_signer(merged, ca_dir, settings, merged_pki, wanted, root, False)
         except Exception as exc:
             errors.append(exc)
-    cfssl = merged if merged.signer == "cfssl" else None
+    cfssl = merged if merged.caches_ca else None
     return Observed(settings, root, cfssl, trusted, typha, tuple(errors))

@@ -6,7 +6,7 @@ with its help and all its options, shared or its own. Read from here: typer's co
 line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
 without typer (typhapki/fastcli.py); the node configuration file's keys, values and
 flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
-it may set (typhapki/puppet/hiera.py, typhapki/settings/cluster.py); the man page, the
+it may set (typhapki/inventory/hiera.py, typhapki/settings/cluster.py); the man page, the
 completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
 one entry here (and the parameter of the body that uses it). Pure data: importing it
 costs little and imports neither typer nor click.
@@ -246,7 +246,7 @@ PROBE_ADDRESS = _own(
     "Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
 )
 NO_PROBE = _own("no_probe", "--no-probe", bool, "Never probe Typha.")
-# The firewall commands' options, shared by ferm and nft (typhapki/commands/ferm.py).
+# The firewall commands' options, shared by ferm and nft (typhapki/firewall/pipeline.py).
 FIREWALL_HEAD = (
     _own("hiera", "--hiera", Path, "Hiera YAML file, or a directory of them.", required=True),
     _own("cluster", "--cluster", str, "Cluster name in kubernetes::clusters.", required=True),
@@ -570,6 +570,29 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 )  # fmt: skip
 
 COMMAND = {c.name: c for c in COMMANDS}
+
+
+# What `--help` lists under "Advanced options", after the common ones (typhapki/cli.py):
+# the shared groups below, but for the few options the minimal path (docs/start.md)
+# uses, and the command's own options named here. Required options and arguments are
+# never advanced: a command cannot run without them.
+ADVANCED_GROUPS = frozenset({"pki", "signer", "state", "proof", "wiring", "puppetdb"})
+COMMON_SHARED = frozenset({"signer", "cfssl_url", "cfssl_auth_key", "puppetdb"})
+ADVANCED_OWN = frozenset({
+    "probe_address", "no_probe", "warning", "critical", "ferm_output", "templates",
+    "nameserver", "timeout", "concurrency", "dns_gate", "port", "style", "max_age",
+    "typha_deployment", "typha_uid", "typha_gid", "post_render", "kustomize_base",
+    "context", "namespace", "identity", "fmt",
+})  # fmt: skip
+
+
+def advanced(opt: Opt) -> bool:
+    """Whether `--help` lists the option under "Advanced options"."""
+    if opt.required or opt.argument:
+        return False
+    if opt.group in ADVANCED_GROUPS:
+        return opt.name not in COMMON_SHARED
+    return opt.name in ADVANCED_OWN
 
 
 def hiera_keys(name: str) -> tuple[str, ...]:

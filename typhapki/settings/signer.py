@@ -12,16 +12,38 @@ refusal names the flag, the node configuration file's key or the hiera key that 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from typhapki.record import field, fields, record
-from typhapki.settings.provenance import Sourced, unset
+from typhapki.settings.options import BY_NAME
+from typhapki.settings.provenance import Sourced, named, unset
 
 TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-SIGNERS = ("local", "cfssl")
+    from typhapki.pki.settings import RoleName
+    from typhapki.pki.signers import CurrentCa
+    from typhapki.pki.signers.factory import SignerConfig
+
+SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
+REMOTE_SIGNERS = ("cfssl",)  # their CA is cached (`caches_ca`)
+LABELLED_SIGNERS = ("cfssl",)  # a label picks their CA (`labelled`)
+DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
+# A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
+# checks the same in hiera, naming the key).
+CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
+# The options that name a file on the node: the checks of the file in
+# typhapki/pki/signers/cfssl.py name its source.
+FILE_OPTIONS = (
+    "cfssl_auth_key",
+    "cfssl_auth_key_typha",
+    "cfssl_auth_key_felix",
+    "cfssl_ca_file",
+    "cfssl_client_cert",
+    "cfssl_client_key",
+)
 
 
 @record(frozen=True)
@@ -34,7 +56,7 @@ class SignerOptions(Sourced):
     cfssl_auth_key_typha: Path | None = None  # wins over cfssl_auth_key for Typha
     cfssl_auth_key_felix: Path | None = None  # wins over cfssl_auth_key for Felix
     cfssl_ca_file: Path | None = None
-    cfssl_client_cert: str | None = None  # a file, or "puppet" (typhapki/puppet/agent_ssl.py)
+    cfssl_client_cert: str | None = None  # a file, or "puppet" (typhapki/inventory/agent_ssl.py)
     cfssl_client_key: Path | None = None  # the key of a client cert file
     cfssl_profile_typha: str | None = None
     cfssl_profile_felix: str | None = None
@@ -66,6 +88,24 @@ class SignerOptions(Sourced):
             self.refuse("signer", "expected local or cfssl")
         return kind
 
+    @property
+    def local(self) -> bool:
+        """Whether the local CA signs (the default); a misspelt signer is a usage error."""
+        return self.kind == "local"
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the signer picks its CA by a label (cfssl's multirootca): with none
+        given, the cluster's pki_intermediate_base names it (typhapki/settings/cluster.py)."""
+        return self.signer in LABELLED_SIGNERS
+
+    @property
+    def caches_ca(self) -> bool:
+        """Whether the signer is a remote one whose CA `check` and `issue` cache, and
+        `facts`, `metrics` and `check --nagios` read from that cache, never asking it
+        (typhapki/pki/signers/ca_cache.py)."""
+        return self.signer in REMOTE_SIGNERS
+
     def refuse_cfssl_options(self) -> None:
         """Refuse the first cfssl option given without the cfssl signer, naming it and
         where it came from (exit 2)."""
@@ -77,3 +117,154 @@ class SignerOptions(Sourced):
 
 
 OPTION_NAMES = tuple(f.name for f in fields(SignerOptions) if f.name != "sources")
+
+
+def signer_config(
+    opts: SignerOptions,
+    ca_dir: Path | None,
+    node_name: str | None,
+    state_dir: Path | None = None,
+    roles: tuple[RoleName, ...] | None = None,
+) -> SignerConfig:
+    """The typed settings of the signer the options name (the local CA's, or cfssl's),
+    which `typhapki.pki.signers.factory.build_signer` turns into a signer.
+
+    Every refusal names the value and where it came from (a flag, the node
+    configuration file, hiera). Nothing is read or asked here beyond what validating
+    the options needs: the CA certificate, the CA key and cfssl's answer come when the
+    signer is used.
+    """
+    from datetime import timedelta
+
+    from typhapki.errors import UsageError
+    from typhapki.pki.settings import RoleName, parse_duration
+
+    if opts.kind == "local":
+        opts.refuse_cfssl_options()
+        if ca_dir is None:
+            if opts.signer is not None:
+                opts.refuse("signer", "needs --ca-dir (the local CA's directory)")
+            raise UsageError("--ca-dir is required with --signer local (the default)")
+        from typhapki.pki.signers.local import LocalConfig
+
+        return LocalConfig(ca_dir=ca_dir)
+    if ca_dir is not None:
+        opts.refuse("signer", "excludes --ca-dir: cfssl holds the CA")
+    if not opts.cfssl_url:
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    if opts.cfssl_timeout is not None and not 0 < opts.cfssl_timeout <= 300:
+        opts.refuse("cfssl_timeout", "expected 0-300 seconds")
+    ttl, given_ttl = timedelta(hours=DEFAULT_CA_TTL_HOURS), opts.cfssl_ca_ttl
+    if given_ttl is not None:
+        ttl = named(opts, ["cfssl_ca_ttl"], lambda: parse_duration(given_ttl, "CA TTL"))
+    from typhapki.pki.signers.cfssl import DEFAULT_TIMEOUT, CfsslConfig, validate_url
+
+    url = validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
+    for name in ("cfssl_profile_typha", "cfssl_profile_felix"):
+        profile = getattr(opts, name)
+        if profile is not None and not profile.strip():
+            opts.refuse(name, "must not be empty")
+    if opts.cfssl_label is not None and not CFSSL_LABEL.fullmatch(opts.cfssl_label):
+        opts.refuse(
+            "cfssl_label", "cfssl 1.2 labels are word characters only (letters, digits, '_')"
+        )
+    client_cert, client_key, ca_file = _client_identity(opts)
+    if not url.startswith("https:"):
+        for name in ("cfssl_client_cert", "cfssl_ca_file"):
+            if getattr(opts, name) is not None:
+                opts.refuse(name, f"needs an https:// cfssl_url, not {opts.said('cfssl_url')}")
+    return CfsslConfig(
+        url=opts.cfssl_url,
+        profiles={
+            RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
+            RoleName.FELIX: opts.cfssl_profile_felix or "felix",
+        },
+        label=opts.cfssl_label or "",
+        auth_key_file=opts.cfssl_auth_key,
+        auth_key_files={
+            role: path
+            for role, path in (
+                (RoleName.TYPHA, opts.cfssl_auth_key_typha),
+                (RoleName.FELIX, opts.cfssl_auth_key_felix),
+            )
+            if path is not None
+        },
+        ca_file=ca_file,
+        client_cert=client_cert,
+        client_key=client_key,
+        timeout=opts.cfssl_timeout if opts.cfssl_timeout is not None else DEFAULT_TIMEOUT,
+        ca_ttl=ttl,
+        node_name=node_name or "",
+        state_dir=state_dir,
+        allow_http=opts.cfssl_allow_http,
+        roles=roles if roles is not None else (RoleName.TYPHA, RoleName.FELIX),
+        sources=_file_sources(opts),
+    )
+
+
+def _file_sources(opts: SignerOptions) -> dict[str, str]:
+    """Where each file the cfssl client reads was named, for its messages: the option's
+    source, or for `--cfssl-client-cert puppet` the agent's puppet.conf setting."""
+    sources = {name: opts.source(name) for name in FILE_OPTIONS}
+    if opts.cfssl_client_cert == "puppet":
+        via = f"; cfssl_client_cert 'puppet' from {opts.source('cfssl_client_cert')}"
+        sources["cfssl_client_cert"] = f"puppet.conf's hostcert{via}"
+        sources["cfssl_client_key"] = f"puppet.conf's hostprivkey{via}"
+        if opts.cfssl_ca_file is None:
+            sources["cfssl_ca_file"] = f"puppet.conf's localcacert{via}"
+    return sources
+
+
+def cached_ca(
+    opts: SignerOptions,
+    roles: tuple[RoleName, ...],
+    state_dir: Path | None = None,
+    now: float | None = None,
+) -> CurrentCa:
+    """cfssl's CA and its profiles' expiry as `check` and `issue` last cached them,
+    without asking cfssl (typhapki/pki/signers/cfssl.py `cached_ca`): the options
+    refused as `check` refuses them, then the cache read."""
+    from typhapki.pki.settings import RoleName
+    from typhapki.pki.signers import cfssl
+    from typhapki.statedir import state_dir as default_state_dir
+
+    if not opts.cfssl_url:
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    url = cfssl.validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
+    profiles = {
+        RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
+        RoleName.FELIX: opts.cfssl_profile_felix or "felix",
+    }
+    directory = default_state_dir(state_dir)
+    return cfssl.cached_ca(url, opts.cfssl_label or "", profiles, directory, roles, now)
+
+
+def _client_identity(opts: SignerOptions) -> tuple[Path | None, Path | None, Path | None]:
+    """(client certificate, its key, the front's CA file) for mutual TLS to the PKI.
+
+    `--cfssl-client-cert puppet` is the Puppet agent's hostcert and hostprivkey, and its
+    localcacert is the front's trust unless --cfssl-ca-file says otherwise: read from
+    puppet.conf, never by running Puppet (typhapki/inventory/agent_ssl.py).
+    """
+    cert = opts.cfssl_client_cert
+    if cert is None:
+        if opts.cfssl_client_key is not None:
+            opts.refuse("cfssl_client_key", "needs --cfssl-client-cert (the key's certificate)")
+        return None, None, opts.cfssl_ca_file
+    if cert == "puppet":
+        if opts.cfssl_client_key is not None:
+            opts.refuse(
+                "cfssl_client_key",
+                f"not with {opts.said('cfssl_client_cert')} "
+                "(the key is the Puppet agent's hostprivkey)",
+            )
+        from typhapki.inventory.agent_ssl import agent_ssl
+
+        agent = agent_ssl()
+        ca_file = opts.cfssl_ca_file if opts.cfssl_ca_file is not None else agent.localcacert
+        return agent.hostcert, agent.hostprivkey, ca_file
+    if not cert.strip():
+        opts.refuse("cfssl_client_cert", "expected a file or puppet")
+    if opts.cfssl_client_key is None:
+        opts.refuse("cfssl_client_cert", "needs --cfssl-client-key (the key's file)")
+    return Path(cert), opts.cfssl_client_key, opts.cfssl_ca_file

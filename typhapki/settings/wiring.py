@@ -14,7 +14,7 @@ from typhapki.record import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typhapki.puppet.hiera import TyphaSettings
+    from typhapki.inventory.hiera import TyphaSettings
 
 
 class Stage(StrEnum):

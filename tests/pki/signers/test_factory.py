@@ -1,6 +1,6 @@
 """Every refusal of a signer value names the one place that set it: a flag, the node
-configuration file's key or hiera's file, line and key (typhapki/pki/signers/factory.py,
-typhapki/pki/signers/cfssl.py, typhapki/settings/signer.py), and `check` and `issue`
+configuration file's key or hiera's file, line and key (typhapki/settings/signer.py `signer_config`,
+typhapki/pki/signers/cfssl.py), and `check` and `issue`
 refuse it in the same line with the same code (exit 2).
 
 The console script's main() runs in this process (tests/support/inprocess.py), on the

@@ -2,7 +2,7 @@
 
 Every signer implements `Signer`: `current_ca()` names the CA that signs now (it goes
 first in the bundle), `sign(csr, role)` returns a chain. Callers never ask which signer
-they hold; `factory.build_signer` picks one from the options.
+they hold; `factory.build_signer` builds one from its typed settings.
 
 A signer sees a CSR and a role, nothing else: the node makes its private keys itself
 and they never leave it. What a signer returns is not trusted: `issuance.ensure_set`

@@ -37,14 +37,13 @@ from cryptography import x509
 from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_left
 from typhapki.errors import ConfigError, SignerError, UsageError
 from typhapki.pki.pem import parse_certs
-from typhapki.pki.settings import RoleName
+from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CLOCK_TOLERANCE, CurrentCa, SignerClock
 from typhapki.pki.signers.csr import csr_pem
 from typhapki.pki.verify import fingerprint, is_ca
 from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular, read_secret
-from typhapki.settings.provenance import flag_of
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
@@ -95,11 +94,14 @@ class CfsslConfig:
     # Where each file option was given (option -> "--cfssl-auth-key", the node
     # configuration file's key), for messages about the file: typhapki/settings/signer.py.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    kind = "cfssl"  # its name in typhapki/pki/signers/factory.py SIGNERS
 
     def given(self, what: str, option: str) -> str:
         """`what` and where its file was given, for a message: `cfssl client key (from
         --cfssl-client-key)`."""
-        return f"{what} (from {self.sources.get(option) or flag_of(option)})"
+        # Its flag when no source was recorded (typhapki/settings/provenance.py flag_of).
+        flag = "--" + option.replace("_", "-")
+        return f"{what} (from {self.sources.get(option) or flag})"
 
 
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
@@ -147,7 +149,8 @@ def validate_url(url: str, allow_http: bool = False, what: str = "--cfssl-url") 
     Plain http:// is refused unless the host is loopback (a local multirootca behind
     its own TLS front) or `allow_http` (--cfssl-allow-http) says so: over http anyone
     on the path reads the CSR and the auth token and can answer in cfssl's name.
-    `what` names the URL in messages (typhapki/pki/signers/factory.py: its source).
+    `what` names the URL in messages (typhapki/settings/signer.py `signer_config`:
+    its source).
     """
     try:
         parts = urlsplit(url)
@@ -487,8 +490,8 @@ class CfsslSigner:
     # -- the Signer protocol -----------------------------------------------------------
 
     def _cache_path(self, profile: str) -> Path:
-        from typhapki.firewall.state import state_dir
         from typhapki.pki.signers.ca_cache import cache_path
+        from typhapki.statedir import state_dir
 
         return cache_path(state_dir(self.config.state_dir), self.url, self.config.label, profile)
 
@@ -683,3 +686,62 @@ def _lifetimes(expiry: int | None) -> dict[RoleName, timedelta]:
 
 class _Retryable(Exception):
     """Down, slow or a 5xx: worth another attempt."""
+
+
+def signer(config: CfsslConfig, settings: PkiSettings, now: datetime | None) -> CfsslSigner:
+    """The cfssl client `config` describes (typhapki/pki/signers/factory.py); cfssl
+    signs for its profiles' lifetimes, not `settings`'."""
+    return CfsslSigner(config)
+
+
+def cached_ca(
+    url: str,
+    label: str,
+    profiles: Mapping[RoleName, str],
+    directory: Path,
+    roles: tuple[RoleName, ...],
+    now: float | None = None,
+) -> CurrentCa:
+    """cfssl's CA (`url`, `label`) and its `profiles`' expiry as `check` and `issue`
+    last cached them in `directory`, without asking cfssl: `facts` and `metrics` run on
+    every node every few minutes and must never add to the PKI's load, nor wait for it.
+
+    `confirmed` is False once an entry is past its freshness (its `note` says since
+    when); with no entry at all, SignerError: nothing has asked cfssl yet.
+    """
+    import time
+    from datetime import UTC
+    from datetime import datetime as dt
+
+    from typhapki.errors import SignerError
+    from typhapki.pki.signers.ca_cache import cache_path, read
+
+    when = time.time() if now is None else now
+    entries = {}
+    for role in roles:
+        profile = profiles[role]
+        path = cache_path(directory, url, label, profile)
+        entry = read(path, url, label, when, profile)
+        if entry is None:
+            raise SignerError(
+                f"cfssl {url}: no cached CA for profile {profile} "
+                f"({'label ' + label if label else 'the default label'}) in {directory}: "
+                "`check` or `issue` has not asked cfssl yet"
+            )
+        entries[role] = entry
+    first = entries[roles[0]]
+    if len({fingerprint(e.cert) for e in entries.values()}) > 1:
+        raise SignerError(f"cfssl {url}: the cached profiles name different CAs")
+    stale = [e for e in entries.values() if when >= e.fresh_until]
+    note = None
+    if stale:
+        fetched = dt.fromtimestamp(min(e.fetched_at for e in stale), UTC)
+        note = f"cfssl {url}: CA not confirmed (cached {fetched:%Y-%m-%dT%H:%M:%SZ})"
+    lifetimes = {
+        role: timedelta(seconds=e.expiry) for role, e in entries.items() if e.expiry is not None
+    }
+    label_text = f" label {label}" if label else ""
+    return CurrentCa(
+        first.cert, f"{url}{INFO}{label_text}", confirmed=not stale, note=note,
+        anchors=False, first_anchor=False, lifetimes=lifetimes,
+    )  # fmt: skip

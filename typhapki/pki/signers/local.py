@@ -13,6 +13,7 @@ from typhapki.pki.profiles import Issuer, build_leaf
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CurrentCa, SignerClock
 from typhapki.pki.x509compat import valid_until
+from typhapki.record import record
 
 
 def leaf_not_after(
@@ -108,3 +109,16 @@ class LocalSigner:
     def clock(self, leaf: x509.Certificate) -> SignerClock | None:
         """None: the local CA signs by this node's own clock."""
         return None
+
+
+@record(frozen=True)
+class LocalConfig:
+    """The local CA's settings: its directory (certificate and key, typhapki/pki/layout.py)."""
+
+    ca_dir: Path
+    kind = "local"  # its name in typhapki/pki/signers/factory.py SIGNERS
+
+
+def signer(config: LocalConfig, settings: PkiSettings, now: datetime | None) -> LocalSigner:
+    """The local CA as `config` names it (typhapki/pki/signers/factory.py)."""
+    return LocalSigner(settings=settings, now=now, ca_dir=config.ca_dir)

@@ -24,8 +24,8 @@ from tests.conftest import against_servers, ci_examples, run_cli
 from tests.firewall.test_ferm import ferm_lines
 from tests.support.dns import Behaviour, ScriptedDns
 from typhapki.errors import ConfigError
-from typhapki.firewall.hostnames import MIN_PREFIX_V4, MIN_PREFIX_V6
-from typhapki.puppet.hiera import MAX_DEPTH, MAX_NODES, load_cluster, load_hiera
+from typhapki.inventory.hiera import MAX_DEPTH, MAX_NODES, load_cluster, load_hiera
+from typhapki.inventory.hostnames import MIN_PREFIX_V4, MIN_PREFIX_V6
 
 # Seconds a process may take on any of these inputs, on a loaded 2-core machine. The
 # merge-key bomb below took minutes before the caps.

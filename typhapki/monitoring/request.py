@@ -1,4 +1,4 @@
-"""What `metrics`, `probe` and `check --nagios` share: the set judged like `check`.
+"""The status request `metrics`, `probe` and `check --nagios` share: the set judged like `check`.
 
 `metrics` and `check --nagios` resolve their options with typhapki/settings/desired.py
 `observe`, the resolution `check` makes; `probe` needs only the settings."""
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.pki.settings import PkiSettings
-from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.pki import PkiOptions, parse_roles
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -26,9 +26,9 @@ def settings_factory(
     """Flags over the cluster's hiera settings, built when called (inside a guard)."""
 
     def build() -> PkiSettings:
-        from typhapki.settings.cluster import with_cluster_options
+        from typhapki.settings.cluster import cluster_settings
 
-        return build_settings(with_cluster_options(opts, hiera, cluster))
+        return cluster_settings(opts, hiera, cluster)[1]
 
     return build
 

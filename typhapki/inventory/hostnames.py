@@ -13,9 +13,10 @@ import ipaddress
 import re
 from collections.abc import Iterable
 
-from typhapki.errors import ConfigError
+from typhapki.errors import ConfigError, UsageError
 
 MAX_NAME_LENGTH = 253
+TYPHA_PORT = 5473
 # The widest source a rule may allow (docs/security.md, "Firewall and DNS"). /8 is the
 # largest private block (10.0.0.0/8); /32 is the usual IPv6 allocation to a whole
 # organisation (an RIR's minimum to an LIR). Anything wider opens Typha to much of
@@ -191,3 +192,28 @@ def validate_port(value: object, where: str = "") -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
         return value
     raise ConfigError(f"{_where(where)}{shown(value)} is not a TCP port (1-65535)")
+
+
+_ADDRESS = re.compile(
+    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
+)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
+    match = _ADDRESS.fullmatch(address.strip())
+    port = int((match["p6"] or match["port"] or TYPHA_PORT) if match else 0)
+    if match is None or not 0 < port < 65536:
+        raise UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
+    return match["v6"] or match["host"], port
+
+
+def address_ok(text: str) -> bool:
+    """HOST:PORT or [IPV6]:PORT of printable characters only (it ends up in one line)."""
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        return False
+    try:
+        parse_address(text)
+    except UsageError:
+        return False
+    return True

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError, unprintable
-from typhapki.firewall.hostnames import (
+from typhapki.inventory.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
+    address_ok,
     not_a_node,
     parse_ip,
     shown,
@@ -52,7 +53,7 @@ from typhapki.firewall.hostnames import (
     validate_source_network,
 )
 from typhapki.record import field, fields, record, replace
-from typhapki.settings import options
+from typhapki.settings.options import BY_NAME, SECRETS
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
 from typhapki.yamllimits import scan_events, yaml_loader
@@ -545,7 +546,7 @@ _PKI_STR_FIELDS = (
     "cfssl_profile_felix",
     "cfssl_label",
 )
-_SIGNERS = ("local", "cfssl")
+_SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
 # cfssl 1.2: a multirootca label is an INI section name, word characters only
 # (`[ cluster-2025 ]` is an invalid config file); profile names follow the same rule here.
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -560,7 +561,7 @@ _CLUSTER_FIELDS = (
 MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
-_SECRET_KEYS = frozenset(options.SECRETS | {"auth_key", "cfssl_key"})
+_SECRET_KEYS = frozenset(SECRETS | {"auth_key", "cfssl_key"})
 
 
 def _typha_settings(node: YNode) -> TyphaSettings:
@@ -653,7 +654,7 @@ def _typha_value(key: str, item: YNode) -> Any:
     if key in ("tls_stage", "tls_min_version"):
         # `tls_min_version: 1.3` is a YAML float: the text as written is the version.
         text = item.raw if isinstance(value, float) else value
-        choices = options.BY_NAME[key].choices
+        choices = BY_NAME[key].choices
         if text not in choices:
             raise ConfigError(
                 f"{item.where}: expected one of {', '.join(choices)}, got {shown(value)}"
@@ -669,8 +670,6 @@ def _typha_value(key: str, item: YNode) -> Any:
             raise ConfigError(f"{item.where}: expected a file path, got {shown(value)}")
         return text
     if key == "typha_address":
-        from typhapki.firewall.mtls_probe import address_ok  # only when the key is there
-
         text = _expect_str(item)
         if not address_ok(text):
             raise ConfigError(

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.hostnames import (
+from typhapki.inventory.hostnames import (
     MIN_PREFIX_V4,
     MIN_PREFIX_V6,
     merge_within_bounds,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import EXIT_USAGE, ConfigError
-from typhapki.puppet.agent_ssl import AIO_CONF, agent_ssl, parse_conf, resolve
+from typhapki.inventory.agent_ssl import AIO_CONF, agent_ssl, parse_conf, resolve
 
 NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z0-9]{1,10}){0,3}", fullmatch=True)
 DIRS = st.from_regex(r"(/[A-Za-z0-9_.-]{1,12}){1,4}", fullmatch=True)

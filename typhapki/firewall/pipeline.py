@@ -1,0 +1,327 @@
+"""The gated rule pipeline every firewall renderer shares (`ferm`, `nft`): options,
+hiera, the DNS gate, the strict/relaxed decision with its mTLS proof, and the state
+record. A renderer adds only its rendering (typhapki/commands/ferm.py,
+typhapki/commands/nft.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.record import record
+
+if TYPE_CHECKING:
+    from typhapki.firewall.ferm import Sources
+    from typhapki.firewall.mtls_proof import Decision, ProofRecord
+    from typhapki.inventory.hiera import Cluster
+    from typhapki.pki.settings import Identity
+
+DNS_GATES = ("enforce", "warn")
+DEFAULT_DNS_GATE = "enforce"
+
+
+@record(frozen=True)
+class GateOptions:
+    """The options every firewall renderer (ferm, nft) hands to `gated_rule`; None means
+    "not given": hiera's typha: setting, then the default."""
+
+    hiera: Path
+    cluster: str
+    mode: str | None = None
+    port: int | None = None
+    output: Path | None = None
+    check: bool = False
+    nameservers: tuple[str, ...] = ()
+    timeout: float | None = None
+    concurrency: int | None = None
+    dns_gate: str | None = None
+    state_dir: Path | None = None
+    # The mTLS proof a relaxed rule needs (typhapki/firewall/mtls_proof.py).
+    out: Path | None = None
+    typha_address: str | None = None
+    proof_lifetime: int | None = None
+    proof_timeout: float | None = None
+    skip_mtls_proof: bool = False
+
+
+@record(frozen=True)
+class GatedRule:
+    """What passed the DNS gate: the cluster, its mode and port, the sources to allow."""
+
+    cluster: Cluster
+    mode: str
+    port: int
+    sources: Sources
+
+
+# A renderer's part of a run: called with the cluster and its mode before any DNS
+# query (refuse what it cannot render there), it returns what renders and writes the
+# gated rule (an exit code).
+Prepare = Callable[["Cluster", str], Callable[[GatedRule], int]]
+Choice = tuple[str, "str | None", Sequence[str]]
+
+
+def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = ()) -> int:
+    """The pipeline every firewall renderer shares: options, hiera, the DNS gate, the
+    strict/relaxed decision and the state record; `prepare` adds only the rendering.
+
+    `choices` are the renderer's own (flag, value, allowed) options, checked between
+    --mode and --dns-gate. Returns EXIT_NEEDS_ACTION (nothing rendered) when the gate
+    fails under ``enforce``, else what the renderer's emit returns.
+    """
+    from typhapki.firewall import ferm as rules
+    from typhapki.firewall.dnsgate import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_TIMEOUT,
+        GateResult,
+        nameservers_from,
+        resolve_all,
+    )
+    from typhapki.firewall.state import record_run, state_dir
+    from typhapki.inventory.hiera import load_cluster
+
+    if opts.check and opts.output is None:
+        raise UsageError("--check needs --output FILE: the file to compare with")
+    for flag, value, allowed in (
+        ("--mode", opts.mode, rules.MODES),
+        *choices,
+        ("--dns-gate", opts.dns_gate, DNS_GATES),
+    ):
+        if value is not None and value not in allowed:
+            raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")
+    if opts.port is not None and not 1 <= opts.port <= 65535:
+        raise UsageError(f"--port: expected 1-65535, got {opts.port}")
+    _check_proof_options(opts)
+
+    cluster = load_cluster(opts.hiera, opts.cluster)
+    typha = cluster.typha
+    mode = opts.mode or typha.mode or rules.DEFAULT_MODE
+    port = opts.port or typha.port or rules.DEFAULT_PORT
+    dns_gate = opts.dns_gate or typha.dns_gate or DEFAULT_DNS_GATE
+    # Fixed sources: the rule does not depend on any node's addresses.
+    fixed = mode == "relaxed" and bool(typha.networks or typha.network_variable)
+    if mode == "relaxed" and typha.networks and typha.network_variable:
+        raise ConfigError(f"{cluster.where}.typha: give networks or network_variable, not both")
+    if not cluster.cluster_nodes and not fixed:
+        raise ConfigError(
+            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them "
+            "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
+        )
+    needs_proof = mode == "relaxed" and opts.output is not None and not opts.skip_mtls_proof
+    if needs_proof and opts.out is None:
+        raise UsageError(
+            "--out: a relaxed rule needs the mTLS proof, which connects to Typha as this "
+            "node's Felix (the set under --out); see docs/ferm.md"
+        )
+    if dns_gate == "warn" and not fixed:
+        where = "--dns-gate warn" if opts.dns_gate else f"{cluster.where}.typha.dns_gate: warn"
+        raise UsageError(
+            f"{where}: refused for a {_built_from(mode)}: a name that does not resolve "
+            "would drop its addresses silently (warn needs mode: relaxed with networks "
+            "or network_variable)"
+        )
+    emit = prepare(cluster, mode)
+    servers = nameservers_from(list(opts.nameservers))
+
+    if cluster.cluster_nodes:
+        gate = resolve_all(
+            cluster.cluster_nodes,
+            nameservers=servers,
+            require_ipv6=cluster.ipv6dualstack,
+            concurrency=DEFAULT_CONCURRENCY if opts.concurrency is None else opts.concurrency,
+            timeout=DEFAULT_TIMEOUT if opts.timeout is None else opts.timeout,
+        )
+    else:
+        gate = GateResult()  # nothing to resolve: the rule is made of fixed networks
+    problems = [(f.host, f.line()) for f in gate.failures.values()]
+    if mode == "relaxed" and typha.networks:
+        # A node outside the hiera networks would be dropped as silently as by @resolve.
+        problems += rules.uncovered(gate.addresses, typha.networks)
+    problems.sort()
+    failed_hosts = sorted({host for host, _ in problems})
+    succeeded = False
+    proof: ProofRecord | None = None  # None: keep the recorded one
+
+    def record() -> None:
+        warning = record_run(
+            state_dir(opts.state_dir),
+            cluster=cluster.name,
+            mode=mode,
+            dns_gate=dns_gate,
+            succeeded=succeeded,
+            failed_hosts=failed_hosts,
+            output=opts.output,
+            proof=proof,
+        )
+        if warning is not None:
+            print(warning, file=sys.stderr)
+
+    total = len(cluster.cluster_nodes)
+    if problems and dns_gate == "enforce":
+        for _, line in problems:
+            print(f"typhapki: DNS gate: {line}", file=sys.stderr)
+        print(
+            f"typhapki: DNS gate failed for cluster {cluster.name}: {len(problems)} problem(s) "
+            f"among {total} cluster_nodes; nothing written",
+            file=sys.stderr,
+        )
+        record()
+        return EXIT_NEEDS_ACTION
+    if problems:
+        for _, line in problems:
+            print(f"typhapki: DNS gate (warn): {line}", file=sys.stderr)
+        print(
+            f"typhapki: DNS gate (warn) for cluster {cluster.name}: {len(failed_hosts)} of "
+            f"{total} cluster_nodes failed; the rule does not depend on them and is rendered",
+            file=sys.stderr,
+        )
+
+    if mode == "relaxed" and opts.output is not None:
+        # The one place a relaxed rule is decided: written, kept or refused.
+        decision = _mtls_guard(opts, cluster, port)
+        proof = decision.record
+        if not decision.allowed:
+            print(f"typhapki: mTLS proof: {decision.line}", file=sys.stderr)
+            record()
+            return EXIT_NEEDS_ACTION
+        if decision.warning:
+            print(f"typhapki: warning: mTLS proof: {decision.line}", file=sys.stderr)
+
+    try:
+        if mode == "strict":
+            sources = rules.strict_sources(gate.all_addresses(), total)
+        elif fixed:
+            sources = rules.relaxed_sources(
+                (), networks=typha.networks, variable=typha.network_variable
+            )
+        else:
+            sources = rules.relaxed_sources(
+                gate.all_addresses(),
+                prefix_v4=typha.prefix_v4 or rules.DEFAULT_PREFIX_V4,
+                prefix_v6=typha.prefix_v6 or rules.DEFAULT_PREFIX_V6,
+            )
+        code = emit(GatedRule(cluster, mode, port, sources))
+        succeeded = True  # rendered, and written, unchanged, printed or compared
+    finally:
+        record()
+    return code
+
+
+def emit_text(opts: GateOptions, text: str, what: str) -> int:
+    """Print `text`, or write it to --output (atomic, only on change), or --check it."""
+    if opts.output is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    return _write_or_check(opts.output, text.encode(), opts.check, what)
+
+
+def _check_proof_options(opts: GateOptions) -> None:
+    if opts.proof_lifetime is not None and opts.proof_lifetime <= 0:
+        raise UsageError(f"--proof-lifetime: expected seconds > 0, got {opts.proof_lifetime}")
+    if opts.proof_timeout is not None and not 0 < opts.proof_timeout <= 300:
+        raise UsageError(f"--proof-timeout: expected 0-300 seconds, got {opts.proof_timeout:g}")
+    if opts.typha_address is not None:
+        from typhapki.firewall.mtls_probe import address_ok
+
+        if not address_ok(opts.typha_address):
+            raise UsageError(
+                f"--typha-address: expected HOST:PORT or [IPV6]:PORT, got {opts.typha_address!r}"
+            )
+
+
+def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
+    """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
+
+    The target is the local Typha when one listens on the rule's port, else
+    --typha-address (a flag, or the node configuration's), else the cluster's hiera
+    typha.typha_address. One replica stands for the cluster: Typha's TLS settings are
+    the Deployment's.
+    """
+    import time
+
+    from typhapki.firewall import mtls_probe
+    from typhapki.firewall.mtls_proof import DEFAULT_LIFETIME, ProofRecord, decide
+    from typhapki.firewall.state import StateError, read_state, recorded_proof, state_dir
+
+    now = int(time.time())
+    previous = ProofRecord()
+    with contextlib.suppress(StateError):
+        previous = recorded_proof(read_state(state_dir(opts.state_dir)), cluster.name)
+    lifetime = opts.proof_lifetime or DEFAULT_LIFETIME
+    if opts.skip_mtls_proof:
+        return decide(previous, None, now=now, lifetime=lifetime, skipped=True)
+    assert opts.out is not None
+    timeout = opts.proof_timeout or mtls_probe.DEFAULT_TIMEOUT
+    identity = _typha_identity(cluster)
+    local = f"127.0.0.1:{port}"
+    # The flag (or the node configuration's typha_address), else the cluster's hiera.
+    address = opts.typha_address or cluster.typha.typha_address
+    configured = [address] if address else []
+    target = mtls_probe.probe_target(local, configured, timeout)
+    if target is None:
+        proof = mtls_probe.unreachable(
+            local, f"nothing listens on {local}, and no --typha-address (or hiera typha_address)"
+        )
+    else:
+        proof = mtls_probe.prove(target, opts.out, identity, timeout)
+    return decide(previous, proof, now=now, lifetime=lifetime, skipped=False)
+
+
+def _typha_identity(cluster: Cluster) -> Identity:
+    """Who Felix expects Typha to be (FELIX_TYPHACN / URISAN), from the cluster's typha:."""
+    from typhapki.settings.cluster import pki_options_of
+    from typhapki.settings.pki import build_settings
+
+    try:
+        return build_settings(pki_options_of(cluster.typha)).typha
+    except UsageError as exc:
+        raise ConfigError(f"{cluster.where}.typha: {exc}") from None
+
+
+def _built_from(mode: str) -> str:
+    if mode == "strict":
+        return "strict rule (built from the node addresses)"
+    return "relaxed rule derived from the node addresses (no networks or network_variable)"
+
+
+def _write_or_check(output: Path, content: bytes, check: bool, what: str) -> int:
+    import os
+    import stat
+
+    from typhapki.errors import StoreError
+    from typhapki.pki.store import write_file_atomic
+
+    if check:
+        # lstat: never open a FIFO or a device standing where the rule should be.
+        try:
+            st = os.lstat(output)
+        except FileNotFoundError:
+            print(f"{output}: missing, {what} needs writing")
+            return EXIT_NEEDS_ACTION
+        except OSError as exc:
+            raise StoreError(f"{output}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            # Never opened (a FIFO would block); the write refuses to replace it too.
+            print(f"{output}: not a regular file: remove it, typhapki will not replace it")
+            return EXIT_NEEDS_ACTION
+        from typhapki.safeio import UnreadableFileError, read_regular
+
+        try:
+            current = read_regular(output, what, max(len(content), 1) * 2 + 4096)
+        except UnreadableFileError:
+            print(f"{output}: unreadable or too large, {what} needs rewriting")
+            return EXIT_NEEDS_ACTION
+        if current == content and (st.st_mode & 0o7777) == 0o644:
+            print(f"{output}: up to date")
+            return EXIT_OK
+        print(f"{output}: out of date, {what} needs rewriting")
+        return EXIT_NEEDS_ACTION
+    if not output.parent.is_dir():
+        raise StoreError(f"{output.parent}: no such directory")
+    changed = write_file_atomic(output, content, 0o644)
+    print(f"{output}: {'written' if changed else 'unchanged'}")
+    return EXIT_OK
