@@ -96,6 +96,21 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else _escaped(c) for c in text)
 
 
+def peer_text(value: str, limit: int) -> str:
+    """Text a peer sent (a server's answer, a PuppetDB certname or fact key), safe on one
+    terminal line: control and format characters (newlines, escape sequences, bidi
+    overrides) and the backslash escaped, so nothing can fake an escape; cut after
+    `limit` characters. Used by the cfssl signer and the fleet view alike."""
+    out = []
+    for char in value[:limit]:
+        if char == "\\" or not char.isprintable():
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out) + ("..." if len(value) > limit else "")
+
+
 def _escaped(char: str) -> str:
     """One character as a Python string literal writes it: ``\\n``, ``\\x1b``, ``\\u202e``."""
     named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

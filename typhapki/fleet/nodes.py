@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from typhapki.errors import peer_text
 from typhapki.fleet.answer import NestedTooDeep
 from typhapki.record import record
 
@@ -47,14 +48,7 @@ def shown(text: str, limit: int = 80) -> str:
     """Text from PuppetDB (a certname, a fact key, a cluster name), safe on one terminal
     line: control and format characters (newlines, escape sequences, bidi overrides)
     and the backslash escaped, so nothing can fake an escape; long text cut."""
-    out = []
-    for char in text[:limit]:
-        if char == "\\" or not char.isprintable():
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(char)
-    return "".join(out) + ("..." if len(text) > limit else "")
+    return peer_text(text, limit)
 
 
 class BrokenFact(ValueError):

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from cryptography import x509
 
 from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_left
-from typhapki.errors import ConfigError, SignerError, UsageError
+from typhapki.errors import ConfigError, SignerError, UsageError, peer_text
 from typhapki.pki.pem import parse_certs
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CLOCK_TOLERANCE, CurrentCa, SignerClock
@@ -173,14 +173,7 @@ def validate_url(url: str, allow_http: bool = False, what: str = "--cfssl-url") 
 def server_text(value: str, limit: int = MAX_SERVER_TEXT) -> str:
     """Text a server sent, fit for one line of a terminal: control and format
     characters (newlines, escape sequences, bidi overrides) escaped, long text cut."""
-    out = []
-    for char in value[:limit]:
-        if char == "\\" or not char.isprintable():
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(char)
-    return "".join(out) + ("..." if len(value) > limit else "")
+    return peer_text(value, limit)
 
 
 def read_auth_key(path: Path, what: str = "cfssl auth key") -> bytes:
