@@ -22,7 +22,7 @@ to carry the wiring's TLS settings (typhapki/kubernetes/tlspair.py).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -466,6 +466,53 @@ def leading_comments(document: str) -> str:
     return "".join(head)
 
 
+REREAD = "the post-renderer's output"
+
+
+def reassemble(
+    parsed: Sequence[Any],
+    replaced: Mapping[tuple[str, str, str], Any],
+    added: Sequence[tuple[str, Any]],
+    dropped: frozenset[int] = frozenset(),
+) -> tuple[str, list[Any]]:
+    """The stream as it will be printed, and what Kubernetes will read from it.
+
+    Each parsed document (typhapki/kubernetes/yamlstream.py) passes byte for byte unless
+    its object is `replaced` (dumped again under its own leading comments) or `dropped`
+    (by id); each of `added` is appended under a ``# Source: typhapki (WHY)`` line. The
+    result is split as Kubernetes will and parsed again (both sides or nothing is
+    checked on that); a document whose text came through unchanged parses as it did.
+    """
+    import yaml
+
+    from typhapki.kubernetes.yamlstream import load_document, split
+
+    out = []
+    for doc in parsed:
+        if doc.obj is not None and id(doc.obj) in dropped:
+            continue
+        document = doc.text
+        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in replaced:
+            body = yaml.safe_dump(
+                replaced[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
+            )
+            document = leading_comments(doc.text) + body
+        out.append(doc.separator + document)
+    for why, obj in added:
+        tail = "" if not out or out[-1].endswith("\n") else "\n"
+        out.append(
+            f"{tail}---\n# Source: typhapki ({why})\n"
+            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+        )
+    result = "".join(out)
+    known = {doc.text: doc.obj for doc in parsed}
+    objects = [
+        known[part] if part in known else load_document(part, REREAD, line, "rendered manifests")
+        for _, part, line in split(result, REREAD)
+    ]
+    return result, [obj for obj in objects if obj is not None]
+
+
 def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin") -> str:
     """The rendered stream with the two Calico objects patched, all else unchanged.
 
@@ -473,39 +520,16 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
     calico-node, carrying the wiring's TLS settings on both sides, and exactly one
     budget over the Typha pods; else ConfigError and nothing to print.
     """
-    import yaml
-
     from typhapki.kubernetes.budget import needs_budget
-    from typhapki.kubernetes.yamlstream import load, load_document, split
+    from typhapki.kubernetes.yamlstream import load
 
     parsed = load(text, where, "rendered manifests")
     documents = [d.obj for d in parsed if d.obj is not None]
     _, merged, budget = wire(documents, patches, where)
-    out = []
-    for doc in parsed:
-        document = doc.text
-        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in merged:
-            body = yaml.safe_dump(
-                merged[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
-            )
-            document = leading_comments(doc.text) + body
-        out.append(doc.separator + document)
-    if budget is not None:  # restart-typha evicts through it
-        tail = "" if not out or out[-1].endswith("\n") else "\n"
-        out.append(
-            f"{tail}---\n# Source: typhapki (Typha's PodDisruptionBudget: none in the chart)\n"
-            + yaml.safe_dump(budget, sort_keys=False, default_flow_style=False)
-        )
-    result = "".join(out)
-    # Split what would be printed, as Kubernetes will, and parse it again: both sides or
-    # nothing. A document whose text came through unchanged parses as it did.
-    again = "the post-renderer's output"
-    known = {doc.text: doc.obj for doc in parsed}
-    objects = [
-        known[part] if part in known else load_document(part, again, line, "rendered manifests")
-        for _, part, line in split(result, again)
-    ]
-    objects = [obj for obj in objects if obj is not None]
+    # restart-typha evicts through a budget: one is added when the chart has none.
+    added = [] if budget is None else [("Typha's PodDisruptionBudget: none in the chart", budget)]
+    result, objects = reassemble(parsed, merged, added)
+    again = REREAD
     find_workloads(objects, again)
     check_containers(objects, again)
     final = {

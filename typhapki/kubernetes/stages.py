@@ -32,13 +32,14 @@ from typing import Any
 from typhapki.errors import ConfigError
 from typhapki.kubernetes.kustomize import (
     KUSTOMIZATION,
+    REREAD,
     base_documents,
     check_base_path,
     check_containers,
     check_dirs,
     find_workloads,
     identify,
-    leading_comments,
+    reassemble,
     strategic_merge,
 )
 from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
@@ -346,40 +347,18 @@ def post_render_staged(
     appended, calico-node patched (switch, retire), the plain Typha's objects dropped
     (retire); every other document byte for byte. Read back and checked before it is
     returned (typhapki/kubernetes/tlspair.py `check_stages`)."""
-    import yaml
-
-    from typhapki.kubernetes.yamlstream import load, load_document, split
+    from typhapki.kubernetes.yamlstream import load
 
     parsed = load(text, where, "rendered manifests")
     documents = [d.obj for d in parsed if d.obj is not None]
     check_containers(documents, where)
     staged = stage_stream(documents, patches, stage, where)
-    dropped = {id(documents[n]) for n in staged.removed}
-    out = []
-    for doc in parsed:
-        if doc.obj is not None and id(doc.obj) in dropped:
-            continue
-        document = doc.text
-        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in staged.replaced:
-            body = yaml.safe_dump(
-                staged.replaced[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
-            )
-            document = leading_comments(doc.text) + body
-        out.append(doc.separator + document)
-    for obj in staged.added:
-        tail = "" if not out or out[-1].endswith("\n") else "\n"
-        out.append(
-            f"{tail}---\n# Source: typhapki (the live switch to mTLS, stage {stage})\n"
-            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
-        )
-    result = "".join(out)
-    again = "the post-renderer's output"
-    known = {doc.text: doc.obj for doc in parsed}
-    objects = [
-        known[part] if part in known else load_document(part, again, line, "rendered manifests")
-        for _, part, line in split(result, again)
-    ]
-    objects = [obj for obj in objects if obj is not None]
+    dropped = frozenset(id(documents[n]) for n in staged.removed)
+    why = f"the live switch to mTLS, stage {stage}"
+    result, objects = reassemble(
+        parsed, staged.replaced, [(why, obj) for obj in staged.added], dropped
+    )
+    again = REREAD
     check_stages(objects, patches, stage, again)
     return result
 
