@@ -128,3 +128,28 @@ def test_deeply_nested_fact_is_broken_not_a_crash() -> None:
     for _ in range(100_000):
         deep = [deep]
     assert _state({"trust": deep}) == BROKEN
+
+
+def _facter_nulls(value: Any) -> Any:
+    """The fact as PuppetDB holds it after Facter: every JSON null an empty string."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return {k: _facter_nulls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_facter_nulls(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("felix_running", [False, True])
+def test_facters_empty_strings_read_as_the_nulls_they_were(
+    fact: dict[str, Any], felix_running: bool
+) -> None:
+    """Facter stores a facts.d executable's JSON null as "" (seen against the real
+    PuppetDB, tests/fleet/test_fleet_puppetdb.py): the node is judged as before."""
+    fact["felix_typha"] = {"running": felix_running, "tls": None, "error": None, "tls_env": []}
+    fact["typhas"] = [{"running": True, "tls": True, "port": 5474, "probe": None}]
+    before = judge_node("n1", fact, FRESH, NOW, 2 * HOUR)
+    after = judge_node("n1", _facter_nulls(fact), FRESH, NOW, 2 * HOUR)
+    assert after.state == before.state == VALID
+    assert (after.felix_tls, after.tls_typhas) == (before.felix_tls, before.tls_typhas)

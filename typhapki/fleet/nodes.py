@@ -218,18 +218,23 @@ def _text(value: object, what: str) -> str:
     return shown(value, 160)
 
 
+def _null(value: object) -> object:
+    """None for a null as PuppetDB holds it: Facter stores the JSON null of a facts.d
+    executable's output as an empty string (seen with Debian's facter and PuppetDB)."""
+    return None if value is None or value == "" else value
+
+
 def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[Any, ...]]:
     """(Felix on TLS, why unknown, the TLS Typhas) from `felix_typha` and `typhas`
     (typhapki/puppet/facts.py)."""
-    felix = fact.get("felix_typha")
+    felix = _null(fact.get("felix_typha"))
     if felix is None:
         tls, why = None, "the fact has no felix_typha (typhapki on the node predates it)"
     else:
         felix = _mapping(felix, "felix_typha")
         running = _bool(felix.get("running"), "felix_typha.running")
-        tls = felix.get("tls")
-        if tls is not None:
-            tls = _bool(tls, "felix_typha.tls")
+        given = _null(felix.get("tls"))
+        tls = None if given is None else _bool(given, "felix_typha.tls")
         error = _text(felix.get("error"), "felix_typha.error")
         why = "" if tls is not None else (error or "calico-node -felix is not running")
         if not running:
@@ -245,7 +250,7 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
             raise BrokenFact("typhas[].port: expected a port number")
         if not _bool(typha.get("tls"), "typhas[].tls"):
             continue
-        probe = typha.get("probe")
+        probe = _null(typha.get("probe"))
         if probe is None:
             found.append((port, False, "not probed"))
             continue
