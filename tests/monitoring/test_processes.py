@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -18,7 +16,7 @@ from hypothesis import strategies as st
 from tests.conftest import CI, RUN_STARTED_AT
 from tests.monitoring.conftest import ProcessFactory
 from tests.support.issuing import ensure_local
-from tests.support.processes import private_process_table
+from tests.support.processes import private_process_table, start_named
 from typhapki.monitoring import processes
 from typhapki.monitoring.processes import (
     FELIX_TLS_ENV,
@@ -203,23 +201,6 @@ def test_an_exited_process_not_yet_reaped_is_not_running(
     assert not restart_statuses(Path("/nonexistent"), _mine({typha.pid}))[Component.TYPHA].running
 
 
-def _with_env(tmp: Path, name: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    """A real process named NAME (a copy of bash waiting on `read`) started with ENV."""
-    exe = tmp / name
-    if not exe.exists():
-        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
-    proc = subprocess.Popen(
-        [str(exe), "-c", "read -t 600", name, *args], stdin=subprocess.PIPE, env=env
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
-                return proc
-        time.sleep(0.01)
-    pytest.fail(f"process {proc.pid} never showed up as {name}")
-
-
 def _stop(*procs: subprocess.Popen[bytes]) -> None:
     for proc in procs:
         assert proc.stdin is not None
@@ -248,8 +229,8 @@ def test_felix_on_tls_is_read_from_its_environment(
     tmp = tmp_path_factory.mktemp("felix-env")
     env = {"PATH": "/usr/bin:/bin", "FELIX_TYPHAK8SSERVICENAME": "calico-typha-tls"}
     env |= {(n.lower() if lower else n): ("" if empty else TLS_VALUES[n]) for n in chosen}
-    felix = _with_env(tmp, "calico-node", env, "-felix")
-    confd = _with_env(tmp, "calico-node", {"PATH": "/bin"}, "-confd")  # not Felix
+    felix = start_named(tmp, "calico-node", "-felix", env=env)
+    confd = start_named(tmp, "calico-node", "-confd", env={"PATH": "/bin"})  # not Felix
     try:
         found = felix_tls(_mine({felix.pid, confd.pid}))
         assert found.running and found.error is None
@@ -262,11 +243,11 @@ def test_felix_on_tls_is_read_from_its_environment(
 
 def test_typha_listeners_say_port_and_tls(tmp_path: Path) -> None:
     """In the parallel stage one node runs a plain Typha and a TLS one on its own port."""
-    plain = _with_env(tmp_path, "calico-typha", {"PATH": "/bin"})
-    tls = _with_env(
+    plain = start_named(tmp_path, "calico-typha", env={"PATH": "/bin"})
+    tls = start_named(
         tmp_path,
         "calico-typha",
-        {"TYPHA_SERVERPORT": "5474", "TYPHA_CAFILE": "/ca.crt", "TYPHA_CLIENTCN": "felix"},
+        env={"TYPHA_SERVERPORT": "5474", "TYPHA_CAFILE": "/ca.crt", "TYPHA_CLIENTCN": "felix"},
     )
     try:
         listeners = typha_listeners(_mine({plain.pid, tls.pid}))

@@ -6,11 +6,8 @@ TLS server that requires this node's Felix certificate."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,25 +15,11 @@ from typing import Any
 import pytest
 
 from tests.support.gopeers import felix_env, typha_env
+from tests.support.processes import start_named
 from tests.support.tlspeers import _server_context, typha_files
 from typhapki.monitoring import processes
 from typhapki.pki.settings import PkiSettings
 from typhapki.puppet.facts import FactRequest, gather
-
-
-def _named(tmp: Path, name: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    exe = tmp / name
-    if not exe.exists():
-        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
-    proc = subprocess.Popen([str(exe), "-c", "read -t 600", name, *args],
-                            stdin=subprocess.PIPE, env=env)  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
-                return proc
-        time.sleep(0.01)
-    pytest.fail(f"{name} never started")
 
 
 @contextlib.contextmanager
@@ -80,9 +63,13 @@ def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
     connections: list[Any] = []
     with _tls_typha(issued, connections) as port:
         started = [
-            _named(tmp_path, "calico-node", {"PATH": "/bin", **felix_env(issued)}, "-felix"),
-            _named(tmp_path, "calico-typha", {"PATH": "/bin"}),  # the plain Typha
-            _named(tmp_path, "calico-typha", {**typha_env(issued), "TYPHA_SERVERPORT": str(port)}),
+            start_named(
+                tmp_path, "calico-node", "-felix", env={"PATH": "/bin", **felix_env(issued)}
+            ),
+            start_named(tmp_path, "calico-typha", env={"PATH": "/bin"}),  # the plain Typha
+            start_named(
+                tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
+            ),
         ]
         pids = {p.pid for p in started}
         real = processes.list_processes

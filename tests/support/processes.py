@@ -3,8 +3,14 @@ PostgreSQL), and whether this run's process table is its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import time
+from pathlib import Path
+
+import pytest
 
 # scripts/test.sh records the PID namespace it starts from before it runs the suite in
 # a namespace of its own (unshare --pid --mount-proc, tini as its PID 1).
@@ -38,3 +44,27 @@ def private_process_table() -> str | None:
     if os.readlink("/proc/self") != str(os.getpid()):
         return "/proc is another PID namespace's (mounted without --mount-proc)"
     return None
+
+
+def start_named(
+    directory: Path, name: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A real process whose comm is `name`, with Calico-like arguments and `env` (None:
+    this process's), returned once /proc shows it. A copy of bash in `directory` waits
+    on a builtin `read` (no child process), so /proc shows exactly one process called
+    `name` whose argv holds `args`."""
+    exe = directory / name
+    if not exe.exists():
+        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
+    proc = subprocess.Popen(
+        [str(exe), "-c", "read -t 600", name, *args], stdin=subprocess.PIPE, env=env
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
+                return proc
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"process {proc.pid} never showed up as {name}")
