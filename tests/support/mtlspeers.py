@@ -21,7 +21,7 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -111,14 +111,37 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
 
 
 @contextmanager
-def split_typha(tls12: str, tls13: str) -> Iterator[str]:
-    """HOST:PORT of a front sending each connection to `tls13` when its ClientHello
-    offers TLS 1.3, else to `tls12`, byte for byte (the TLS is end to end)."""
+def _accepting(on_client: Callable[[socket.socket], None]) -> Iterator[str]:
+    """HOST:PORT of a loopback listener whose every accepted connection goes to
+    `on_client`, in one serving thread, until the block ends."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     listener.settimeout(0.2)
     stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            on_client(client)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+@contextmanager
+def split_typha(tls12: str, tls13: str) -> Iterator[str]:
+    """HOST:PORT of a front sending each connection to `tls13` when its ClientHello
+    offers TLS 1.3, else to `tls12`, byte for byte (the TLS is end to end)."""
 
     def handle(client: socket.socket) -> None:
         with client:
@@ -137,22 +160,11 @@ def split_typha(tls12: str, tls13: str) -> Iterator[str]:
                 _pipe(client, server)
                 back.join(10)
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                continue
-            threading.Thread(target=handle, args=(client,), daemon=True).start()
+    def each(client: socket.socket) -> None:
+        threading.Thread(target=handle, args=(client,), daemon=True).start()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
+    with _accepting(each) as address:
+        yield address
 
 
 @contextmanager
@@ -166,32 +178,18 @@ def silent_tls13_typha(out: Path) -> Iterator[str]:
     ctx.load_verify_locations(paths.bundle)
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.num_tickets = 0
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    listener.settimeout(0.2)
-    stop = threading.Event()
     held: list[socket.socket] = []
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                continue
-            try:
-                client.settimeout(5)
-                held.append(ctx.wrap_socket(client, server_side=True))
-            except (OSError, ssl.SSLError):
-                client.close()
+    def hold(client: socket.socket) -> None:
+        try:
+            client.settimeout(5)
+            held.append(ctx.wrap_socket(client, server_side=True))
+        except (OSError, ssl.SSLError):
+            client.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
     try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
+        with _accepting(hold) as address:
+            yield address
     finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
         for conn in held:
             conn.close()
