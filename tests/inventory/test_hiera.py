@@ -392,14 +392,3 @@ def test_bad_typha_trust_names_the_entry(
     message = error_of(_trust_hiera(tmp_path / "h.yaml", value))
     assert message.startswith(f"{tmp_path / 'h.yaml'}:"), message
     assert f"kubernetes::clusters.main.staging.{needle}" in message, message
-
-
-def test_every_option_hiera_may_set_is_a_typha_key() -> None:
-    """The options marked `hiera` (typhapki/settings/options.py) are read from the
-    cluster's typha: mapping by name (typhapki/settings/cluster.py): each must be a key
-    TyphaSettings accepts, or a value set in hiera would be refused as unknown."""
-    from typhapki.record import fields
-    from typhapki.settings import options
-
-    marked = {o.name for o in options.OPTIONS if o.hiera}
-    assert marked and marked <= {f.name for f in fields(TyphaSettings)}

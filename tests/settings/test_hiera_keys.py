@@ -57,6 +57,9 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
         "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
         "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
     ),
+    # The mTLS proof's Typha when none listens here (typhapki/firewall/pipeline.py):
+    # loopback ports nothing serves, so the proof names the address it tried at once.
+    "typha_address": ("127.0.0.1:9", "127.0.0.1:7"),
 }
 
 
@@ -89,9 +92,27 @@ def _wiring_outcome(flags: dict[str, Any], hiera: Path) -> object:
     )
 
 
+def _proof_outcome(flags: dict[str, Any], hiera: Path, out: Path) -> object:
+    """Which Typha a relaxed rule's mTLS proof asks (ferm and nft), as its line says;
+    nothing listens on the rule's port here, so the flag or hiera names the target."""
+    import socket
+
+    from typhapki.firewall.pipeline import GateOptions, _mtls_guard
+    from typhapki.inventory.hiera import load_cluster
+
+    with socket.socket() as unused:  # a loopback port nothing serves
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    opts = GateOptions(hiera, CLUSTER, out=out, state_dir=out.parent / "state",
+                       proof_timeout=1, **flags)  # fmt: skip
+    return _mtls_guard(opts, load_cluster(hiera, CLUSTER), port).line.replace(str(port), "P")
+
+
 def _outcome(out: Path, pki: Any, signer: Any, hiera: Path) -> object:
     """What `check` and `issue` would act on: the settings and the signer's configuration
     (sources aside: where a value came from is not what it does), or the refusal."""
+    if signer == "proof":  # the mTLS proof's setting: `_given` hands its flags
+        return _proof_outcome(pki, hiera, out)
     if isinstance(pki, dict):  # a wiring setting: `_given` hands its flags
         return _wiring_outcome(pki, hiera)
     request = Request(out, "both", pki, signer, hiera=hiera, cluster=CLUSTER)
@@ -108,8 +129,8 @@ def _given(name: str, value: Any) -> tuple[Any, Any]:
     (a cfssl signer and its URL, unless `name` is one of those)."""
     base: dict[str, Any] = {"signer": "cfssl", "cfssl_url": URL}
     group = options.BY_NAME[name].group
-    if group == "wiring":
-        return ({} if value is None else {name: value}), None
+    if group in ("wiring", "proof"):
+        return ({} if value is None else {name: value}), (None if group == "wiring" else "proof")
     if group == "signer":
         base[name] = value
         if name == "signer" and value == "local":

@@ -99,12 +99,3 @@ def test_issue_on_a_host_named_localhost_is_one_line_and_writes_nothing(
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "TYPHAPKI_CONFIG": ""})  # fmt: skip
     assert named.returncode == 0, named.stderr
-
-
-def test_the_fields_are_the_tables_certificate_options() -> None:
-    """PkiOptions holds exactly the options typhapki/settings/options.py groups as `pki`,
-    in their order (besides the cluster's own renewal window and the sources)."""
-    from typhapki.settings import options
-    from typhapki.settings.pki import OPTION_NAMES
-
-    assert tuple(o.name for o in options.group("pki")) == OPTION_NAMES

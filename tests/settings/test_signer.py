@@ -80,12 +80,3 @@ def test_a_cfssl_option_without_cfssl_names_both_values_it_concerns() -> None:
         "but signer 'local' (from hiera h.yaml:9: typha.signer)"
     )
     SignerOptions(signer="local").refuse_cfssl_options()  # nothing given: nothing refused
-
-
-def test_the_fields_are_the_tables_signer_options() -> None:
-    """SignerOptions holds exactly the options typhapki/settings/options.py groups as
-    `signer`, in their order: the command line, the node configuration file and hiera
-    fill it by those names."""
-    from typhapki.settings import options
-
-    assert tuple(o.name for o in options.group("signer")) == OPTION_NAMES

@@ -53,7 +53,14 @@ from typhapki.inventory.hostnames import (
     validate_source_network,
 )
 from typhapki.record import field, fields, record, replace
-from typhapki.settings.options import BY_NAME, SECRETS
+from typhapki.settings.options import (
+    BY_NAME,
+    SECRETS,
+    PkiFields,
+    ProofFields,
+    SignerFields,
+    WiringFields,
+)
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
 from typhapki.yamllimits import scan_events, yaml_loader
@@ -86,28 +93,15 @@ class YNode:
 
 
 @record(frozen=True)
-class TyphaSettings:
-    """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set."""
+class TyphaSettings(PkiFields, SignerFields, ProofFields, WiringFields):
+    """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set.
 
-    # PKI: checked for type only here; the PKI layer validates the values.
-    typha_cn: str | None = None
-    felix_cn: str | None = None
-    typha_uri_san: str | None = None
-    felix_uri_san: str | None = None
-    key_type: str | None = None
-    days: int | None = None
-    typha_lifetime: str | None = None
-    felix_lifetime: str | None = None
-    renew_before: str | None = None
-    key_owner: str | None = None
-    key_group: str | None = None
-    key_mode: str | None = None
-    # issuance mode (docs/issuance.md); secrets such as cfssl's auth key never live here
-    signer: str | None = None
-    cfssl_url: str | None = None
-    cfssl_profile_typha: str | None = None
-    cfssl_profile_felix: str | None = None
-    cfssl_label: str | None = None
+    The shared options come from their groups' records (typhapki/settings/options.py),
+    declared there once: hiera sets those marked `hiera` under the same key, and the
+    others (a secret, this node's own name, a flag) stay unset. Their values are checked
+    for type only here; the PKI layer validates them. The fields below are hiera's own.
+    """
+
     # Extra CAs for the bundle, PEM texts (certificates are public): a CA rotation's
     # stages as hiera changes (docs/rotation.md). Each is checked when read.
     trust: tuple[str, ...] = ()
@@ -128,13 +122,6 @@ class TyphaSettings:
     prefix_v6: int | None = None
     ferm_output: str | None = None
     dns_gate: str | None = None
-    # where to prove that the cluster's Typha enforces mTLS when none listens locally
-    typha_address: str | None = None
-    # the Kubernetes wiring: the live switch's stage and the TLS policy
-    # (typhapki/settings/wiring.py checks the values)
-    tls_stage: str | None = None
-    tls_min_version: str | None = None
-    tls_cipher_suites: str | None = None
     # Where each value set above was written (FILE:LINE: KEY), for an error about a
     # value the PKI layer refuses (typhapki/settings/pki.py).
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -533,20 +520,6 @@ def _host_list(node: YNode, required: bool) -> tuple[str, ...]:
 
 # --- typha: settings -----------------------------------------------------------------
 
-_PKI_STR_FIELDS = (
-    "typha_cn",
-    "felix_cn",
-    "typha_uri_san",
-    "felix_uri_san",
-    "key_type",
-    "key_owner",
-    "key_group",
-    "cfssl_url",
-    "cfssl_profile_typha",
-    "cfssl_profile_felix",
-    "cfssl_label",
-)
-_SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
 # cfssl 1.2: a multirootca label is an INI section name, word characters only
 # (`[ cluster-2025 ]` is an invalid config file); profile names follow the same rule here.
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -558,6 +531,13 @@ _CLUSTER_FIELDS = (
     "pki_renew_seconds",
     "sources",
 )
+# The keys typha: may hold: the shared options marked `hiera` where they are declared
+# (typhapki/settings/options.py), and TyphaSettings' own fields but the cluster's.
+_KNOWN = frozenset(
+    f.name
+    for f in fields(TyphaSettings)
+    if (BY_NAME[f.name].hiera if f.name in BY_NAME else f.name not in _CLUSTER_FIELDS)
+)
 MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
@@ -568,7 +548,6 @@ def _typha_settings(node: YNode) -> TyphaSettings:
     if node.value is None:
         return TyphaSettings()
     items = _expect_mapping(node)
-    known = {f.name for f in fields(TyphaSettings) if f.name not in _CLUSTER_FIELDS}
     values: dict[str, Any] = {}
     for key, item in items.items():
         if key in _SECRET_KEYS:
@@ -577,9 +556,9 @@ def _typha_settings(node: YNode) -> TyphaSettings:
                 "PuppetDB): give the key file on the node with --cfssl-auth-key FILE "
                 "(or --cfssl-auth-key-typha / --cfssl-auth-key-felix)"
             )
-        if key not in known:
+        if key not in _KNOWN:
             raise ConfigError(
-                f"{item.where}: unknown key in typha: (known: {', '.join(sorted(known))})"
+                f"{item.where}: unknown key in typha: (known: {', '.join(sorted(_KNOWN))})"
             )
         if item.value is None:
             continue  # an explicit null unsets a default
@@ -603,14 +582,8 @@ def _typha_value(key: str, item: YNode) -> Any:
         if (problem := cfssl_name_problem(value)) is not None:
             raise ConfigError(f"{item.where}: {problem}")
         return value
-    if key in _PKI_STR_FIELDS:
-        if (
-            key in ("key_owner", "key_group")
-            and isinstance(value, int)
-            and not isinstance(value, bool)
-        ):
-            return str(value)  # a numeric uid/gid
-        return _expect_str(item)
+    if key in ("key_owner", "key_group") and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # a numeric uid/gid
     if key == "trust":
         return _trusted_pems(item)
     if key == "days":
@@ -626,7 +599,7 @@ def _typha_value(key: str, item: YNode) -> Any:
             return item.raw  # as written: 0640 stays "0640", not 416
         return _expect_str(item)
     if key == "signer":
-        return _expect_choice(item, _SIGNERS)
+        return _expect_choice(item, BY_NAME[key].choices)
     if key == "port":
         return validate_port(value, item.where)
     if key == "mode":
@@ -676,6 +649,8 @@ def _typha_value(key: str, item: YNode) -> Any:
                 f"{item.where}: expected HOST:PORT or [IPV6]:PORT, got {shown(value)}"
             )
         return text
+    if key in BY_NAME and BY_NAME[key].kind is str:
+        return _expect_str(item)  # identities, key type and owners, cfssl's URL: text here
     raise AssertionError(key)  # pragma: no cover - every field is handled above
 
 

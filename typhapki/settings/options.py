@@ -1,14 +1,21 @@
 """Every option of every command, each declared once, with what may set it.
 
 OPTIONS holds the options several commands share with one meaning (the certificate
-and signer settings, the mTLS proof, the confirmations); COMMANDS lists every command
-with its help and all its options, shared or its own. Read from here: typer's command
+and signer settings, the mTLS proof, the confirmations), each declared as a field of
+its group's record (`PkiFields`, `SignerFields`, ...: the field's name, type and
+`option(flag, help, marks)`); COMMANDS lists every command with its help and all its
+options, shared or its own. The records that carry option values inherit those
+fields rather than repeat them: `PkiOptions` (typhapki/settings/pki.py),
+`SignerOptions` (typhapki/settings/signer.py) and hiera's `TyphaSettings`
+(typhapki/inventory/hiera.py), so the type checker still knows each field's type.
+Read from here: typer's command
 line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
 without typer (typhapki/fastcli.py); the node configuration file's keys, values and
 flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
 it may set (typhapki/inventory/hiera.py, typhapki/settings/cluster.py); the man page, the
 completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
-one entry here (and the parameter of the body that uses it). Pure data: importing it
+one entry here (and the parameter of the body that uses it); tests/settings/test_options.py
+fails on an option declared twice or missing from a record. Pure data: importing it
 costs little and imports neither typer nor click.
 
 Marks:
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typhapki.record import record, replace
+from typhapki.record import Field, fields, record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,126 +78,288 @@ class Opt:
         return (self.flag, self.short) if self.short else (self.flag,)
 
 
+class OptionField(Field):
+    """A shared option declared as the field of its group's record: the field (None,
+    or False for a flag, when not given) and the option's flag, help and marks."""
+
+    __slots__ = ("flag", "help", "marks")
+
+    def __init__(self, flag: str, help: str, default: object, marks: dict[str, Any]) -> None:
+        super().__init__(default=default)
+        self.flag = flag
+        self.help = help
+        self.marks = marks
+
+
+def option(flag: str, help: str, *, default: object = None, **marks: Any) -> Any:
+    """A field of a group record that is a shared option (`Opt`'s marks by name)."""
+    return OptionField(flag, help, default, marks)
+
+
+# An option's value type, read from its field's annotation (the one place it is written;
+# `from __future__ import annotations` keeps annotations as their text).
+_KINDS: dict[str, type] = {
+    "str | None": str,
+    "int | None": int,
+    "float | None": float,
+    "Path | None": Path,
+    "bool": bool,
+}
+
+
+def options_of(cls: type, group_name: str) -> tuple[Opt, ...]:
+    """The options a group record declares, in field order: each field is one option of
+    the group, under the field's name, of the field's type."""
+    annotations = cls.__dict__["__annotations__"]  # noqa: RUF063 - inspect is slow to import
+    found = []
+    for f in fields(cls):
+        if not isinstance(f, OptionField):
+            raise TypeError(f"{cls.__name__}.{f.name}: not declared with option()")
+        kind = _KINDS[annotations[f.name]]
+        if f.default is not (False if kind is bool else None):
+            raise TypeError(f"{cls.__name__}.{f.name}: a flag defaults to False, others to None")
+        found.append(Opt(f.name, f.flag, kind, f.help, group_name, **f.marks))
+    return tuple(found)
+
+
 PROGRAM_HELP = "Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096")
 
-OPTIONS: tuple[Opt, ...] = (
-    # The certificate options every PKI command takes (typhapki/settings/pki.py).
-    Opt("typha_cn", "--typha-cn", str, "Typha's CN (FELIX_TYPHACN). Default calico-typha.",
-        "pki", hiera=True),
-    Opt("felix_cn", "--felix-cn", str, "Felix's CN (TYPHA_CLIENTCN). Default calico-node.",
-        "pki", hiera=True),
-    Opt("typha_uri_san", "--typha-uri-san", str, "Typha's URI SAN (FELIX_TYPHAURISAN).",
-        "pki", hiera=True),
-    Opt("felix_uri_san", "--felix-uri-san", str, "Felix's URI SAN (TYPHA_CLIENTURISAN).",
-        "pki", hiera=True),
-    Opt("key_type", "--key-type", str,
+
+@record(frozen=True)
+class PkiFields:
+    """The certificate options every PKI command takes (typhapki/settings/pki.py
+    `PkiOptions` adds what no flag sets). `node_name` never comes from hiera: it is
+    this node's own."""
+
+    typha_cn: str | None = option(
+        "--typha-cn", "Typha's CN (FELIX_TYPHACN). Default calico-typha.", hiera=True
+    )
+    felix_cn: str | None = option(
+        "--felix-cn", "Felix's CN (TYPHA_CLIENTCN). Default calico-node.", hiera=True
+    )
+    typha_uri_san: str | None = option(
+        "--typha-uri-san", "Typha's URI SAN (FELIX_TYPHAURISAN).", hiera=True
+    )
+    felix_uri_san: str | None = option(
+        "--felix-uri-san", "Felix's URI SAN (TYPHA_CLIENTURISAN).", hiera=True
+    )
+    key_type: str | None = option(
+        "--key-type",
         "ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.",
-        "pki", choices=KEY_TYPES, hiera=True),
-    Opt("days", "--days", int,
+        choices=KEY_TYPES,
+        hiera=True,
+    )
+    days: int | None = option(
+        "--days",
         "Both leaves' lifetime in days (default 365); excludes the per-role lifetimes.",
-        "pki", hiera=True),
-    Opt("typha_lifetime", "--typha-lifetime", str,
+        hiera=True,
+    )
+    typha_lifetime: str | None = option(
+        "--typha-lifetime",
         "Typha's leaf lifetime (e.g. 28d, 72h), local CA and sign. cfssl: its profile's expiry.",
-        "pki", hiera=True),
-    Opt("felix_lifetime", "--felix-lifetime", str,
+        hiera=True,
+    )
+    felix_lifetime: str | None = option(
+        "--felix-lifetime",
         "Felix's leaf lifetime (e.g. 24h), local CA and sign. cfssl: its profile's expiry.",
-        "pki", hiera=True),
-    Opt("renew_before", "--renew-before", str,
-        "Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime, or "
-        "the cluster's pki_renew_seconds while shorter than half of it.",
-        "pki", hiera=True),
-    Opt("key_owner", "--key-owner", str, "Owner of the key files (name or uid).",
-        "pki", hiera=True),
-    Opt("key_group", "--key-group", str, "Group of the key files (name or gid).",
-        "pki", hiera=True),
-    Opt("key_mode", "--key-mode", str, "Octal mode of the key files (default 0600).",
-        "pki", hiera=True),
-    Opt("node_name", "--node-name", str,
-        "This node's name: spreads its renewal moment (default: the FQDN).", "pki"),
-    # How certificates get signed (docs/issuance.md; typhapki/settings/signer.py).
-    Opt("signer", "--signer", str, "local (default: the CA in --ca-dir) or cfssl.",
-        "signer", choices=("local", "cfssl"), hiera=True),
-    Opt("cfssl_url", "--cfssl-url", str, "cfssl's API, e.g. https://pki.example:8888.",
-        "signer", hiera=True),
-    Opt("cfssl_auth_key", "--cfssl-auth-key", Path,
-        "File holding the profiles' HMAC key (hex): authsign.", "signer", secret=True),
-    Opt("cfssl_auth_key_typha", "--cfssl-auth-key-typha", Path,
+        hiera=True,
+    )
+    renew_before: str | None = option(
+        "--renew-before",
+        "Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime, or"
+        " the cluster's pki_renew_seconds while shorter than half of it.",
+        hiera=True,
+    )
+    key_owner: str | None = option(
+        "--key-owner", "Owner of the key files (name or uid).", hiera=True
+    )
+    key_group: str | None = option(
+        "--key-group", "Group of the key files (name or gid).", hiera=True
+    )
+    key_mode: str | None = option(
+        "--key-mode", "Octal mode of the key files (default 0600).", hiera=True
+    )
+    node_name: str | None = option(
+        "--node-name", "This node's name: spreads its renewal moment (default: the FQDN)."
+    )
+
+
+@record(frozen=True)
+class SignerFields:
+    """How certificates get signed (docs/issuance.md; typhapki/settings/signer.py
+    `SignerOptions`)."""
+
+    signer: str | None = option(
+        "--signer",
+        "local (default: the CA in --ca-dir) or cfssl.",
+        choices=("local", "cfssl"),
+        hiera=True,
+    )
+    cfssl_url: str | None = option(
+        "--cfssl-url", "cfssl's API, e.g. https://pki.example:8888.", hiera=True
+    )
+    cfssl_auth_key: Path | None = option(
+        "--cfssl-auth-key", "File holding the profiles' HMAC key (hex): authsign.", secret=True
+    )
+    cfssl_auth_key_typha: Path | None = option(
+        "--cfssl-auth-key-typha",
         "File holding the Typha profile's own HMAC key (wins over --cfssl-auth-key).",
-        "signer", secret=True),
-    Opt("cfssl_auth_key_felix", "--cfssl-auth-key-felix", Path,
+        secret=True,
+    )
+    cfssl_auth_key_felix: Path | None = option(
+        "--cfssl-auth-key-felix",
         "File holding the Felix profile's own HMAC key (wins over --cfssl-auth-key).",
-        "signer", secret=True),
-    Opt("cfssl_ca_file", "--cfssl-ca-file", Path,
-        "CA certificate(s) to trust for TLS to cfssl (default with "
-        "--cfssl-client-cert puppet: Puppet's localcacert).", "signer"),
-    Opt("cfssl_client_cert", "--cfssl-client-cert", str,
-        "This node's certificate for mutual TLS to the PKI front: a FILE, or puppet "
-        "(the Puppet agent's hostcert and hostprivkey, read from puppet.conf).", "signer"),
-    Opt("cfssl_client_key", "--cfssl-client-key", Path,
-        "File holding the key of --cfssl-client-cert FILE.", "signer", secret=True),
-    Opt("cfssl_profile_typha", "--cfssl-profile-typha", str,
-        "cfssl profile for Typha (typha).", "signer", hiera=True),
-    Opt("cfssl_profile_felix", "--cfssl-profile-felix", str,
-        "cfssl profile for Felix (felix).", "signer", hiera=True),
-    Opt("cfssl_label", "--cfssl-label", str, "cfssl signer label (multirootca).",
-        "signer", hiera=True),
-    Opt("cfssl_timeout", "--cfssl-timeout", float,
-        "Seconds per attempt (default 10; 3 attempts).", "signer"),
-    Opt("cfssl_ca_ttl", "--cfssl-ca-ttl", str,
-        "How long cfssl's CA is cached before check/issue ask again (default 1h).", "signer"),
-    Opt("cfssl_allow_http", "--cfssl-allow-http", bool,
-        "Allow plain http:// beyond loopback (discouraged).", "signer", flag_only=True),
-    # typhapki's own state on the node, read and written by every command that keeps
-    # some (typhapki/firewall/state.py `state_dir`): one root, one precedence.
-    Opt("state_dir", "--state-dir", Path,
+        secret=True,
+    )
+    cfssl_ca_file: Path | None = option(
+        "--cfssl-ca-file",
+        "CA certificate(s) to trust for TLS to cfssl (default with --cfssl-client-cert "
+        "puppet: Puppet's localcacert).",
+    )
+    cfssl_client_cert: str | None = option(
+        "--cfssl-client-cert",
+        "This node's certificate for mutual TLS to the PKI front: a FILE, or puppet (the "
+        "Puppet agent's hostcert and hostprivkey, read from puppet.conf).",
+    )
+    cfssl_client_key: Path | None = option(
+        "--cfssl-client-key", "File holding the key of --cfssl-client-cert FILE.", secret=True
+    )
+    cfssl_profile_typha: str | None = option(
+        "--cfssl-profile-typha", "cfssl profile for Typha (typha).", hiera=True
+    )
+    cfssl_profile_felix: str | None = option(
+        "--cfssl-profile-felix", "cfssl profile for Felix (felix).", hiera=True
+    )
+    cfssl_label: str | None = option(
+        "--cfssl-label", "cfssl signer label (multirootca).", hiera=True
+    )
+    cfssl_timeout: float | None = option(
+        "--cfssl-timeout", "Seconds per attempt (default 10; 3 attempts)."
+    )
+    cfssl_ca_ttl: str | None = option(
+        "--cfssl-ca-ttl", "How long cfssl's CA is cached before check/issue ask again (default 1h)."
+    )
+    cfssl_allow_http: bool = option(
+        "--cfssl-allow-http",
+        "Allow plain http:// beyond loopback (discouraged).",
+        default=False,
+        flag_only=True,
+    )
+
+
+@record(frozen=True)
+class StateFields:
+    """typhapki's own state on the node, read and written by every command that keeps
+    some (typhapki/statedir.py): one root, one precedence."""
+
+    state_dir: Path | None = option(
+        "--state-dir",
         "typhapki's state directory: ferm.json (the DNS gate's runs, the mTLS proof) and "
         "the signer-CA cache (signer-ca/). Default: the node configuration's state_dir, "
-        "else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki.", "state"),
-    # The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md).
-    Opt("out", "--out", Path,
-        "This node's set: a relaxed rule's mTLS proof connects as its Felix.", "proof"),
-    Opt("typha_address", "--typha-address", str,
+        "else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki.",
+    )
+
+
+@record(frozen=True)
+class ProofFields:
+    """The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md)."""
+
+    out: Path | None = option(
+        "--out", "This node's set: a relaxed rule's mTLS proof connects as its Felix."
+    )
+    typha_address: str | None = option(
+        "--typha-address",
         "The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
-        "proof"),
-    Opt("proof_lifetime", "--proof-lifetime", int,
-        "Seconds an mTLS proof stays valid (default 21600).", "proof"),
-    Opt("proof_timeout", "--proof-timeout", float,
-        "Seconds per mTLS probe, connect included (default 5).", "proof"),
-    Opt("skip_mtls_proof", "--skip-mtls-proof", bool,
-        "Last resort: write a relaxed rule without proving that Typha enforces mTLS. "
-        "A flag only (the node configuration may not set it).", "proof", flag_only=True),
-    # The Kubernetes wiring's TLS switch and policy (docs/kubernetes.md; typhapki/settings/
-    # wiring.py), read by `manifests` in every way it delivers the wiring.
-    Opt("tls_stage", "--tls-stage", str,
+        hiera=True,
+    )
+    proof_lifetime: int | None = option(
+        "--proof-lifetime", "Seconds an mTLS proof stays valid (default 21600)."
+    )
+    proof_timeout: float | None = option(
+        "--proof-timeout", "Seconds per mTLS probe, connect included (default 5)."
+    )
+    skip_mtls_proof: bool = option(
+        "--skip-mtls-proof",
+        "Last resort: write a relaxed rule without proving that Typha enforces mTLS. A "
+        "flag only (the node configuration may not set it).",
+        default=False,
+        flag_only=True,
+    )
+
+
+@record(frozen=True)
+class WiringFields:
+    """The Kubernetes wiring's TLS switch and policy (docs/kubernetes.md;
+    typhapki/settings/wiring.py), read by `manifests` in every way it delivers the wiring."""
+
+    tls_stage: str | None = option(
+        "--tls-stage",
         "The live switch to mTLS: parallel (a TLS Typha beside the plain one), switch "
         "(calico-node on the TLS Typha), retire (the plain Typha removed). Absent: both "
-        "sides switched at once.", "wiring", choices=("parallel", "switch", "retire"),
-        hiera=True),
-    Opt("tls_min_version", "--tls-min-version", str,
+        "sides switched at once.",
+        choices=("parallel", "switch", "retire"),
+        hiera=True,
+    )
+    tls_min_version: str | None = option(
+        "--tls-min-version",
         "Minimum TLS version of Typha and Felix (TLS_MIN_VERSION; Calico 3.32 and later).",
-        "wiring", choices=("1.2", "1.3"), hiera=True),
-    Opt("tls_cipher_suites", "--tls-cipher-suites", str,
-        "TLS 1.2 cipher suites of Typha and Felix: Go's ECDHE suite names, comma-separated "
-        "(TLS_CIPHER_SUITES; Calico 3.31 and later).", "wiring", hiera=True),
-    # How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py).
-    Opt("puppetdb", "--puppetdb", str,
-        "PuppetDB's URL, e.g. https://puppetdb.example.org:8081.", "puppetdb"),
-    Opt("puppetdb_cert", "--puppetdb-cert", str,
-        "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert, "
-        "hostprivkey and localcacert, read from puppet.conf.", "puppetdb"),
-    Opt("puppetdb_key", "--puppetdb-key", Path,
-        "The client certificate's key (PEM).", "puppetdb", secret=True),
-    Opt("puppetdb_ca", "--puppetdb-ca", Path,
-        "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA).", "puppetdb"),
-    Opt("puppetdb_timeout", "--puppetdb-timeout", float,
-        "Seconds for all of a run's PuppetDB queries together (default 60).", "puppetdb"),
-    # Confirmations of one command each: a person decides them, for one run.
-    Opt("force", "--force", bool, "Replace an existing CA.", "confirm", flag_only=True),
-    Opt("allow_rollback", "--allow-rollback", bool, "Allow going back one stage.",
-        "confirm", flag_only=True),
-)  # fmt: skip
+        choices=("1.2", "1.3"),
+        hiera=True,
+    )
+    tls_cipher_suites: str | None = option(
+        "--tls-cipher-suites",
+        "TLS 1.2 cipher suites of Typha and Felix: Go's ECDHE suite names, comma-"
+        "separated (TLS_CIPHER_SUITES; Calico 3.31 and later).",
+        hiera=True,
+    )
+
+
+@record(frozen=True)
+class PuppetdbFields:
+    """How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py)."""
+
+    puppetdb: str | None = option(
+        "--puppetdb", "PuppetDB's URL, e.g. https://puppetdb.example.org:8081."
+    )
+    puppetdb_cert: str | None = option(
+        "--puppetdb-cert",
+        "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert,"
+        " hostprivkey and localcacert, read from puppet.conf.",
+    )
+    puppetdb_key: Path | None = option(
+        "--puppetdb-key", "The client certificate's key (PEM).", secret=True
+    )
+    puppetdb_ca: Path | None = option(
+        "--puppetdb-ca", "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA)."
+    )
+    puppetdb_timeout: float | None = option(
+        "--puppetdb-timeout", "Seconds for all of a run's PuppetDB queries together (default 60)."
+    )
+
+
+@record(frozen=True)
+class ConfirmFields:
+    """Confirmations of one command each: a person decides them, for one run."""
+
+    force: bool = option("--force", "Replace an existing CA.", default=False, flag_only=True)
+    allow_rollback: bool = option(
+        "--allow-rollback", "Allow going back one stage.", default=False, flag_only=True
+    )
+
+
+# Each group of shared options, in the order --help and docs/options.md list them.
+GROUPS: tuple[tuple[str, type], ...] = (
+    ("pki", PkiFields),
+    ("signer", SignerFields),
+    ("state", StateFields),
+    ("proof", ProofFields),
+    ("wiring", WiringFields),
+    ("puppetdb", PuppetdbFields),
+    ("confirm", ConfirmFields),
+)
+OPTIONS: tuple[Opt, ...] = tuple(o for name, cls in GROUPS for o in options_of(cls, name))
 
 BY_NAME = {o.name: o for o in OPTIONS}
 FLAG_ONLY = frozenset(o.name for o in OPTIONS if o.flag_only)

@@ -25,6 +25,7 @@ from typhapki.pki.settings import (
     validate_node_name,
 )
 from typhapki.record import field, fields, record
+from typhapki.settings.options import PkiFields
 from typhapki.settings.provenance import Sourced
 from typhapki.settings.provenance import named as _named
 
@@ -75,22 +76,12 @@ def default_node_name() -> str:
 
 
 @record(frozen=True)
-class PkiOptions(Sourced):
-    """Certificate options as given on the command line; None means not given."""
+class PkiOptions(PkiFields, Sourced):
+    """Certificate options as given on the command line; None means not given.
 
-    typha_cn: str | None = None
-    felix_cn: str | None = None
-    typha_uri_san: str | None = None
-    felix_uri_san: str | None = None
-    key_type: str | None = None
-    days: int | None = None
-    typha_lifetime: str | None = None
-    felix_lifetime: str | None = None
-    renew_before: str | None = None
-    key_owner: str | None = None
-    key_group: str | None = None
-    key_mode: str | None = None
-    node_name: str | None = None  # never from hiera: it is this node's own
+    The options are the fields of `PkiFields` (typhapki/settings/options.py), declared
+    there once with their flags and help; this record adds what no flag sets."""
+
     # Not an option: the cluster's pki_renew_seconds from hiera (kubernetes::clusters).
     cluster_renew: int | None = None
     # Where each value came from ("--days", "/etc/typhapki/typhapki.yaml: ...", "hiera
@@ -142,9 +133,7 @@ class PkiOptions(Sourced):
         return PkiOptions(**merged, sources=sources)
 
 
-OPTION_NAMES = tuple(
-    f.name for f in fields(PkiOptions) if f.name not in ("sources", "cluster_renew")
-)
+OPTION_NAMES = tuple(f.name for f in fields(PkiFields))
 
 
 def build_settings(opts: PkiOptions) -> PkiSettings:

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from typhapki.record import field, fields, record
-from typhapki.settings.options import BY_NAME
+from typhapki.settings.options import BY_NAME, SignerFields
 from typhapki.settings.provenance import Sourced, named, unset
 
 TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
@@ -47,23 +47,14 @@ FILE_OPTIONS = (
 
 
 @record(frozen=True)
-class SignerOptions(Sourced):
-    """Signer options as given; None means not given."""
+class SignerOptions(SignerFields, Sourced):
+    """Signer options as given; None means not given (False for the one flag).
 
-    signer: str | None = None
-    cfssl_url: str | None = None
-    cfssl_auth_key: Path | None = None  # both roles' profiles
-    cfssl_auth_key_typha: Path | None = None  # wins over cfssl_auth_key for Typha
-    cfssl_auth_key_felix: Path | None = None  # wins over cfssl_auth_key for Felix
-    cfssl_ca_file: Path | None = None
-    cfssl_client_cert: str | None = None  # a file, or "puppet" (typhapki/inventory/agent_ssl.py)
-    cfssl_client_key: Path | None = None  # the key of a client cert file
-    cfssl_profile_typha: str | None = None
-    cfssl_profile_felix: str | None = None
-    cfssl_label: str | None = None
-    cfssl_timeout: float | None = None
-    cfssl_ca_ttl: str | None = None
-    cfssl_allow_http: bool = False  # a flag only: never from hiera or the node's file
+    The options are the fields of `SignerFields` (typhapki/settings/options.py), declared
+    there once with their flags, help and marks: `cfssl_client_cert` is a file or
+    ``puppet`` (typhapki/inventory/agent_ssl.py), a per-role auth key wins over
+    `cfssl_auth_key` for its role, and `cfssl_allow_http` is a flag only."""
+
     # Where each value came from, as for the PKI options (typhapki/settings/pki.py): a
     # flag, the node configuration file's key, or hiera's file, line and key.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -116,7 +107,7 @@ class SignerOptions(Sourced):
                 self.refuse(name, f"needs --signer cfssl, but {self.said('signer')}")
 
 
-OPTION_NAMES = tuple(f.name for f in fields(SignerOptions) if f.name != "sources")
+OPTION_NAMES = tuple(f.name for f in fields(SignerFields))
 
 
 def signer_config(
