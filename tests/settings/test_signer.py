@@ -74,9 +74,9 @@ def test_a_cfssl_option_without_cfssl_names_both_values_it_concerns() -> None:
         sources={"signer": "hiera h.yaml:9: typha.signer"},
     )
     with pytest.raises(UsageError) as caught:
-        opts.refuse_cfssl_options()
+        opts.refuse_other_signers_options()
     assert str(caught.value) == (
         "cfssl_ca_file '/etc/ca.pem' (from --cfssl-ca-file): needs --signer cfssl, "
         "but signer 'local' (from hiera h.yaml:9: typha.signer)"
     )
-    SignerOptions(signer="local").refuse_cfssl_options()  # nothing given: nothing refused
+    SignerOptions(signer="local").refuse_other_signers_options()  # nothing given: nothing refused

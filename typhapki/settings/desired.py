@@ -88,7 +88,7 @@ def checked_signer(
     from typhapki.settings.signer import signer_config
 
     if not require_signer and ca_dir is None and signer.local:
-        signer.refuse_cfssl_options()  # as build_signer would, in check as in issue
+        signer.refuse_other_signers_options()  # as signer_config would, in check as in issue
         return None
     # A renewal window as long as the lifetime would renew on every run: the local CA
     # signs for the settings' lifetimes, a remote signer for its profile's.

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
     from typhapki.pki.settings import RoleName
     from typhapki.pki.signers import CurrentCa
-    from typhapki.pki.signers.factory import SignerConfig
+    from typhapki.pki.signers.factory import Kind, SignerConfig
 
-SIGNERS = BY_NAME["signer"].choices  # declared once, in the option table
-REMOTE_SIGNERS = ("cfssl",)  # their CA is cached (`caches_ca`)
-LABELLED_SIGNERS = ("cfssl",)  # a label picks their CA (`labelled`)
+# --signer's choices: the kinds of typhapki/pki/signers/factory.py SIGNERS, which says
+# what depends on each (tests/pki/signers/test_factory.py holds them equal).
+SIGNERS = BY_NAME["signer"].choices
 DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
 # A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
 # checks the same in hiera, naming the key).
@@ -73,10 +73,11 @@ class SignerOptions(SignerFields, Sourced):
 
     @property
     def kind(self) -> str:
-        """local or cfssl; a misspelt signer is a usage error naming where it was set."""
+        """local (the default) or another of SIGNERS; a misspelt signer is a usage error
+        naming where it was set."""
         kind = self.signer or "local"
         if kind not in SIGNERS:
-            self.refuse("signer", "expected local or cfssl")
+            self.refuse("signer", f"expected {', '.join(SIGNERS[:-1])} or {SIGNERS[-1]}")
         return kind
 
     @property
@@ -88,23 +89,35 @@ class SignerOptions(SignerFields, Sourced):
     def labelled(self) -> bool:
         """Whether the signer picks its CA by a label (cfssl's multirootca): with none
         given, the cluster's pki_intermediate_base names it (typhapki/settings/cluster.py)."""
-        return self.signer in LABELLED_SIGNERS
+        kind = _kind_of(self.signer)
+        return kind is not None and kind.labelled
 
     @property
     def caches_ca(self) -> bool:
         """Whether the signer is a remote one whose CA `check` and `issue` cache, and
         `facts`, `metrics` and `check --nagios` read from that cache, never asking it
         (typhapki/pki/signers/ca_cache.py)."""
-        return self.signer in REMOTE_SIGNERS
+        kind = _kind_of(self.signer)
+        return kind is not None and kind.caches_ca
 
-    def refuse_cfssl_options(self) -> None:
-        """Refuse the first cfssl option given without the cfssl signer, naming it and
+    def refuse_other_signers_options(self) -> None:
+        """Refuse the first option of a signer other than the chosen one (an option
+        named after its signer: ``cfssl_url`` without --signer cfssl), naming it and
         where it came from (exit 2)."""
         for name in OPTION_NAMES:
-            if name.startswith("cfssl_") and not unset(getattr(self, name)):
+            owner = name.split("_", 1)[0]
+            if owner in SIGNERS and owner != self.kind and not unset(getattr(self, name)):
                 if self.signer is None:
-                    self.refuse(name, "needs --signer cfssl")
-                self.refuse(name, f"needs --signer cfssl, but {self.said('signer')}")
+                    self.refuse(name, f"needs --signer {owner}")
+                self.refuse(name, f"needs --signer {owner}, but {self.said('signer')}")
+
+
+def _kind_of(signer: str | None) -> Kind | None:
+    """What depends on the signer `signer` names (the local CA when None), from its line
+    in the factory's SIGNERS; None for a misspelt one."""
+    from typhapki.pki.signers.factory import SIGNERS as KINDS
+
+    return KINDS.get(signer or "local")
 
 
 OPTION_NAMES = tuple(f.name for f in fields(SignerFields))
@@ -125,20 +138,45 @@ def signer_config(
     the options needs: the CA certificate, the CA key and cfssl's answer come when the
     signer is used.
     """
+    from typhapki.pki.settings import RoleName
+
+    kind = opts.kind
+    opts.refuse_other_signers_options()
+    wanted = roles if roles is not None else (RoleName.TYPHA, RoleName.FELIX)
+    return CONFIGS[kind](opts, ca_dir, node_name, state_dir, wanted)
+
+
+def _local_config(
+    opts: SignerOptions,
+    ca_dir: Path | None,
+    node_name: str | None,
+    state_dir: Path | None,
+    roles: tuple[RoleName, ...],
+) -> SignerConfig:
+    """The local CA's settings: its directory, --ca-dir."""
+    from typhapki.errors import UsageError
+
+    if ca_dir is None:
+        if opts.signer is not None:
+            opts.refuse("signer", "needs --ca-dir (the local CA's directory)")
+        raise UsageError("--ca-dir is required with --signer local (the default)")
+    from typhapki.pki.signers.local import LocalConfig
+
+    return LocalConfig(ca_dir=ca_dir)
+
+
+def _cfssl_config(
+    opts: SignerOptions,
+    ca_dir: Path | None,
+    node_name: str | None,
+    state_dir: Path | None,
+    roles: tuple[RoleName, ...],
+) -> SignerConfig:
+    """cfssl's settings from the ``cfssl_*`` options."""
     from datetime import timedelta
 
-    from typhapki.errors import UsageError
     from typhapki.pki.settings import RoleName, parse_duration
 
-    if opts.kind == "local":
-        opts.refuse_cfssl_options()
-        if ca_dir is None:
-            if opts.signer is not None:
-                opts.refuse("signer", "needs --ca-dir (the local CA's directory)")
-            raise UsageError("--ca-dir is required with --signer local (the default)")
-        from typhapki.pki.signers.local import LocalConfig
-
-        return LocalConfig(ca_dir=ca_dir)
     if ca_dir is not None:
         opts.refuse("signer", "excludes --ca-dir: cfssl holds the CA")
     if not opts.cfssl_url:
@@ -188,9 +226,13 @@ def signer_config(
         node_name=node_name or "",
         state_dir=state_dir,
         allow_http=opts.cfssl_allow_http,
-        roles=roles if roles is not None else (RoleName.TYPHA, RoleName.FELIX),
+        roles=roles,
         sources=_file_sources(opts),
     )
+
+
+# Each signer's settings from its options, by --signer (SIGNERS): one line per signer.
+CONFIGS = {"local": _local_config, "cfssl": _cfssl_config}
 
 
 def _file_sources(opts: SignerOptions) -> dict[str, str]:

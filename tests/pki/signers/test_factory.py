@@ -136,3 +136,38 @@ def test_a_flag_wins_over_the_file_and_hiera_and_is_the_one_named(
     config.write_text("defaults:\n  cfssl_url: 'ftp://file'\n")
     result = run_cli(*argv, env=env)
     assert_one_line_error(result, 2, f"cfssl_url 'ftp://file' (from {config}: defaults.cfssl_url)")
+
+
+def test_every_signer_is_one_line_of_the_factory() -> None:
+    """--signer's choices, the factory's SIGNERS and the options' checks name the same
+    signers, each a module that builds it from its typed settings."""
+    import importlib
+
+    from typhapki.pki.signers.factory import SIGNERS
+    from typhapki.settings.options import BY_NAME
+    from typhapki.settings.signer import CONFIGS
+
+    assert tuple(SIGNERS) == BY_NAME["signer"].choices == tuple(CONFIGS)
+    for kind in SIGNERS.values():
+        assert callable(importlib.import_module(kind.module).signer), kind
+
+
+def test_no_module_decides_by_a_signer_name() -> None:
+    """What depends on the kind of signer asks its line in the factory (`Kind`): outside
+    typhapki/pki/signers/, a signer's name is written only where its options are declared
+    (typhapki/settings/options.py) and checked (typhapki/settings/signer.py `CONFIGS`).
+    "local" is also the default, named where the default is taken."""
+    import ast
+
+    from tests.conftest import SOURCE
+    from typhapki.pki.signers.factory import SIGNERS
+
+    allowed = {"typhapki/settings/options.py": 1, "typhapki/settings/signer.py": 1}
+    names = set(SIGNERS) - {"local"}
+    for path in sorted((SOURCE / "typhapki").rglob("*.py")):
+        where = path.relative_to(SOURCE).as_posix()
+        if where.startswith("typhapki/pki/signers/"):
+            continue
+        tree = ast.parse(path.read_text(), where)
+        found = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names]
+        assert len(found) <= allowed.get(where, 0), (where, [n.lineno for n in found])
