@@ -2,21 +2,21 @@
 
 OPTIONS holds the options several commands share with one meaning (the certificate
 and signer settings, the mTLS proof, the confirmations), each declared as a field of
-its group's record (`PkiFields`, `SignerFields`, ...: the field's name, type and
-`option(flag, help, marks)`); COMMANDS lists every command with its help and all its
-options, shared or its own. The records that carry option values inherit those
-fields rather than repeat them: `PkiOptions` (typhapki/settings/pki.py),
+its group's record (`PkiFields`, `SignerFields`, ...): the field's name, which makes
+its flag, its type and `option(help, marks)`. The records that carry option values
+inherit those fields rather than repeat them: `PkiOptions` (typhapki/settings/pki.py),
 `SignerOptions` (typhapki/settings/signer.py) and hiera's `TyphaSettings`
 (typhapki/inventory/hiera.py), so the type checker still knows each field's type.
-Read from here: typer's command
-line (typhapki/cli.py) and the fast path that parses `check`, `facts` and `metrics`
-without typer (typhapki/fastcli.py); the node configuration file's keys, values and
-flag-only refusals (typhapki/nodeconfig.py); hiera's refusal of secrets and the keys
-it may set (typhapki/inventory/hiera.py, typhapki/settings/cluster.py); the man page, the
-completion and the table of docs/options.md (typhapki/docgen.py). Adding an option is
-one entry here (and the parameter of the body that uses it); tests/settings/test_options.py
-fails on an option declared twice or missing from a record. Pure data: importing it
-costs little and imports neither typer nor click.
+COMMANDS lists every command with its help and all its options, shared or its own.
+Read from here: typer's command line (typhapki/cli.py) and the fast path that parses
+`check`, `facts` and `metrics` without typer (typhapki/fastcli.py); the node
+configuration file's keys, values and flag-only refusals (typhapki/nodeconfig.py);
+hiera's refusal of secrets and the keys it may set (typhapki/inventory/hiera.py,
+typhapki/settings/cluster.py); the man page, the completion and the table of
+docs/options.md (typhapki/docgen.py). Adding an option is one entry here (and the
+parameter of the body that uses it); tests/settings/test_options.py fails on an option
+declared twice or missing from a record. Pure data: importing it costs little and
+imports neither typer nor click.
 
 Marks:
 - `hiera`: the cluster's ``typha:`` mapping may set it, under the same key name;
@@ -80,20 +80,21 @@ class Opt:
 
 class OptionField(Field):
     """A shared option declared as the field of its group's record: the field (None,
-    or False for a flag, when not given) and the option's flag, help and marks."""
+    or False for a flag, when not given) and the option's help and marks. The field's
+    name is the option's (its flag: ``cfssl_ca_ttl`` is ``--cfssl-ca-ttl``), its
+    annotation the option's type."""
 
-    __slots__ = ("flag", "help", "marks")
+    __slots__ = ("help", "marks")
 
-    def __init__(self, flag: str, help: str, default: object, marks: dict[str, Any]) -> None:
+    def __init__(self, help: str, default: object, marks: dict[str, Any]) -> None:
         super().__init__(default=default)
-        self.flag = flag
         self.help = help
         self.marks = marks
 
 
-def option(flag: str, help: str, *, default: object = None, **marks: Any) -> Any:
+def option(help: str, *, default: object = None, **marks: Any) -> Any:
     """A field of a group record that is a shared option (`Opt`'s marks by name)."""
-    return OptionField(flag, help, default, marks)
+    return OptionField(help, default, marks)
 
 
 # An option's value type, read from its field's annotation (the one place it is written;
@@ -118,7 +119,8 @@ def options_of(cls: type, group_name: str) -> tuple[Opt, ...]:
         kind = _KINDS[annotations[f.name]]
         if f.default is not (False if kind is bool else None):
             raise TypeError(f"{cls.__name__}.{f.name}: a flag defaults to False, others to None")
-        found.append(Opt(f.name, f.flag, kind, f.help, group_name, **f.marks))
+        flag = "--" + f.name.replace("_", "-")
+        found.append(Opt(f.name, flag, kind, f.help, group_name, **f.marks))
     return tuple(found)
 
 
@@ -133,56 +135,37 @@ class PkiFields:
     `PkiOptions` adds what no flag sets). `node_name` never comes from hiera: it is
     this node's own."""
 
-    typha_cn: str | None = option(
-        "--typha-cn", "Typha's CN (FELIX_TYPHACN). Default calico-typha.", hiera=True
-    )
-    felix_cn: str | None = option(
-        "--felix-cn", "Felix's CN (TYPHA_CLIENTCN). Default calico-node.", hiera=True
-    )
-    typha_uri_san: str | None = option(
-        "--typha-uri-san", "Typha's URI SAN (FELIX_TYPHAURISAN).", hiera=True
-    )
-    felix_uri_san: str | None = option(
-        "--felix-uri-san", "Felix's URI SAN (TYPHA_CLIENTURISAN).", hiera=True
-    )
+    typha_cn: str | None = option("Typha's CN (FELIX_TYPHACN). Default calico-typha.", hiera=True)
+    felix_cn: str | None = option("Felix's CN (TYPHA_CLIENTCN). Default calico-node.", hiera=True)
+    typha_uri_san: str | None = option("Typha's URI SAN (FELIX_TYPHAURISAN).", hiera=True)
+    felix_uri_san: str | None = option("Felix's URI SAN (TYPHA_CLIENTURISAN).", hiera=True)
     key_type: str | None = option(
-        "--key-type",
         "ecdsa-p256 (default), ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.",
         choices=KEY_TYPES,
         hiera=True,
     )
     days: int | None = option(
-        "--days",
         "Both leaves' lifetime in days (default 365); excludes the per-role lifetimes.",
         hiera=True,
     )
     typha_lifetime: str | None = option(
-        "--typha-lifetime",
         "Typha's leaf lifetime (e.g. 28d, 72h), local CA and sign. cfssl: its profile's expiry.",
         hiera=True,
     )
     felix_lifetime: str | None = option(
-        "--felix-lifetime",
         "Felix's leaf lifetime (e.g. 24h), local CA and sign. cfssl: its profile's expiry.",
         hiera=True,
     )
     renew_before: str | None = option(
-        "--renew-before",
         "Renew this long before expiry (e.g. 30d). Default: after 2/3 of the lifetime, or"
         " the cluster's pki_renew_seconds while shorter than half of it.",
         hiera=True,
     )
-    key_owner: str | None = option(
-        "--key-owner", "Owner of the key files (name or uid).", hiera=True
-    )
-    key_group: str | None = option(
-        "--key-group", "Group of the key files (name or gid).", hiera=True
-    )
-    key_mode: str | None = option(
-        "--key-mode", "Octal mode of the key files (default 0600).", hiera=True
-    )
+    key_owner: str | None = option("Owner of the key files (name or uid).", hiera=True)
+    key_group: str | None = option("Group of the key files (name or gid).", hiera=True)
+    key_mode: str | None = option("Octal mode of the key files (default 0600).", hiera=True)
     node_name: str | None = option(
-        "--node-name", "This node's name: spreads its renewal moment (default: the FQDN)."
+        "This node's name: spreads its renewal moment (default: the FQDN)."
     )
 
 
@@ -192,57 +175,41 @@ class SignerFields:
     `SignerOptions`)."""
 
     signer: str | None = option(
-        "--signer",
         "local (default: the CA in --ca-dir) or cfssl.",
         choices=("local", "cfssl"),
         hiera=True,
     )
-    cfssl_url: str | None = option(
-        "--cfssl-url", "cfssl's API, e.g. https://pki.example:8888.", hiera=True
-    )
+    cfssl_url: str | None = option("cfssl's API, e.g. https://pki.example:8888.", hiera=True)
     cfssl_auth_key: Path | None = option(
-        "--cfssl-auth-key", "File holding the profiles' HMAC key (hex): authsign.", secret=True
+        "File holding the profiles' HMAC key (hex): authsign.", secret=True
     )
     cfssl_auth_key_typha: Path | None = option(
-        "--cfssl-auth-key-typha",
         "File holding the Typha profile's own HMAC key (wins over --cfssl-auth-key).",
         secret=True,
     )
     cfssl_auth_key_felix: Path | None = option(
-        "--cfssl-auth-key-felix",
         "File holding the Felix profile's own HMAC key (wins over --cfssl-auth-key).",
         secret=True,
     )
     cfssl_ca_file: Path | None = option(
-        "--cfssl-ca-file",
         "CA certificate(s) to trust for TLS to cfssl (default with --cfssl-client-cert "
         "puppet: Puppet's localcacert).",
     )
     cfssl_client_cert: str | None = option(
-        "--cfssl-client-cert",
         "This node's certificate for mutual TLS to the PKI front: a FILE, or puppet (the "
         "Puppet agent's hostcert and hostprivkey, read from puppet.conf).",
     )
     cfssl_client_key: Path | None = option(
-        "--cfssl-client-key", "File holding the key of --cfssl-client-cert FILE.", secret=True
+        "File holding the key of --cfssl-client-cert FILE.", secret=True
     )
-    cfssl_profile_typha: str | None = option(
-        "--cfssl-profile-typha", "cfssl profile for Typha (typha).", hiera=True
-    )
-    cfssl_profile_felix: str | None = option(
-        "--cfssl-profile-felix", "cfssl profile for Felix (felix).", hiera=True
-    )
-    cfssl_label: str | None = option(
-        "--cfssl-label", "cfssl signer label (multirootca).", hiera=True
-    )
-    cfssl_timeout: float | None = option(
-        "--cfssl-timeout", "Seconds per attempt (default 10; 3 attempts)."
-    )
+    cfssl_profile_typha: str | None = option("cfssl profile for Typha (typha).", hiera=True)
+    cfssl_profile_felix: str | None = option("cfssl profile for Felix (felix).", hiera=True)
+    cfssl_label: str | None = option("cfssl signer label (multirootca).", hiera=True)
+    cfssl_timeout: float | None = option("Seconds per attempt (default 10; 3 attempts).")
     cfssl_ca_ttl: str | None = option(
-        "--cfssl-ca-ttl", "How long cfssl's CA is cached before check/issue ask again (default 1h)."
+        "How long cfssl's CA is cached before check/issue ask again (default 1h)."
     )
     cfssl_allow_http: bool = option(
-        "--cfssl-allow-http",
         "Allow plain http:// beyond loopback (discouraged).",
         default=False,
         flag_only=True,
@@ -255,7 +222,6 @@ class StateFields:
     some (typhapki/statedir.py): one root, one precedence."""
 
     state_dir: Path | None = option(
-        "--state-dir",
         "typhapki's state directory: ferm.json (the DNS gate's runs, the mTLS proof) and "
         "the signer-CA cache (signer-ca/). Default: the node configuration's state_dir, "
         "else $TYPHAPKI_STATE_DIR, else /var/lib/typhapki.",
@@ -266,22 +232,14 @@ class StateFields:
 class ProofFields:
     """The mTLS proof a relaxed rule needs, shared by ferm and nft (docs/ferm.md)."""
 
-    out: Path | None = option(
-        "--out", "This node's set: a relaxed rule's mTLS proof connects as its Felix."
-    )
+    out: Path | None = option("This node's set: a relaxed rule's mTLS proof connects as its Felix.")
     typha_address: str | None = option(
-        "--typha-address",
         "The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
         hiera=True,
     )
-    proof_lifetime: int | None = option(
-        "--proof-lifetime", "Seconds an mTLS proof stays valid (default 21600)."
-    )
-    proof_timeout: float | None = option(
-        "--proof-timeout", "Seconds per mTLS probe, connect included (default 5)."
-    )
+    proof_lifetime: int | None = option("Seconds an mTLS proof stays valid (default 21600).")
+    proof_timeout: float | None = option("Seconds per mTLS probe, connect included (default 5).")
     skip_mtls_proof: bool = option(
-        "--skip-mtls-proof",
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. A "
         "flag only (the node configuration may not set it).",
         default=False,
@@ -295,7 +253,6 @@ class WiringFields:
     typhapki/settings/wiring.py), read by `manifests` in every way it delivers the wiring."""
 
     tls_stage: str | None = option(
-        "--tls-stage",
         "The live switch to mTLS: parallel (a TLS Typha beside the plain one), switch "
         "(calico-node on the TLS Typha), retire (the plain Typha removed). Absent: both "
         "sides switched at once.",
@@ -303,13 +260,11 @@ class WiringFields:
         hiera=True,
     )
     tls_min_version: str | None = option(
-        "--tls-min-version",
         "Minimum TLS version of Typha and Felix (TLS_MIN_VERSION; Calico 3.32 and later).",
         choices=("1.2", "1.3"),
         hiera=True,
     )
     tls_cipher_suites: str | None = option(
-        "--tls-cipher-suites",
         "TLS 1.2 cipher suites of Typha and Felix: Go's ECDHE suite names, comma-"
         "separated (TLS_CIPHER_SUITES; Calico 3.31 and later).",
         hiera=True,
@@ -320,22 +275,17 @@ class WiringFields:
 class PuppetdbFields:
     """How `typhapki fleet` reaches PuppetDB (docs/fleet.md; typhapki/fleet/puppetdb.py)."""
 
-    puppetdb: str | None = option(
-        "--puppetdb", "PuppetDB's URL, e.g. https://puppetdb.example.org:8081."
-    )
+    puppetdb: str | None = option("PuppetDB's URL, e.g. https://puppetdb.example.org:8081.")
     puppetdb_cert: str | None = option(
-        "--puppetdb-cert",
         "Client certificate (PEM) for PuppetDB, or `puppet`: the Puppet agent's hostcert,"
         " hostprivkey and localcacert, read from puppet.conf.",
     )
-    puppetdb_key: Path | None = option(
-        "--puppetdb-key", "The client certificate's key (PEM).", secret=True
-    )
+    puppetdb_key: Path | None = option("The client certificate's key (PEM).", secret=True)
     puppetdb_ca: Path | None = option(
-        "--puppetdb-ca", "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA)."
+        "CA certificate(s) to trust for PuppetDB's TLS (the Puppet CA)."
     )
     puppetdb_timeout: float | None = option(
-        "--puppetdb-timeout", "Seconds for all of a run's PuppetDB queries together (default 60)."
+        "Seconds for all of a run's PuppetDB queries together (default 60)."
     )
 
 
@@ -343,10 +293,8 @@ class PuppetdbFields:
 class ConfirmFields:
     """Confirmations of one command each: a person decides them, for one run."""
 
-    force: bool = option("--force", "Replace an existing CA.", default=False, flag_only=True)
-    allow_rollback: bool = option(
-        "--allow-rollback", "Allow going back one stage.", default=False, flag_only=True
-    )
+    force: bool = option("Replace an existing CA.", default=False, flag_only=True)
+    allow_rollback: bool = option("Allow going back one stage.", default=False, flag_only=True)
 
 
 # Each group of shared options, in the order --help and docs/options.md list them.
