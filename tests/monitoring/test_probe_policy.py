@@ -109,14 +109,20 @@ def test_without_address_the_probe_dials_the_stage_typha(
     issued: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     stage: Stage | None,
 ) -> None:
     """No --address: the TLS Typha's port in every stage, the plain one's without one.
     In parallel the plain Typha still runs plain on its port: it is never dialled as a
-    failed TLS Typha. (The ports are moved to ephemeral ones so that no other test's
-    Typha on the machine's loopback can answer.)"""
+    failed TLS Typha. (The ports are moved to ephemeral ones so that no other Typha on
+    the machine's loopback can answer; the command is called in this process for it.)"""
     from tests.support.mtlspeers import go_typha
+    from typhapki.commands.probe import probe
+    from typhapki.errors import NeedsActionError
+    from typhapki.settings.pki import PkiOptions
 
+    typha = {"tls_stage": stage.value} if stage is not None else {}
+    hiera_file = hiera(tmp_path / "h.yaml", **typha)
     with (
         go_typha(go_peers, issued, "verify") as tls,
         go_typha(go_peers, issued, "plain") as plain,
@@ -124,12 +130,10 @@ def test_without_address_the_probe_dials_the_stage_typha(
         tls_port, plain_port = int(tls.rsplit(":", 1)[1]), int(plain.rsplit(":", 1)[1])
         monkeypatch.setattr(typhatarget, "TLS_PORTS", Ports(tls_port, 1, 2))
         monkeypatch.setattr(typhatarget, "DEFAULT_PORTS", Ports(plain_port, 1, 2))
-        typha = {"tls_stage": stage.value} if stage is not None else {}
-        result = run_cli("probe", "--out", issued, "--hiera", hiera(tmp_path / "h.yaml", **typha),
-                         "--cluster", "c1")  # fmt: skip
-    if stage is None:
-        # Before any switch the plain Typha is the one: a plain one fails loudly.
-        assert_one_line_error(result, 1, plain)
-        return
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    assert result.stdout.startswith(f"{tls}: Typha serves")
+        if stage is None:
+            # Before any switch the plain Typha is the one: a plain one fails loudly.
+            with pytest.raises(NeedsActionError, match=plain):
+                probe(None, issued, PkiOptions(), hiera_file, "c1", 5.0, False)
+            return
+        assert probe(None, issued, PkiOptions(), hiera_file, "c1", 5.0, False) == 0
+    assert capsys.readouterr().out.startswith(f"{tls}: Typha serves")
