@@ -190,7 +190,12 @@ def test_the_stage_in_hiera_picks_the_typha_the_fact_probes(
 
     asked: list[Any] = []
     real = puppet_facts.gather
-    monkeypatch.setattr(puppet_facts, "gather", lambda r, s: asked.append(r) or real(r, s))
+
+    def gather(request: Any, settings: Any) -> Any:
+        asked.append(request)
+        return real(request, settings)
+
+    monkeypatch.setattr(puppet_facts, "gather", gather)
     for n, (typha, port, policy, error) in enumerate([
         ("{}", DEFAULT_PORTS.server, TlsPolicy(), None),
         ("{tls_stage: parallel, tls_min_version: '1.3'}", TLS_PORTS.server, TlsPolicy("1.3"), None),
