@@ -137,3 +137,25 @@ def test_without_address_the_probe_dials_the_stage_typha(
             return
         assert probe(None, issued, PkiOptions(), hiera_file, "c1", 5.0, False) == 0
     assert capsys.readouterr().out.startswith(f"{tls}: Typha serves")
+
+
+def test_the_plain_typha_named_in_parallel_is_explained(
+    go_peers: GoPeers, issued: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked for the plain Typha's port in parallel, the probe fails (it is no TLS
+    Typha) and says why: the plain Typha runs without TLS by design, the TLS one is on
+    its own port. (Called in this process: the plain port is moved to an ephemeral one.)"""
+    from tests.support.mtlspeers import go_typha
+    from typhapki.commands.probe import probe
+    from typhapki.errors import NeedsActionError
+    from typhapki.settings.pki import PkiOptions
+
+    hiera_file = hiera(tmp_path / "h.yaml", tls_stage="parallel")
+    with go_typha(go_peers, issued, "plain") as plain:
+        port = int(plain.rsplit(":", 1)[1])
+        monkeypatch.setattr(typhatarget, "DEFAULT_PORTS", Ports(port, 1, 2))
+        with pytest.raises(NeedsActionError) as refused:
+            probe(plain, issued, PkiOptions(), hiera_file, "c1", 5.0, False)
+    text = str(refused.value)
+    assert "parallel stage" in text and "runs without TLS" in text
+    assert f"127.0.0.1:{TLS_PORTS.server}" in text

@@ -23,7 +23,7 @@ def probe(
     from typhapki.monitoring.probe import parse_address
     from typhapki.monitoring.probe import probe as run_probe
     from typhapki.settings.cluster import load_typha_settings, merge_pki
-    from typhapki.settings.wiring import resolve
+    from typhapki.settings.wiring import Stage, resolve
 
     if address is not None:
         parse_address(address)
@@ -44,8 +44,19 @@ def probe(
             if served is not None
             else ""
         )
+        target = typha_target(wiring.stage)
+        hint = ""
+        if wiring.stage in (Stage.PARALLEL, Stage.SWITCH) and parse_address(address)[1] == (
+            typha_target(None).port
+        ):
+            # The plain Typha beside the TLS one runs plain by design: no TLS Typha failed.
+            hint = (
+                f"; in the {wiring.stage} stage the plain Typha on this port runs without "
+                f"TLS: the TLS Typha listens on {target.local_address}"
+            )
         raise NeedsActionError(
             f"{address}: TLS handshake as this node's Felix failed: {result.error}{served_text}"
+            f"{hint}"
         )
     assert served is not None
     policy_error = result.policy.error if result.policy is not None else None
