@@ -336,3 +336,11 @@ def typha_listeners(processes: Sequence[Process], proc: Path = Path("/proc")) ->
     (in the parallel stage a node holds a plain and a TLS Typha, docs/kubernetes.md)."""
     mine = component_processes(Component.TYPHA, processes)
     return [_tls_env(p, True, proc) for p in sorted(mine, key=lambda p: p.pid)]
+
+
+def local_typha_address(processes: Sequence[Process], proc: Path = Path("/proc")) -> str:
+    """Where this node's Typha that reads the set listens, for `metrics` and `check
+    --nagios` to probe: the port of the Typha started with TLS (beside a plain one in
+    the live switch's parallel and switch stages, on its own port), else Calico's."""
+    tls = [t for t in typha_listeners(processes, proc) if t.tls and t.port]
+    return f"127.0.0.1:{tls[0].port if tls else 5473}"
