@@ -415,7 +415,9 @@ def probe_cmd(
     from typhapki.commands.probe import probe
 
     pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
-    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
+    # Not given: the local Typha of hiera's live switch stage (the TLS one's port).
+    given = address if "address" in sources else None
+    return guarded(lambda: probe(given, out, pki, hiera, cluster, timeout, json_out))
 
 
 @command("lint-hiera")

@@ -174,3 +174,45 @@ def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
     )
     assert "HEAVY []" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["typhapki"]["ok"] is True
+
+
+def test_the_stage_in_hiera_picks_the_typha_the_fact_probes(
+    issued: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """hiera's tls_stage: the TLS Typha's port (typhapki/kubernetes/typhaports.py) in
+    every stage, Calico's without one; the policy goes to the probe; a bad stage is an
+    error in the fact, and the plain Typha's port stays."""
+    from typhapki.commands import facts as facts_command
+    from typhapki.commands.facts import RawFactOptions
+    from typhapki.kubernetes.typhaports import DEFAULT_PORTS, TLS_PORTS
+    from typhapki.puppet import facts as puppet_facts
+    from typhapki.settings.wiring import TlsPolicy
+
+    asked: list[Any] = []
+    real = puppet_facts.gather
+
+    def gather(request: Any, settings: Any) -> Any:
+        asked.append(request)
+        return real(request, settings)
+
+    monkeypatch.setattr(puppet_facts, "gather", gather)
+    for n, (typha, port, policy, error) in enumerate([
+        ("{}", DEFAULT_PORTS.server, TlsPolicy(), None),
+        ("{tls_stage: parallel, tls_min_version: '1.3'}", TLS_PORTS.server, TlsPolicy("1.3"), None),
+        ("{tls_stage: retire}", TLS_PORTS.server, TlsPolicy(), None),
+        ("{tls_stage: sideways}", DEFAULT_PORTS.server, TlsPolicy(), "sideways"),
+    ]):  # fmt: skip
+        hiera = tmp_path / f"h{n}.yaml"
+        hiera.write_text(
+            "kubernetes::clusters:\n  main:\n    c1:\n      dc: eqiad\n"
+            f"      cluster_nodes: [node1.example.org]\n      typha: {typha}\n"
+        )
+        values = {"out": str(issued), "hiera": str(hiera), "cluster": "c1", "trust": [],
+                  "role": "both", "no_probe": True}  # fmt: skip
+        assert facts_command.facts(RawFactOptions(values=values)) == 0
+        request = asked[-1]
+        assert (request.probe_port, request.policy) == (port, policy), typha
+        if error is None:
+            assert request.errors == [], typha
+        else:
+            assert any(error in e and "tls_stage" in e for e in request.errors), request.errors

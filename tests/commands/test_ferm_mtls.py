@@ -96,6 +96,23 @@ CASES: dict[str, tuple[Server, bool, str]] = {
         "accepted a TLS client without a certificate",
     ),
     "nothing listening": (nothing, False, "no fresh proof"),
+    # TLS 1.3 only (TLS_MIN_VERSION=1.3): proven under TLS 1.3, so the relaxed rule is open
+    # to it; one that takes a client without a certificate under TLS 1.3 is not.
+    "go verify, TLS 1.3 only": (
+        lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3"),
+        True,
+        "",
+    ),
+    "openssl -Verify, TLS 1.3 only": (
+        lambda p, o: openssl_typha(o, "-tls1_3", "-Verify", "1", "-verify_return_error"),
+        True,
+        "",
+    ),
+    "go no-client-cert, TLS 1.3 only": (
+        lambda p, o: go_typha(p, o, "no-client-cert", TLS_MIN_VERSION="1.3"),
+        False,
+        "accepted a TLS client without a certificate under TLS 1.3",
+    ),
 }
 
 

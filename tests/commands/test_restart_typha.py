@@ -199,4 +199,50 @@ def test_an_api_that_lists_other_nodes_pods_evicts_nothing(
     assert_one_line_error(result, 7, "runs on node node-", "not on node-a", "nothing evicted")
     assert (out / ".restart-typha").exists()
     assert cluster_api.cluster.evictions == []
-    assert [m for m, _ in cluster_api.requests] == ["GET"]
+    assert {m for m, _ in cluster_api.requests} == {"GET"}  # nothing but listings
+
+
+@pytest.fixture
+def parallel_api(tmp_path: Path) -> Iterator[FakeApi]:
+    """The live switch's parallel stage: the plain Typha and the TLS one
+    (typhapki/kubernetes/typhaports.py's label), each with its budget, on every node."""
+    from tests.support.kubeapi import Deployment
+    from typhapki.kubernetes.typhaports import TLS_LABELS, TLS_NAME
+
+    cluster = Cluster()
+    cluster.deploy(Deployment("calico-typha", {"k8s-app": "calico-typha"}, len(NODES)), [*NODES])
+    cluster.deploy(Deployment(TLS_NAME, dict(TLS_LABELS), len(NODES), port=5474), [*NODES])
+    api = FakeApi(tmp_path / "api", cluster)
+    yield api
+    api.close()
+
+
+@pytest.mark.parametrize("stage", ["unknown", "none", "parallel", "switch", "retire"])
+def test_the_stage_typha_is_restarted(
+    tmp_path: Path, parallel_api: FakeApi, capsys: pytest.CaptureFixture[str], stage: str
+) -> None:
+    """In parallel, switch and retire the TLS Typha reads the files, and only its pod on
+    this node is evicted; the plain Typha beside it reads none and keeps running. With
+    hiera's stage known it decides (none: the plain Typha, as before the switch);
+    unknown (no --hiera), the TLS Typha when this node runs one."""
+    from typhapki.commands.restart_typha import restart_typha
+    from typhapki.kubernetes.typhaports import TLS_LABELS
+
+    kubeconfig = parallel_api.kubeconfig(tmp_path / "kubeconfig")
+    out = _node_out(tmp_path, "node-a")
+    hiera = None
+    if stage != "unknown":
+        hiera = tmp_path / "h.yaml"
+        typha = "{}" if stage == "none" else f"{{tls_stage: {stage}}}"
+        hiera.write_text(
+            "kubernetes::clusters:\n  main:\n    c1:\n      dc: eqiad\n"
+            f"      cluster_nodes: [node-a.example.org]\n      typha: {typha}\n"
+        )
+    pods = parallel_api.cluster.pods.values()
+    on_a = {p.labels["k8s-app"]: p.name for p in pods if p.node == "node-a"}
+    code = restart_typha(out, kubeconfig, "kube-system", "node-a", None, 20.0,
+                         hiera, "c1" if hiera else None)  # fmt: skip
+    assert code == 0 and not (out / ".restart-typha").exists()
+    label = "calico-typha" if stage == "none" else TLS_LABELS["k8s-app"]
+    assert parallel_api.cluster.evictions == [(on_a[label], 201)]
+    assert f"evicted Typha pod {on_a[label]} on node-a" in capsys.readouterr().out

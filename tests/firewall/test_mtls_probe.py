@@ -51,11 +51,12 @@ SERVERS: dict[str, tuple[Server, str, str]] = {
         "accepted a TLS client without a certificate",
     ),
     "go plain": (lambda p, o: go_typha(p, o, "plain"), NOT_ENFORCED, "speaks plain TCP"),
-    # Enforcing, but unprovable under TLS 1.2: no proof (never a false one).
+    # TLS 1.3 only: the refusals arrive as alerts after the client's handshake, and this
+    # node's Felix is accepted (a session ticket, then Typha's data) under TLS 1.3.
     "go verify, TLS 1.3 only": (
         lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3"),
-        UNKNOWN,
-        "refused TLS 1.2 before asking for a client certificate",
+        ENFORCED,
+        "enforces mTLS under TLS 1.3: refused no certificate (",
     ),
     # issue 30, class 6: accepting a certificate-less client under TLS 1.3 only is seen.
     "go no-client-cert, TLS 1.3 only": (
@@ -70,8 +71,21 @@ SERVERS: dict[str, tuple[Server, str, str]] = {
     ),
     "openssl -Verify, TLS 1.3 only": (
         lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error", "-tls1_3"),
+        ENFORCED,
+        "(after the TLS 1.3 handshake)) and another CA",
+    ),
+    # The brief's own server: -Verify without -verify_return_error still refuses a client
+    # without a certificate, but takes one from another CA.
+    "openssl -tls1_3 -Verify 1": (
+        lambda p, o: openssl_typha(o, "-tls1_3", "-Verify", "1"),
+        NOT_ENFORCED,
+        "accepted a client certificate from another CA",
+    ),
+    # TLS 1.3 only, refusing every client after the handshake: no proof, never a false one.
+    "go verify, TLS 1.3 only, Felix refused": (
+        lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3", TYPHA_CLIENTCN="other"),
         UNKNOWN,
-        "refused TLS 1.2 before asking for a client certificate",
+        "not proven to accept this node's Felix",
     ),
     # Enforced under TLS 1.2, nothing under TLS 1.3: the TLS 1.2 probes alone proved it.
     "TLS 1.2 enforced, TLS 1.3 not": (
@@ -154,6 +168,22 @@ def test_the_local_typha_first_else_the_configured_one() -> None:
         closed = f"127.0.0.1:{port}"
         assert probe_target(closed, [local], TIMEOUT) == local
         assert probe_target(closed, [], TIMEOUT) is None
+
+
+def test_the_stage_port_goes_to_addresses_that_name_none() -> None:
+    """The TLS Typha's port (typhapki/kubernetes/typhaports.py) for a local or
+    configured address without one; an address that names its port keeps it."""
+    with hanging_typha() as listening, closed_port() as port:
+        host, there = listening.rsplit(":", 1)
+        assert probe_target(host, [], TIMEOUT, int(there)) == listening
+        assert probe_target(f"127.0.0.1:{port}", ["typha.example"], TIMEOUT, 5474) == (
+            "typha.example:5474"
+        )
+        assert probe_target(f"127.0.0.1:{port}", ["[2001:db8::1]"], TIMEOUT, 5474) == (
+            "[2001:db8::1]:5474"
+        )
+        assert probe_target(f"127.0.0.1:{port}", ["[::1]:5473"], TIMEOUT, 5474) == "[::1]:5473"
+        assert probe_target(listening, [], TIMEOUT, 5474) == listening
 
 
 # A TLS 1.2 server flight as Go sends it: ServerHello, Certificate, ServerKeyExchange,

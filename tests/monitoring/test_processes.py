@@ -268,3 +268,33 @@ def test_an_unreadable_environment_is_unknown_not_plain(tmp_path: Path) -> None:
     found = felix_tls([felix], proc_dir)
     assert found.running and found.tls is None and found.error
     assert "4242/environ" in found.error
+
+
+def test_in_parallel_only_the_tls_typha_waits_for_a_restart(
+    issued: Path, ca_dir: Path, tmp_path: Path
+) -> None:
+    """The plain Typha beside the TLS one (the parallel stage) reads no certificate: a
+    renewal leaves it running as it is, and only the TLS Typha's restart is pending.
+    Once the TLS Typha restarted, nothing is, though the plain one is older still."""
+    plain = start_named(tmp_path, "calico-typha", env={"PATH": "/bin"})
+    tls_env = {"TYPHA_SERVERPORT": "5474", "TYPHA_CAFILE": "/ca.crt", "TYPHA_CLIENTCN": "felix"}
+    tls = start_named(tmp_path, "calico-typha", env=tls_env)
+    try:
+        time.sleep(0.05)
+        _reissue(issued, ca_dir, RoleName.TYPHA)
+        assert restart_status(issued, Component.TYPHA, _mine({plain.pid, tls.pid})).pending
+        # Only a plain Typha (no switch at all): it counts, as before the switch.
+        assert restart_status(issued, Component.TYPHA, _mine({plain.pid})).pending
+        time.sleep(0.05)
+        new_tls = start_named(tmp_path, "calico-typha", env=tls_env)
+        try:
+            both = _mine({plain.pid, new_tls.pid})
+            status = restart_status(issued, Component.TYPHA, both)
+            assert status.running and not status.pending
+            # The start reported is the TLS Typha's, not the older plain one's.
+            (started,) = [p.started_second for p in both if p.pid == new_tls.pid]
+            assert status.started_at == datetime.fromtimestamp(started, UTC)
+        finally:
+            _stop(new_tls)
+    finally:
+        _stop(plain, tls)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -164,3 +166,53 @@ def test_fact_metrics_nagios_and_check_agree(
         assert fact_valid or check.returncode != 0, why  # only "valid" may differ
     else:
         assert (check.returncode == 0) == fact_valid, why
+
+
+def test_metrics_and_nagios_probe_the_tls_typha_beside_a_plain_one(
+    issued: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live switch's parallel stage: a plain Typha (no TLS env, Calico's port) and a
+    TLS one on its own port. The status `metrics` and `check --nagios` render probes the
+    TLS one (found from /proc: its TYPHA_SERVERPORT and TLS variables), never the plain
+    one as a TLS Typha that failed."""
+    from tests.support.gopeers import typha_env
+    from tests.support.processes import start_named
+    from tests.support.tlspeers import _server_context, typha_files
+    from typhapki.monitoring import processes
+    from typhapki.monitoring.status import StatusRequest, collect
+
+    context = _server_context(typha_files(issued))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        held: list[Any] = []
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            conn.settimeout(5)
+            held.append(context.wrap_socket(conn, server_side=True))
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        started = [
+            start_named(tmp_path, "calico-typha", env={"PATH": "/bin"}),
+            start_named(
+                tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
+            ),
+        ]
+        pids = {p.pid for p in started}
+        real = processes.list_processes
+        monkeypatch.setattr(processes, "list_processes",
+                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
+        try:
+            status = collect(StatusRequest(issued, ferm_state=False), PkiSettings)
+        finally:
+            for proc in started:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.kill()
+                proc.wait()
+            thread.join(5)
+            for conn in held:
+                conn.close()
+    assert status.probe is not None, status.errors
+    assert status.probe.address == f"127.0.0.1:{port}" and status.probe.accepted

@@ -327,6 +327,44 @@ def test_the_peers_clock_option_moves_go_verification(go_peers: GoPeers, issued:
         assert EXPIRED in typha_late.typha_error, (name, typha_late.describe())
 
 
+# Calico's release decides whether the TLS policy variables mean anything:
+# TLS_CIPHER_SUITES is read since 3.31, TLS_MIN_VERSION since 3.32 (docs/kubernetes.md).
+RELEASES = {"3.30": (False, False), "3.31.2": (True, False), "3.32": (True, True), "": (True, True)}
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_the_peers_play_calico_releases_that_ignore_the_tls_policy(
+    go_peers: GoPeers, issued: Path, release: str
+) -> None:
+    """`-calico-version` on the Typha peer: a release before 3.32 accepts a TLS 1.2
+    Felix under TLS_MIN_VERSION=1.3, one before 3.31 a suite outside TLS_CIPHER_SUITES;
+    the newest (no flag, as every other test runs it) enforces both."""
+    ciphers, min_version = RELEASES[release]
+    version = ("-calico-version", release) if release else ()
+    typha = {**typha_env(issued), "TLS_MIN_VERSION": "1.3"}
+    old_felix = exchange(go_peers, typha, felix_env(issued), ("-max-version", "1.2"), version)
+    assert old_felix.accepted is not min_version, old_felix.describe()
+    if min_version:
+        assert "protocol version" in old_felix.felix_error, old_felix.describe()
+    else:
+        assert "version=TLS1.2" in old_felix.typha.lines[0]
+    typha = {**typha_env(issued), "TLS_CIPHER_SUITES": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}
+    felix = {**felix_env(issued), "TLS_CIPHER_SUITES": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}
+    other_suite = exchange(go_peers, typha, felix, ("-max-version", "1.2"), version)
+    assert other_suite.accepted is not ciphers, other_suite.describe()
+    if not ciphers:
+        assert "cipher=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" in other_suite.typha.lines[0]
+
+
+def test_the_peers_refuse_a_release_they_cannot_read(go_peers: GoPeers, issued: Path) -> None:
+    args = ("-calico-version", "three")
+    with (
+        pytest.raises(pytest.fail.Exception, match="calico-version"),
+        typha_server(go_peers, typha_env(issued), args=args),
+    ):
+        pass
+
+
 # -- CA rotation: one bundle, two CAs ----------------------------------------------------
 
 

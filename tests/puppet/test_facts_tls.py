@@ -107,3 +107,39 @@ def test_no_calico_running_reports_nothing_running(
     fact = gather(FactRequest(out=issued, probe=True), PkiSettings)["typhapki"]
     assert fact["felix_typha"] == {"running": False, "tls": None, "tls_env": [], "error": None}
     assert fact["typhas"] == []
+
+
+def test_in_parallel_the_fact_probes_the_tls_typha_not_the_plain_one(
+    issued: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The parallel stage: a plain Typha (no TLS env, Calico's port) beside the TLS one.
+    The fact's probe, asked for no address, dials the stage's port (`probe_port`, the
+    TLS Typha's) and reports it accepted, with one handshake; the plain Typha is listed,
+    never probed as a TLS Typha that failed."""
+    connections: list[Any] = []
+    with _tls_typha(issued, connections) as port:
+        started = [
+            start_named(tmp_path, "calico-typha", env={"PATH": "/bin"}),  # the plain Typha
+            start_named(
+                tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
+            ),
+        ]
+        pids = {p.pid for p in started}
+        real = processes.list_processes
+        monkeypatch.setattr(processes, "list_processes",
+                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
+        try:
+            request = FactRequest(out=issued, probe=True, probe_port=port)
+            fact = gather(request, PkiSettings)["typhapki"]
+        finally:
+            for proc in started:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.kill()
+                proc.wait()
+    assert fact["probe"]["address"] == f"127.0.0.1:{port}"
+    assert fact["probe"]["accepted"] is True and fact["probe"]["policy"] is None
+    plain, tls = fact["typhas"]
+    assert (plain["tls"], "probe" in plain) == (False, False)
+    assert tls["probe"] == fact["probe"] and len(connections) == 1
+    assert fact["error"] is None

@@ -4,7 +4,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from typhapki.errors import EXIT_OK, UsageError
+from typhapki.errors import EXIT_OK, ConfigError, UsageError
 from typhapki.record import field, record
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -120,6 +120,17 @@ def facts(raw: RawFactOptions) -> int:
             raise pki_error
         return observed.built_settings()
 
+    # The live switch's stage picks the Typha the fact probes; a bad stage or policy in
+    # hiera is an error in the fact, and the plain Typha is probed as before.
+    from typhapki.kubernetes.typhatarget import typha_target
+    from typhapki.settings.wiring import WiringSettings, resolve
+
+    try:
+        wiring = resolve(None, None, None, observed.typha) if observed.typha else WiringSettings()
+    except (UsageError, ConfigError) as exc:
+        errors.append(str(exc))
+        wiring = WiringSettings()
+
     request = FactRequest(
         out=Path(raw.get("out")) if raw.get("out") else None,
         roles=roles,
@@ -129,6 +140,8 @@ def facts(raw: RawFactOptions) -> int:
         state_dir=observed.state_dir,
         probe_address=raw.get("probe_address") or None,
         probe=not raw.get("no_probe"),
+        probe_port=typha_target(wiring.stage).port,
+        policy=wiring.policy,
         errors=errors,
         cluster=raw.get("cluster") or None,
         signer=observed.signer,

@@ -4,12 +4,11 @@ import json
 from pathlib import Path
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError
-from typhapki.monitoring.request import settings_factory
 from typhapki.settings.pki import PkiOptions
 
 
 def probe(
-    address: str,
+    address: str | None,
     out: Path,
     pki: PkiOptions,
     hiera: Path | None,
@@ -17,13 +16,23 @@ def probe(
     timeout: float,
     json_out: bool,
 ) -> int:
-    """Exit 0 when Typha serves the certificate on disk, 1 when not or when refused."""
+    """Exit 0 when Typha serves the certificate on disk (and enforces the cluster's TLS
+    policy), 1 when not, when refused or when the policy is unenforced. `address` None:
+    this node's Typha of the cluster's live switch stage (hiera's `tls_stage`)."""
+    from typhapki.kubernetes.typhatarget import typha_target
     from typhapki.monitoring.probe import parse_address
     from typhapki.monitoring.probe import probe as run_probe
+    from typhapki.settings.cluster import load_typha_settings, merge_pki
+    from typhapki.settings.wiring import Stage, resolve
 
-    parse_address(address)
-    settings = settings_factory(pki, hiera, cluster)()
-    result = run_probe(address, out, settings.typha, timeout, settings.felix)
+    if address is not None:
+        parse_address(address)
+    typha = load_typha_settings(hiera, cluster)
+    settings = merge_pki(pki, typha)[1]
+    wiring = resolve(None, None, None, typha)
+    if address is None:
+        address = typha_target(wiring.stage).local_address
+    result = run_probe(address, out, settings.typha, timeout, settings.felix, wiring.policy)
     if json_out:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     served = result.served
@@ -35,15 +44,38 @@ def probe(
             if served is not None
             else ""
         )
+        target = typha_target(wiring.stage)
+        hint = ""
+        if wiring.stage in (Stage.PARALLEL, Stage.SWITCH) and parse_address(address)[1] == (
+            typha_target(None).port
+        ):
+            # The plain Typha beside the TLS one runs plain by design: no TLS Typha failed.
+            hint = (
+                f"; in the {wiring.stage} stage the plain Typha on this port runs without "
+                f"TLS: the TLS Typha listens on {target.local_address}"
+            )
         raise NeedsActionError(
             f"{address}: TLS handshake as this node's Felix failed: {result.error}{served_text}"
+            f"{hint}"
         )
     assert served is not None
+    policy_error = result.policy.error if result.policy is not None else None
+    if policy_error is not None:
+        # Never a pass: a policy Typha does not enforce is one the cluster does not have.
+        raise NeedsActionError(
+            f"{address}: TLS {policy_error} (Calico reads TLS_CIPHER_SUITES since 3.31 and "
+            "TLS_MIN_VERSION since 3.32)"
+        )
     served_text = f"{served.fingerprint} (not after {served.not_after:%Y-%m-%dT%H:%M:%SZ})"
     if json_out:
         return EXIT_OK if result.serves_disk else EXIT_NEEDS_ACTION
+    enforced = (
+        f"; it enforces the TLS policy ({', '.join(result.policy.checked)}: refused)"
+        if result.policy is not None and result.policy.checked
+        else ""
+    )
     if result.serves_disk:
-        print(f"{address}: Typha serves {served_text}: the certificate on disk")
+        print(f"{address}: Typha serves {served_text}: the certificate on disk{enforced}")
         return EXIT_OK
     if disk is None:
         print(f"{address}: Typha serves {served_text}; no Typha certificate on disk to compare: "

@@ -21,11 +21,20 @@ def restart_typha(
     node: str | None,
     context: str | None,
     timeout: float,
+    hiera: Path | None = None,
+    cluster: str | None = None,
 ) -> int:
+    """Evict this node's Typha of the live switch's stage: hiera's `tls_stage` when
+    `hiera` and `cluster` are given (the TLS Typha in parallel, switch and retire, the
+    plain one without a stage), else the TLS Typha when this node runs one, else the
+    plain one (typhapki/kubernetes/eviction.py `restart_on_node`)."""
     from typhapki.errors import UsageError
     from typhapki.kubernetes.eviction import KubeApi, restart_on_node, valid_namespace, valid_node
     from typhapki.kubernetes.kubeconfig import load_kubeconfig
+    from typhapki.kubernetes.typhatarget import typha_target
     from typhapki.pki.restarts import Component, clear_restart, marker_path
+    from typhapki.settings.cluster import load_typha_settings
+    from typhapki.settings.wiring import resolve
 
     try:
         namespace = valid_namespace(namespace)
@@ -40,8 +49,10 @@ def restart_typha(
     except FileNotFoundError:
         print(f"{marker}: no restart pending")
         return 0
+    typha = load_typha_settings(hiera, cluster)
+    selector = typha_target(resolve(None, None, None, typha).stage).selector if typha else None
     access = load_kubeconfig(kubeconfig, context)
-    done = restart_on_node(KubeApi(access, timeout), namespace, node, changed_at)
+    done = restart_on_node(KubeApi(access, timeout), namespace, node, changed_at, selector)
     clear_restart(out, Component.TYPHA)
     print(f"{done}; {marker} removed")
     return 0

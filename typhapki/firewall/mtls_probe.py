@@ -2,9 +2,10 @@
 
 Against one Typha, in order, stopping at the first that decides: a TLS 1.2 client
 without a certificate, the same client under TLS 1.3 (an acceptance under either
-version voids the proof), a TLS 1.2 client with a certificate of a throwaway CA (made
-in memory, never on disk), then this node's Felix (as typhapki/monitoring/probe.py
-connects, over TLS 1.2 too).
+version voids the proof), a client with a certificate of a throwaway CA (made in
+memory, never on disk), then this node's Felix (as typhapki/monitoring/probe.py
+connects). The last two speak TLS 1.2, or TLS 1.3 against a Typha that refused TLS 1.2
+outright and the certificate-less client under TLS 1.3 (`prove`).
 
 The negative probes' handshake runs over memory BIOs so that the server's first
 flight can be read: a refusal counts only after Typha sent its ServerHello and asked
@@ -71,11 +72,15 @@ def listens(address: str, timeout: float) -> bool:
         return False
 
 
-def probe_target(local: str, configured: Sequence[str], timeout: float) -> str | None:
-    """The local Typha when one listens, else the first configured address, else None."""
+def probe_target(
+    local: str, configured: Sequence[str], timeout: float, port: int | None = None
+) -> str | None:
+    """The local Typha when one listens, else the first configured address, else None.
+    `port`: the Typha port of the live switch's stage, for addresses that name none."""
+    local = with_port(local, port)
     if listens(local, timeout):
         return local
-    return configured[0] if configured else None
+    return with_port(configured[0], port) if configured else None
 
 
 class _ServerFlight:
@@ -345,11 +350,13 @@ def _stranger_pem(felix_cert: Path) -> tuple[bytes, bytes]:
     )
 
 
-def _stranger_context(felix_cert: Path) -> ssl.SSLContext:
+def _stranger_context(
+    felix_cert: Path, version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+) -> ssl.SSLContext:
     """The negative context with a certificate of another CA, loaded from memory files
     (memfd: never on disk)."""
     cert_pem, key_pem = _stranger_pem(felix_cert)
-    ctx = _negative_context()
+    ctx = _negative_context(version)
     fds = [os.memfd_create("typhapki-proof-cert"), os.memfd_create("typhapki-proof-key")]
     try:
         for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
@@ -361,14 +368,35 @@ def _stranger_context(felix_cert: Path) -> ssl.SSLContext:
     return ctx
 
 
-def prove(address: str, out: Path, typha_identity: Identity, timeout: float) -> Proof:
+def with_port(address: str, port: int | None) -> str:
+    """`address` with `port` when it names none (HOST, [V6]); as it is otherwise."""
+    text = address.strip()
+    named = "]:" in text if text.startswith("[") else ":" in text
+    return address if port is None or named else f"{text}:{port}"
+
+
+def prove(
+    address: str,
+    out: Path,
+    typha_identity: Identity,
+    timeout: float,
+    port: int | None = None,
+) -> Proof:
     """Run the probes against the Typha at `address`, stopping at the first that decides.
 
-    `typha_identity`: what Felix checks Typha against (FELIX_TYPHACN / URISAN).
+    `typha_identity`: what Felix checks Typha against (FELIX_TYPHACN / URISAN). `port`:
+    the Typha port of the live switch's stage, for an `address` that names none.
+
+    The client without a certificate speaks TLS 1.2, then TLS 1.3; a Typha that takes
+    it under either version enforces nothing. The other-CA client and this node's Felix
+    then speak TLS 1.2 when Typha refused the certificate-less client under TLS 1.2,
+    else TLS 1.3 when Typha refused TLS 1.2 outright (TLS_MIN_VERSION=1.3) and the
+    certificate-less client under TLS 1.3 (an alert or a close after its handshake).
     """
     from typhapki.pki.layout import SetPaths
     from typhapki.pki.settings import RoleName
 
+    address = with_port(address, port)
     no_cert = _handshake(address, _negative_context(), timeout)
     if no_cert.outcome in (ACCEPTED, PLAIN, UNREACHABLE, SILENT):
         return judge(address, no_cert, None, None)
@@ -376,23 +404,41 @@ def prove(address: str, out: Path, typha_identity: Identity, timeout: float) -> 
     # client without a certificate under any version does not enforce mTLS.
     tls13 = no_cert
     if ssl.HAS_TLSv1_3:  # an OpenSSL without TLS 1.3 cannot be offered it either
-        tls13 = _handshake(address, _negative_context(ssl.TLSVersion.TLSv1_3), timeout)
+        tls13 = replace(
+            _handshake(address, _negative_context(ssl.TLSVersion.TLSv1_3), timeout),
+            version="TLS 1.3",
+        )
     if tls13.outcome == ACCEPTED:
-        return judge(address, replace(tls13, version="TLS 1.3"), None, None)
+        return judge(address, tls13, None, None)
+    version = ssl.TLSVersion.TLSv1_2
     if no_cert.outcome != REFUSED:
-        return judge(address, no_cert, None, None)
-    other_ca = _handshake(address, _stranger_context(SetPaths(out).cert(RoleName.FELIX)), timeout)
+        if tls13 is no_cert or tls13.outcome != REFUSED:
+            return judge(address, no_cert, None, None)
+        # A TLS 1.3-only Typha: the rest of the proof speaks TLS 1.3.
+        version, no_cert = ssl.TLSVersion.TLSv1_3, tls13
+    stranger = _stranger_context(SetPaths(out).cert(RoleName.FELIX), version)
+    other_ca = _handshake(address, stranger, timeout)
+    if version is ssl.TLSVersion.TLSv1_3:
+        other_ca = replace(other_ca, version="TLS 1.3")
     if other_ca.outcome != REFUSED:
         return judge(address, no_cert, other_ca, None)
-    felix = _felix_attempt(address, out, typha_identity, timeout)
+    felix = _felix_attempt(address, out, typha_identity, timeout, version)
     return judge(address, no_cert, other_ca, felix)
 
 
-def _felix_attempt(address: str, out: Path, typha: Identity, timeout: float) -> Attempt:
+def _felix_attempt(
+    address: str,
+    out: Path,
+    typha: Identity,
+    timeout: float,
+    version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2,
+) -> Attempt:
     """This node's Felix, as typhapki/monitoring/probe.py connects (its certificate and
     key, Typha's chain verified against the bundle for serverAuth, then Typha's CN or
-    URI SAN), but over TLS 1.2 and the bounded handshake: under TLS 1.2 a completed
-    handshake is Typha's acceptance, with no wait for a late refusal."""
+    URI SAN), but over one TLS version and the bounded handshake: under TLS 1.2 a
+    completed handshake is Typha's acceptance, with no wait for a late refusal; under
+    TLS 1.3 (a Typha that speaks nothing else) the verdict after the handshake is
+    (`_tls13_verdict`: a session ticket or data, else an alert or a close)."""
     from typhapki.errors import ConfigError
     from typhapki.pki.felix_tls import felix_context, typha_identity_error
     from typhapki.pki.layout import SetPaths
@@ -401,7 +447,8 @@ def _felix_attempt(address: str, out: Path, typha: Identity, timeout: float) -> 
         ctx = felix_context(SetPaths(out), verify=True)
     except ConfigError as exc:
         return Attempt(INCONCLUSIVE, f"cannot act as this node's Felix: {exc}")
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.minimum_version = version
+    ctx.maximum_version = version
 
     def identity(tls: ssl.SSLObject) -> str | None:
         mismatch = typha_identity_error(dict(tls.getpeercert() or {}), typha)

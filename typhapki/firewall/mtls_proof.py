@@ -10,16 +10,19 @@ settings are the Deployment's) that Typha
    memory, with the same identity as this node's Felix, so only the CA differs);
 3. accepts this node's Felix (the set under OUT; typhapki/monitoring/probe.py).
 
-The two negative probes speak TLS 1.2: under TLS 1.2 the server's Finished comes only
-after it has checked the client's certificate, so a completed handshake is an
+The probes speak TLS 1.2 where Typha does: under TLS 1.2 the server's Finished comes
+only after it has checked the client's certificate, so a completed handshake is an
 acceptance. The client without a certificate is tried under TLS 1.3 as well (a Typha
 that takes one under any version enforces nothing); there the client's handshake ends
-before the server has judged it, and the verdict comes after it: an alert (refused), a
-session ticket or data (accepted), or a silence that lasts (accepted). The handshake runs
-over memory BIOs so that the server's first flight can be read: a refusal counts only
-after Typha sent its ServerHello and asked for a certificate, never for a server that
-does not speak TLS 1.2 at all (that is no proof either way). Every probe is bounded by
-its timeout.
+before the server has judged it, and the verdict comes after it: an alert or a close
+(refused), a session ticket or data (accepted), or a silence that lasts (accepted). A
+Typha that speaks only TLS 1.3 (`TLS_MIN_VERSION=1.3`) and refuses the certificate-less
+client that way is proven under TLS 1.3 all through: the other CA's client must be
+refused and this node's Felix accepted the same way, so a Typha that closes every
+connection after the handshake proves nothing. Under TLS 1.2 the handshake runs over
+memory BIOs so that the server's first flight can be read: a refusal counts only after
+Typha sent its ServerHello and asked for a certificate, never for a server that does
+not speak TLS 1.2 at all. Every probe is bounded by its timeout.
 
 This module is the pure part: `judge` (the verdict of the probes) and `decide` (what
 the verdict means for the rule, given the last recorded proof). The probes, the only
@@ -128,11 +131,12 @@ def judge(address: str, no_cert: Attempt, other_ca: Attempt | None, felix: Attem
             address, UNKNOWN, f"{where} refuses unknown clients but not proven to accept "
             f"this node's Felix: {felix.detail}",
         )  # fmt: skip
+    under = f" under {no_cert.version}" if no_cert.version else ""
     return Proof(
         address,
         ENFORCED,
-        f"{where} enforces mTLS: refused no certificate ({no_cert.detail}) and another "
-        f"CA ({other_ca.detail}), accepted this node's Felix",
+        f"{where} enforces mTLS{under}: refused no certificate ({no_cert.detail}) and "
+        f"another CA ({other_ca.detail}), accepted this node's Felix",
     )
 
 

@@ -5,7 +5,8 @@ down at once, however many nodes renewed in the same Puppet interval.
 Two requests, both over one bounded budget of time (`timeout` seconds in all, however
 the server dribbles its bytes):
 - `GET /api/v1/namespaces/NS/pods?labelSelector=k8s-app=calico-typha&fieldSelector=
-  spec.nodeName=NODE`: the Typha pods on this node;
+  spec.nodeName=NODE`: the Typha pods on this node (`k8s-app=calico-typha-tls`, the TLS
+  Typha's, in the live switch's stages: typhapki/kubernetes/typhatarget.py);
 - `POST /api/v1/namespaces/NS/pods/POD/eviction` with a policy/v1 `Eviction`: 201 (or
   200) evicted; 429 the budget refuses now (RestartDeferredError, exit 6); 404 the pod
   is gone already.
@@ -34,11 +35,15 @@ from urllib.parse import quote, urlencode
 from typhapki.deadline import MAX_JSON_DEPTH, DeadlineSocket, json_depth, time_left
 from typhapki.errors import KubeApiError, RestartDeferredError, UsageError
 from typhapki.kubernetes.kubeconfig import KubeAccess
+from typhapki.kubernetes.typhatarget import typha_target
 from typhapki.pki.signers.cfssl import server_text
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
 
 MAX_ANSWER = 4 * 1024 * 1024  # bytes: a node's Typha pods fit in a few KiB
-TYPHA_SELECTOR = "k8s-app=calico-typha"
+TYPHA_SELECTOR = typha_target(None).selector  # k8s-app=calico-typha
+# The TLS Typha's (the stages parallel, switch and retire share it).
+TLS_SELECTOR = typha_target(Stage.PARALLEL).selector
 # DNS-1123: what Kubernetes allows as a namespace (label) and as a pod or node name
 # (subdomain); anything else never reaches a URL.
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -66,7 +71,7 @@ class TyphaPod:
     started_at: datetime | None  # status.startTime
     node: str | None = None  # spec.nodeName
     namespace: str | None = None  # metadata.namespace
-    typha: bool = False  # metadata.labels carries k8s-app=calico-typha
+    typha: bool = False  # metadata.labels carries the selector's label (k8s-app=calico-typha)
 
 
 class KubeApi:
@@ -78,9 +83,12 @@ class KubeApi:
         self.timeout = timeout
         self._tls = access.tls_context()
 
-    def typha_pods(self, namespace: str, node: str | None) -> list[TyphaPod]:
-        """The Typha pods the API places on `node` (None: one of the namespace's, if any)."""
-        selectors = {"labelSelector": TYPHA_SELECTOR}
+    def typha_pods(
+        self, namespace: str, node: str | None, selector: str = TYPHA_SELECTOR
+    ) -> list[TyphaPod]:
+        """The Typha pods the API places on `node` (None: one of the namespace's, if any)
+        that carry `selector`'s label (the plain Typha's, or the TLS Typha's)."""
+        selectors = {"labelSelector": selector}
         if node is None:
             selectors["limit"] = "1"
         else:
@@ -92,14 +100,14 @@ class KubeApi:
             raise KubeApiError(self._refusal(path, status, doc))
         if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
             raise KubeApiError(f"{self._url(path)}: HTTP 200 without a pod list")
-        pods = [self._pod(path, item) for item in doc["items"]]
+        pods = [self._pod(path, item, selector) for item in doc["items"]]
         for pod in pods:
             # The selectors are the API's to apply, and a proxy or a bug may drop them:
             # a pod elsewhere must never be evicted in this node's name.
             if pod.namespace != namespace or not pod.typha:
                 raise KubeApiError(
                     f"{self._url(path)}: listed pod {pod.name} is not a Typha pod of "
-                    f"namespace {namespace} ({TYPHA_SELECTOR}); nothing evicted"
+                    f"namespace {namespace} ({selector}); nothing evicted"
                 )
             if node is not None and pod.node != node:
                 where = "no node" if pod.node is None else f"node {server_text(pod.node, 80)}"
@@ -151,7 +159,7 @@ class KubeApi:
     def _url(self, path: str) -> str:
         return self.access.server + path.split("?", 1)[0]
 
-    def _pod(self, path: str, item: object) -> TyphaPod:
+    def _pod(self, path: str, item: object, selector: str = TYPHA_SELECTOR) -> TyphaPod:
         bad = f"{self._url(path)}: a pod in the list is not what the API gives"
         if not isinstance(item, dict):
             raise KubeApiError(bad)
@@ -166,7 +174,7 @@ class KubeApi:
             v is None or isinstance(v, str) for v in (node, namespace)
         ):
             raise KubeApiError(bad)
-        key, _, value = TYPHA_SELECTOR.partition("=")
+        key, _, value = selector.partition("=")
         name = meta.get("name")
         if not isinstance(name, str) or not _SUBDOMAIN.match(name):
             raise KubeApiError(f"{bad} (name {server_text(str(name), 80)!r})")
@@ -286,11 +294,26 @@ def _timestamp(value: str) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
-def restart_on_node(api: KubeApi, namespace: str, node: str, files_changed_at: float) -> str:
+def restart_on_node(
+    api: KubeApi,
+    namespace: str,
+    node: str,
+    files_changed_at: float,
+    selector: str | None = TYPHA_SELECTOR,
+) -> str:
     """Evict this node's Typha pods that started before the files changed; what was done,
     as one line. RestartDeferredError when a pod is still terminating (the replacement is
-    not up yet) or the budget refuses."""
-    pods = api.typha_pods(namespace, node)
+    not up yet) or the budget refuses.
+
+    `selector`: the label of the stage's Typha (typhapki/kubernetes/typhatarget.py); None
+    when the stage is not known: the TLS Typha's pods when this node runs one (only the
+    live switch's stages run one, and in parallel the plain Typha beside it reads no
+    certificate), else the plain Typha's, as before the switch."""
+    candidates = [selector] if selector is not None else [TLS_SELECTOR, TYPHA_SELECTOR]
+    for selector in candidates:
+        pods = api.typha_pods(namespace, node, selector)
+        if pods:
+            break
     live = [p for p in pods if not p.terminating]
     if not live and pods:
         raise RestartDeferredError(
@@ -298,11 +321,11 @@ def restart_on_node(api: KubeApi, namespace: str, node: str, files_changed_at: f
             "marker stays, the next run looks again"
         )
     if not live:
-        if not api.typha_pods(namespace, None):
+        if not any(api.typha_pods(namespace, None, s) for s in candidates):
             # A wrong namespace would otherwise clear every marker and restart nothing.
             raise UsageError(
-                f"--namespace {namespace}: no Typha pod ({TYPHA_SELECTOR}) in it at all; "
-                "name the namespace Typha runs in (calico-system under the operator)"
+                f"--namespace {namespace}: no Typha pod ({' or '.join(candidates)}) in it at "
+                "all; name the namespace Typha runs in (calico-system under the operator)"
             )
         return f"no Typha pod on {node} (namespace {namespace}): nothing to restart"
     stale = [

@@ -7,6 +7,12 @@ the CA bundle for serverAuth, any CA of it an anchor as in Go, an intermediate t
 hostname check; then Typha's CN or URI SAN), and
 compares what it was served with the Typha certificate on disk.
 
+With a TLS policy (`tls_min_version`, `tls_cipher_suites`: typhapki/settings/wiring.py),
+the probe then proves that Typha enforces it, never assumes so: as this node's Felix it
+offers TLS 1.2 alone when 1.3 is required, and TLS 1.2 suites outside the list one at a
+time; a Typha that accepts any of them ignores the policy, as Calico before 3.31 (cipher
+suites) and 3.32 (minimum version) does, which read neither variable.
+
 A refused handshake is a result, not an exception: a real Felix on this node would be
 refused the same way, and the caller says so loudly.
 """
@@ -30,6 +36,10 @@ from typhapki.pki.settings import Identity, RoleName
 from typhapki.pki.verify import fingerprint
 from typhapki.pki.x509compat import valid_until
 from typhapki.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typhapki.settings.wiring import TlsPolicy
 
 DEFAULT_ADDRESS = "127.0.0.1:5473"
 # How long to wait, after the handshake, for Typha to refuse the client certificate
@@ -55,6 +65,48 @@ class CertSummary:
         }
 
 
+# Go's TLS 1.2 suite names (typhapki/settings/wiring.py CIPHER_SUITES) as OpenSSL names them.
+OPENSSL_SUITES = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+}
+# The suites offered outside the list, best first: those every Calico release accepts
+# by default (crypto/pkg/tls/tls.go), so a Typha that ignores the list takes the first.
+OFFERED_FIRST = ("AES_128_GCM", "AES_256_GCM", "CHACHA20")
+
+
+@record(frozen=True)
+class PolicyResult:
+    """Whether Typha enforces the TLS policy, proven by handshakes it must refuse."""
+
+    checked: tuple[str, ...]  # what was tried, in words
+    unenforced: str | None = None  # what Typha accepted that the policy forbids
+    unproven: str | None = None  # why a check proved nothing (a connection failed)
+
+    @property
+    def error(self) -> str | None:
+        if self.unenforced is not None:
+            return f"policy unenforced: {self.unenforced}"
+        if self.unproven is not None:
+            return f"policy not proven: {self.unproven}"
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checked": list(self.checked),
+            "enforced": None if self.unproven and not self.unenforced else not self.unenforced,
+            "error": self.error,
+        }
+
+
 @record(frozen=True)
 class ProbeResult:
     """What a handshake with the local Typha as this node's Felix found."""
@@ -65,6 +117,7 @@ class ProbeResult:
     served: CertSummary | None  # what Typha presented (even when it failed verification)
     disk: CertSummary | None  # the Typha certificate in the live set
     disk_error: str | None = None
+    policy: PolicyResult | None = None  # the TLS policy's proof (None: no policy set)
 
     @property
     def serves_disk(self) -> bool:
@@ -84,6 +137,7 @@ class ProbeResult:
             "served": self.served.as_dict() if self.served else None,
             "disk": self.disk.as_dict() if self.disk else None,
             "disk_error": self.disk_error,
+            "policy": self.policy.as_dict() if self.policy is not None else None,
         }
 
 
@@ -122,10 +176,12 @@ def probe(
     typha_identity: Identity,
     timeout: float = 5.0,
     felix_identity: Identity | None = None,
+    policy: TlsPolicy | None = None,
 ) -> ProbeResult:
     """Handshake with the Typha at `address` as this node's Felix; never raises for a
     refused or failed handshake (only for a malformed address). `felix_identity`, the
-    cluster's Felix identity when known, lets a refusal name its cause."""
+    cluster's Felix identity when known, lets a refusal name its cause. `policy`: the
+    TLS policy Typha must be proven to enforce once it accepted Felix."""
     host, port = parse_address(address)
     paths = SetPaths(out)
     disk, disk_error = _disk_certificate(paths)
@@ -189,7 +245,91 @@ def probe(
                 )
             if data == b"":
                 return failed(_closed_after_handshake(paths, felix_identity), served)
-    return ProbeResult(address, True, None, served, disk, disk_error)
+    proven = None
+    if policy is not None and (policy.min_version == "1.3" or policy.cipher_suites):
+        key = x509.load_der_x509_certificate(der).public_key() if der else None
+        proven = prove_policy(host, port, paths, policy, _suite_kind(key), timeout)
+    return ProbeResult(address, True, None, served, disk, disk_error, proven)
+
+
+def _suite_kind(key: object) -> str:
+    """The TLS 1.2 suites a Typha key serves: ECDHE_RSA for RSA, ECDHE_ECDSA otherwise."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return "RSA" if isinstance(key, rsa.RSAPublicKey) else "ECDSA"
+
+
+def _tls12_handshake(
+    host: str, port: int, ctx: ssl.SSLContext, timeout: float
+) -> tuple[bool | None, str]:
+    """One TLS 1.2 handshake as Felix: (True, the suite) when Typha completed it, which
+    under TLS 1.2 comes after it judged everything; (False, why) when Typha refused it;
+    (None, why) when the connection failed, which proves nothing."""
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        return None, f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+    with raw:
+        try:
+            with ctx.wrap_socket(raw) as tls:
+                return True, (tls.cipher() or ("?",))[0]
+        except ssl.SSLError as exc:
+            return False, _refusal(exc)
+        except OSError as exc:
+            return None, f"the TLS 1.2 handshake failed: {exc.strerror or exc}"
+
+
+def prove_policy(
+    host: str, port: int, paths: SetPaths, policy: TlsPolicy, kind: str, timeout: float
+) -> PolicyResult:
+    """Offer Typha, as this node's Felix (the set under `paths`), what `policy` forbids:
+    TLS 1.2 alone when 1.3 is required, and TLS 1.2 suites of the key's `kind` outside
+    the list, one at a time (those Calico accepts by default first). Any acceptance:
+    the policy is unenforced."""
+    from typhapki.settings.wiring import CIPHER_SUITES
+
+    checked: list[str] = []
+    unproven = None
+
+    def tls12(ciphers: str | None) -> ssl.SSLContext:
+        # The client certificate Typha accepted a moment ago: only the offer differs.
+        ctx = felix_context(paths, verify=False)  # Typha was verified a moment ago too
+        ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        if ciphers is not None:
+            ctx.set_ciphers(ciphers)
+        return ctx
+
+    if policy.min_version == "1.3":
+        checked.append("TLS 1.2 offered, tls_min_version 1.3")
+        try:
+            ok, what = _tls12_handshake(host, port, tls12(None), timeout)
+        except ConfigError as exc:
+            ok, what = None, f"cannot act as this node's Felix: {exc}"
+        if ok:
+            return PolicyResult(tuple(checked), f"Typha accepted a TLS 1.2 client ({what}) "
+                                "although tls_min_version is 1.3")  # fmt: skip
+        if ok is None:
+            unproven = what
+    if policy.cipher_suites:
+        outside = [n for n in CIPHER_SUITES if f"_{kind}_" in n and n not in policy.cipher_suites]
+        outside.sort(key=lambda n: next(
+            (i for i, w in enumerate(OFFERED_FIRST) if w in n), len(OFFERED_FIRST)))  # fmt: skip
+        for name in outside[: len(OFFERED_FIRST)]:
+            try:
+                ctx = tls12(OPENSSL_SUITES[name])
+            except ssl.SSLError:
+                continue  # this OpenSSL cannot offer it
+            except ConfigError as exc:
+                unproven = f"cannot act as this node's Felix: {exc}"
+                break
+            checked.append(f"TLS 1.2 suite {name} offered, outside tls_cipher_suites")
+            ok, what = _tls12_handshake(host, port, ctx, timeout)
+            if ok:
+                return PolicyResult(tuple(checked), f"Typha accepted TLS 1.2 suite {name}, "
+                                    "which tls_cipher_suites does not list")  # fmt: skip
+            if ok is None:
+                unproven = what
+    return PolicyResult(tuple(checked), None, unproven)
 
 
 def _felix_names(paths: SetPaths) -> tuple[str | None, list[str]] | None:

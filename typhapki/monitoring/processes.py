@@ -182,8 +182,12 @@ def content_published_at(directory: Path) -> datetime | None:
     return when
 
 
-def restart_status(out: Path, component: Component, processes: Sequence[Process]) -> RestartStatus:
-    """Whether `component`'s process on this node started before its files changed."""
+def restart_status(
+    out: Path, component: Component, processes: Sequence[Process], proc: Path = Path("/proc")
+) -> RestartStatus:
+    """Whether `component`'s process on this node started before its files changed.
+    Of several Typhas (the live switch's parallel stage) only those started with TLS
+    read the files (`reading_typhas`)."""
     paths = SetPaths(out)
     role_dir = paths.role_dir(COMPONENT_ROLE[component])
     scopes = {COMPONENT_ROLE[component].value: role_dir, "bundle": paths.bundle_dir}
@@ -196,6 +200,8 @@ def restart_status(out: Path, component: Component, processes: Sequence[Process]
     ]
     must_load = max(restart_times) if restart_times else None
     mine = component_processes(component, processes)
+    if component is Component.TYPHA:
+        mine = reading_typhas(mine, proc)
     first = min(mine, key=lambda p: p.started_at, default=None)
     # /proc gives a start time truncated to a clock tick (10 ms): the process started
     # somewhere in [started_at, started_at + tick). One that started in the very tick of the
@@ -219,12 +225,27 @@ def restart_status(out: Path, component: Component, processes: Sequence[Process]
 
 
 def restart_statuses(
-    out: Path, processes: Sequence[Process] | None = None
+    out: Path, processes: Sequence[Process] | None = None, proc: Path = Path("/proc")
 ) -> dict[Component, RestartStatus]:
     """Both components' restart status; /proc is read once."""
     if processes is None:
-        processes = list_processes(PROCESS_NAMES.values())
-    return {c: restart_status(out, c, processes) for c in Component}
+        processes = list_processes(PROCESS_NAMES.values(), proc)
+    return {c: restart_status(out, c, processes, proc) for c in Component}
+
+
+def reading_typhas(typhas: Sequence[Process], proc: Path = Path("/proc")) -> list[Process]:
+    """The Typha processes that read the set: those started with TLS. In the live
+    switch's parallel and switch stages a node runs a plain Typha beside the TLS one
+    (docs/kubernetes.md): it reads no certificate, and a renewal never makes it stale.
+    When none is known to have TLS (none does, or an environment is unreadable), all
+    of them, as before the switch."""
+    if len(typhas) < 2:
+        return list(typhas)
+    found = [(p, _tls_env(p, True, proc)) for p in typhas]
+    if any(env.tls is None for _, env in found):
+        return list(typhas)
+    tls = [p for p, env in found if env.tls]
+    return tls or list(typhas)
 
 
 # What a running Felix dials with: Calico's Felix dials Typha over TLS as soon as any of
@@ -315,3 +336,11 @@ def typha_listeners(processes: Sequence[Process], proc: Path = Path("/proc")) ->
     (in the parallel stage a node holds a plain and a TLS Typha, docs/kubernetes.md)."""
     mine = component_processes(Component.TYPHA, processes)
     return [_tls_env(p, True, proc) for p in sorted(mine, key=lambda p: p.pid)]
+
+
+def local_typha_address(processes: Sequence[Process], proc: Path = Path("/proc")) -> str:
+    """Where this node's Typha that reads the set listens, for `metrics` and `check
+    --nagios` to probe: the port of the Typha started with TLS (beside a plain one in
+    the live switch's parallel and switch stages, on its own port), else Calico's."""
+    tls = [t for t in typha_listeners(processes, proc) if t.tls and t.port]
+    return f"127.0.0.1:{tls[0].port if tls else 5473}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from typhapki.firewall.state import StateRead, read_state_quietly, state_dir
+from typhapki.monitoring import processes
 from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
@@ -82,6 +83,7 @@ class NodeStatus:
         self.rotation: dict[str, Any] | None = None
         self.bundle_published_at: datetime | None = None
         self.restarts: dict[Component, RestartStatus] = {}
+        self.typha_address: str | None = None  # the local Typha that reads the set
         self.probe: ProbeResult | None = None
         self.ferm: StateRead | None = None
         self.errors: dict[str, str] = {}
@@ -118,7 +120,10 @@ def collect(
         status = NodeStatus(now, request.out, settings)
     _collect_set(status, request)
     try:
-        status.restarts = restart_statuses(request.out)
+        # /proc read once, through the module (as restart_statuses reads it).
+        running = processes.list_processes(processes.PROCESS_NAMES.values())
+        status.restarts = restart_statuses(request.out, running)
+        status.typha_address = processes.local_typha_address(running)
     except Exception as exc:
         status.error("processes", message(exc))
     _collect_probe(status, request)
@@ -235,7 +240,7 @@ def _collect_probe(status: NodeStatus, request: StatusRequest) -> None:
     if address is None:
         if typha is None or not typha.running:
             return
-        address = DEFAULT_ADDRESS
+        address = status.typha_address or DEFAULT_ADDRESS
     try:
         status.probe = probe(
             address, request.out, status.settings.typha, felix_identity=status.settings.felix

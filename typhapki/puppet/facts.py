@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from typhapki.settings.signer import SignerOptions
+    from typhapki.settings.wiring import TlsPolicy
 
 
 def _iso(when: datetime) -> str:
@@ -53,9 +54,15 @@ class FactRequest:
     trust: Sequence[Path] = ()
     ferm_output: Path | None = None
     state_dir: Path | None = None  # None: $TYPHAPKI_STATE_DIR, else /var/lib/typhapki
-    # The running components: None probes 127.0.0.1:5473 when calico-typha runs here.
+    # The running components: None probes 127.0.0.1:`probe_port` when calico-typha runs
+    # here; the port is the Typha of the live switch's stage (typhapki/kubernetes/
+    # typhatarget.py: the TLS Typha's in parallel, switch and retire), else Calico's.
     probe_address: str | None = None
     probe: bool = True
+    probe_port: int = 5473
+    # The cluster's TLS policy (hiera's tls_min_version / tls_cipher_suites), proven by
+    # each probe that Typha accepted this node's Felix (typhapki/monitoring/probe.py).
+    policy: TlsPolicy | None = None
     # Errors found while reading options: reported, and the set still described.
     errors: list[str] = field(default_factory=list)
     # The node's cluster (the node configuration's `cluster`), named at the top level for
@@ -288,14 +295,17 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
     listeners = typha_listeners(running)
     address = request.probe_address
     if address is None and restarts[Component.TYPHA].running:
-        address = "127.0.0.1:5473"  # monitoring.probe.DEFAULT_ADDRESS
+        # The stage's Typha: in parallel the plain one on 5473 runs plain, and is no
+        # TLS Typha that failed.
+        address = f"127.0.0.1:{request.probe_port}"
     if request.probe and address is not None:
         from typhapki.monitoring.probe import probe  # ssl only on nodes that run Typha
 
         try:
             fact["probe"] = probe(
-                address, request.out, settings.typha, felix_identity=settings.felix
-            ).as_dict()
+                address, request.out, settings.typha, felix_identity=settings.felix,
+                policy=request.policy,
+            ).as_dict()  # fmt: skip
         except Exception as exc:  # a malformed --probe-address
             errors.append(str(exc) or type(exc).__name__)
     for listener in listeners:
@@ -310,7 +320,7 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
 
             typha["probe"] = probe(
                 f"127.0.0.1:{listener.port}", request.out, settings.typha,
-                felix_identity=settings.felix,
+                felix_identity=settings.felix, policy=request.policy,
             ).as_dict()  # fmt: skip
         fact["typhas"].append(typha)
     return fact

@@ -88,15 +88,53 @@ func ParseTLSVersion(version string) (uint16, error) {
 	}
 }
 
+// Version is the Calico release the peers play (the -calico-version flag): TLS_CIPHER_SUITES
+// exists since 3.31 and TLS_MIN_VERSION since 3.32; earlier releases never read them and
+// keep Calico's defaults. The zero value is the newest release: both are honoured.
+var Version = struct{ Major, Minor int }{}
+
+// SetVersion sets Version from "3.30", "3.31.2" or "v3.32.1" ("" leaves the newest).
+func SetVersion(text string) error {
+	if text == "" {
+		return nil
+	}
+	var major, minor int
+	parts := strings.SplitN(strings.TrimPrefix(text, "v"), ".", 3)
+	if len(parts) < 2 {
+		return fmt.Errorf("-calico-version: expected MAJOR.MINOR[.PATCH], got %q", text)
+	}
+	if _, err := fmt.Sscanf(parts[0]+" "+parts[1], "%d %d", &major, &minor); err != nil {
+		return fmt.Errorf("-calico-version: expected MAJOR.MINOR[.PATCH], got %q", text)
+	}
+	Version.Major, Version.Minor = major, minor
+	return nil
+}
+
+// Since reports whether the played release is major.minor or later.
+func Since(major, minor int) bool {
+	if Version.Major == 0 {
+		return true
+	}
+	return Version.Major > major || (Version.Major == major && Version.Minor >= minor)
+}
+
 // NewTLSConfig: crypto/pkg/tls/tls.go NewTLSConfig. TLS 1.2 minimum unless
 // TLS_MIN_VERSION=1.3, TLS 1.3 maximum, cipher suites from TLS_CIPHER_SUITES or the
-// defaults (ECDHE with AES-GCM / ChaCha20, plus three ECDHE CBC suites).
+// defaults (ECDHE with AES-GCM / ChaCha20, plus three ECDHE CBC suites). A release
+// before 3.31 (SetVersion) ignores TLS_CIPHER_SUITES, one before 3.32 TLS_MIN_VERSION.
 func NewTLSConfig() (*tls.Config, error) {
-	ciphers, err := ParseTLSCiphers(os.Getenv("TLS_CIPHER_SUITES"))
+	cipherText, versionText := "", ""
+	if Since(3, 31) {
+		cipherText = os.Getenv("TLS_CIPHER_SUITES")
+	}
+	if Since(3, 32) {
+		versionText = os.Getenv("TLS_MIN_VERSION")
+	}
+	ciphers, err := ParseTLSCiphers(cipherText)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create TLS Config: %w", err)
 	}
-	minVersion, err := ParseTLSVersion(os.Getenv("TLS_MIN_VERSION"))
+	minVersion, err := ParseTLSVersion(versionText)
 	if err != nil {
 		// Calico logs a warning and carries on with TLS 1.2.
 		minVersion = tls.VersionTLS12

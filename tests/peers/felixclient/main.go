@@ -17,7 +17,8 @@
 //
 // Configuration mirrors Felix's environment variables (flags override them):
 // FELIX_TYPHACERTFILE, FELIX_TYPHAKEYFILE, FELIX_TYPHACAFILE, FELIX_TYPHACN,
-// FELIX_TYPHAURISAN, plus Calico's TLS_CIPHER_SUITES and TLS_MIN_VERSION.
+// FELIX_TYPHAURISAN, plus Calico's TLS_CIPHER_SUITES and TLS_MIN_VERSION (read as -calico-version's
+// release reads them: ciphers since 3.31, the minimum version since 3.32).
 //
 // Exit status 0 and "ok ..." on stdout when the connection was accepted by both sides;
 // 1 and "felixclient: <Go error>" on stderr when either side refused it; 2 on a
@@ -61,8 +62,14 @@ func main() {
 			"NewTLSConfig(fipsMode) capped FIPS mode at TLS 1.2")
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
 	now := flag.String("now", "", "verify peers at this RFC 3339 time (a test option)")
+	calicoVersion := flag.String("calico-version", "",
+		"the Calico release to play, e.g. 3.30: TLS_CIPHER_SUITES is read since 3.31, "+
+			"TLS_MIN_VERSION since 3.32 (default: the newest, both read)")
 	flag.Parse()
 	if err := calico.ClockAt(*now); err != nil {
+		fail(2, "%v", err)
+	}
+	if err := calico.SetVersion(*calicoVersion); err != nil {
 		fail(2, "%v", err)
 	}
 

@@ -15,7 +15,8 @@
 //
 // Configuration mirrors Typha's environment variables (flags override them):
 // TYPHA_SERVERCERTFILE, TYPHA_SERVERKEYFILE, TYPHA_CAFILE, TYPHA_CLIENTCN,
-// TYPHA_CLIENTURISAN, plus Calico's TLS_CIPHER_SUITES and TLS_MIN_VERSION.
+// TYPHA_CLIENTURISAN, plus Calico's TLS_CIPHER_SUITES and TLS_MIN_VERSION (read as -calico-version's
+// release reads them: ciphers since 3.31, the minimum version since 3.32).
 //
 // Output: the chosen port alone on the first stdout line, then one line per connection:
 // "conn N ok cn=... uris=... version=... cipher=..." or "conn N error: <Go error>".
@@ -64,8 +65,14 @@ func main() {
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
 	mode := flag.String("mode", "verify", "verify, no-client-cert or plain")
 	now := flag.String("now", "", "verify peers at this RFC 3339 time (a test option)")
+	calicoVersion := flag.String("calico-version", "",
+		"the Calico release to play, e.g. 3.30: TLS_CIPHER_SUITES is read since 3.31, "+
+			"TLS_MIN_VERSION since 3.32 (default: the newest, both read)")
 	flag.Parse()
 	if err := calico.ClockAt(*now); err != nil {
+		fail(2, "%v", err)
+	}
+	if err := calico.SetVersion(*calicoVersion); err != nil {
 		fail(2, "%v", err)
 	}
 	if *mode != "verify" && *mode != "no-client-cert" && *mode != "plain" {
