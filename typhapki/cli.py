@@ -393,16 +393,20 @@ def restart_typha_cmd(
     node: Optional[str],
     context: Optional[str],
     timeout: float,
+    hiera: Optional[Path],
+    cluster: Optional[str],
 ) -> int:
     from typhapki.commands.restart_typha import restart_typha
 
-    return guarded(lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout))
+    return guarded(
+        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster)
+    )
 
 
 @command("probe")
 def probe_cmd(
     *,
-    address: str,
+    address: Optional[str],
     out: Path,
     typha_cn: Optional[str],
     typha_uri_san: Optional[str],
@@ -415,9 +419,8 @@ def probe_cmd(
     from typhapki.commands.probe import probe
 
     pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
-    # Not given: the local Typha of hiera's live switch stage (the TLS one's port).
-    given = address if "address" in sources else None
-    return guarded(lambda: probe(given, out, pki, hiera, cluster, timeout, json_out))
+    # None: the local Typha of hiera's live switch stage (the TLS one's port).
+    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
 
 
 @command("lint-hiera")

@@ -218,14 +218,11 @@ def parallel_api(tmp_path: Path) -> Iterator[FakeApi]:
 
 
 @pytest.mark.parametrize("stage", ["unknown", "none", "parallel", "switch", "retire"])
-def test_the_stage_typha_is_restarted(
-    tmp_path: Path, parallel_api: FakeApi, capsys: pytest.CaptureFixture[str], stage: str
-) -> None:
+def test_the_stage_typha_is_restarted(tmp_path: Path, parallel_api: FakeApi, stage: str) -> None:
     """In parallel, switch and retire the TLS Typha reads the files, and only its pod on
     this node is evicted; the plain Typha beside it reads none and keeps running. With
     hiera's stage known it decides (none: the plain Typha, as before the switch);
     unknown (no --hiera), the TLS Typha when this node runs one."""
-    from typhapki.commands.restart_typha import restart_typha
     from typhapki.kubernetes.typhaports import TLS_LABELS
 
     kubeconfig = parallel_api.kubeconfig(tmp_path / "kubeconfig")
@@ -240,9 +237,10 @@ def test_the_stage_typha_is_restarted(
         )
     pods = parallel_api.cluster.pods.values()
     on_a = {p.labels["k8s-app"]: p.name for p in pods if p.node == "node-a"}
-    code = restart_typha(out, kubeconfig, "kube-system", "node-a", None, 20.0,
-                         hiera, "c1" if hiera else None)  # fmt: skip
-    assert code == 0 and not (out / ".restart-typha").exists()
+    extra = ("--hiera", str(hiera), "--cluster", "c1") if hiera else ()
+    result = _restart(parallel_api, kubeconfig, out, "node-a", *extra)
+    assert result.returncode == 0, result.stderr
+    assert not (out / ".restart-typha").exists()
     label = "calico-typha" if stage == "none" else TLS_LABELS["k8s-app"]
     assert parallel_api.cluster.evictions == [(on_a[label], 201)]
-    assert f"evicted Typha pod {on_a[label]} on node-a" in capsys.readouterr().out
+    assert f"evicted Typha pod {on_a[label]} on node-a" in result.stdout

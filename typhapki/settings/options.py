@@ -597,6 +597,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _own("node", "--node", str, "This node's Kubernetes name (default: the host name)."),
         _own("context", "--context", str, "Kubeconfig context (default: its current-context)."),
         _own("timeout", "--timeout", float, "Seconds for all API requests.", value=30.0),
+        replace(HIERA, help="Hiera file: the cluster's tls_stage picks the Typha to evict "
+                "(without: this node's TLS Typha if it runs one, else the plain one)."),
+        CLUSTER,
     )),
     Command("metrics",
             "Prometheus metrics: expiry, validity, rotation, restart pending, probe, ferm "
@@ -613,8 +616,10 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
     Command("probe",
             "Handshake with Typha as this node's Felix: exit 0 when it serves the certificate "
             "on disk.", (
-        _own("address", "--address", str, "Typha to probe, HOST:PORT or [IPV6]:PORT.",
-             value="127.0.0.1:5473"),
+        _own("address", "--address", str,
+             "Typha to probe, HOST:PORT or [IPV6]:PORT (default: this node's Typha of "
+             "hiera's tls_stage: 127.0.0.1:5473 without a stage, the TLS Typha's port "
+             "in parallel, switch and retire)."),
         OUT, BY_NAME["typha_cn"], BY_NAME["typha_uri_san"], HIERA, CLUSTER,
         _own("timeout", "--timeout", float, "Seconds for connect and handshake.", value=5.0),
         JSON,
