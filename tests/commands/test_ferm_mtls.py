@@ -287,8 +287,8 @@ def test_a_typha_open_under_tls13_voids_the_proof_for_good(
         assert (lab / "rule").read_bytes() == OLD_RULE
 
 
-def staged(lab: Path, stage: str) -> None:
-    (lab / "hiera.yaml").write_text(HIERA + f"        tls_stage: {stage}\n")
+def staged(lab: Path, stage: str, more: str = "") -> None:
+    (lab / "hiera.yaml").write_text(HIERA + f"        tls_stage: {stage}\n" + more)
 
 
 def test_retire_proves_the_tls_typha_and_opens_only_its_port(
@@ -321,11 +321,12 @@ def test_retire_proves_the_tls_typha_and_opens_only_its_port(
     assert f"dport {port_of(plain)}" not in rule
 
 
-@pytest.mark.parametrize("stage", ["parallel", "switch"])
-def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str) -> None:
-    """While the plain Typha runs beside the TLS one, hiera's mode: relaxed waits: both
-    ports get the node addresses, no proof is tried (none is needed), one warning says so."""
-    staged(lab, stage)
+@pytest.mark.parametrize(("stage", "gate"), [("parallel", "warn"), ("switch", "enforce")])
+def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str, gate: str) -> None:
+    """While the plain Typha runs beside the TLS one, hiera's mode: relaxed waits, and the
+    warn gate of its fixed networks with it: both ports get the node addresses behind the
+    enforced gate, no proof is tried (none is needed), one warning says so."""
+    staged(lab, stage, f"        dns_gate: {gate}\n")
     result = run_cli(
         "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",
         "--state-dir", lab / "state",
@@ -334,6 +335,8 @@ def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str) 
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("typhapki: warning: cluster lab: "), lines
     assert f"tcp/5473 and tcp/{TLS_PORTS.server} get the strict rule" in lines[0]
+    waits = "mode relaxed and dns_gate warn wait" if gate == "warn" else "mode relaxed waits"
+    assert lines[0].endswith(f"{waits} for retire"), lines[0]
     assert "hiera.yaml:" in lines[0]  # where tls_stage was written
     rule = (lab / "rule").read_text()
     for port in (5473, TLS_PORTS.server):
@@ -342,7 +345,15 @@ def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str) 
             f"proto tcp dport {port} saddr (\n        10.250.1.1\n        10.250.2.2\n    )" in rule
         )
     assert "10.250.0.0/16" not in rule and state(lab)["mtls_verdict"] is None
+    assert state(lab)["dns_gate"] == "enforce"
     clash = run_cli(
         "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--port", str(TLS_PORTS.server),
     )  # fmt: skip
     assert_one_line_error(clash, 2, "--port", "the TLS Typha's server port", stage)
+    # A relaxed rule of fixed networks needs no cluster_nodes; the strict rule does.
+    nodes = "      cluster_nodes: [10.250.1.1, 10.250.2.2]\n"
+    (lab / "hiera.yaml").write_text(HIERA.replace(nodes, "") + f"        tls_stage: {stage}\n")
+    nodeless = run_cli("ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab")
+    assert_one_line_error(
+        nodeless, 2, "no cluster_nodes", f"tls_stage {stage} makes the rule strict"
+    )

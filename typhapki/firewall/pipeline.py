@@ -144,9 +144,16 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     fixed = mode == "relaxed" and bool(typha.networks or typha.network_variable)
     if mode == "relaxed" and typha.networks and typha.network_variable:
         raise ConfigError(f"{cluster.where}.typha: give networks or network_variable, not both")
+    # While both Typhas run the rule is strict: what made it relaxed waits for retire,
+    # the warn gate of a relaxed rule of fixed networks too (a strict rule is enforced).
+    waiting = [f"mode {requested}"] if requested != mode else []
+    if waiting and dns_gate == "warn" and (typha.networks or typha.network_variable):
+        waiting.append("dns_gate warn")
+        dns_gate = "enforce"
     if not cluster.cluster_nodes and not fixed:
+        staged = f" (tls_stage {stage} makes the rule strict)" if waiting else ""
         raise ConfigError(
-            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them "
+            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them{staged} "
             "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
         )
     needs_proof = mode == "relaxed" and opts.output is not None and not opts.skip_mtls_proof
@@ -162,12 +169,12 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             "would drop its addresses silently (warn needs mode: relaxed with networks "
             "or network_variable)"
         )
-    if requested != mode:
+    if waiting:
         print(
             f"typhapki: warning: cluster {cluster.name}: tls_stage {stage} "
             f"({typha.sources.get('tls_stage', 'hiera')}) runs the plain Typha beside the "
-            f"TLS one: tcp/{ports[0]} and tcp/{ports[1]} get the strict rule, mode "
-            f"{requested} waits for retire",
+            f"TLS one: tcp/{ports[0]} and tcp/{ports[1]} get the strict rule, "
+            f"{' and '.join(waiting)} wait{'s' if len(waiting) == 1 else ''} for retire",
             file=sys.stderr,
         )
     emit = prepare(cluster, mode)
