@@ -46,9 +46,11 @@ from typhapki.inventory.hostnames import (
     validate_source_network,
 )
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
 
 MODES = ("strict", "relaxed")
-STAGES = ("none", "parallel", "switch", "retire")  # typha.tls_stage; none: not in hiera
+# typha.tls_stage (typhapki/settings/wiring.py); none: not in hiera
+STAGES = ("none", *(stage.value for stage in Stage))
 STYLES = ("plain", "function")
 DEFAULT_PORT = 5473
 DEFAULT_MODE = "strict"

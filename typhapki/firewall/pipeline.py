@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
 
 if TYPE_CHECKING:
     from typhapki.firewall.ferm import Sources
@@ -23,9 +24,7 @@ if TYPE_CHECKING:
 DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
 NO_STAGE = "none"  # no typha.tls_stage in hiera: one Typha, on the plain port
-# The stages that run the plain and the TLS Typha side by side (typhapki/settings/wiring.py).
-BOTH_TYPHAS = ("parallel", "switch")
-RETIRE = "retire"
+BOTH_TYPHAS = (Stage.PARALLEL, Stage.SWITCH)  # the plain and the TLS Typha side by side
 
 
 @record(frozen=True)
@@ -74,7 +73,7 @@ def open_ports(stage: str, plain: int) -> tuple[int, ...]:
         return (plain,)
     if stage in BOTH_TYPHAS:
         return (plain, TLS_PORTS.server)
-    if stage == RETIRE:
+    if stage == Stage.RETIRE:
         return (TLS_PORTS.server,)
     raise ConfigError(f"tls_stage: expected parallel, switch or retire, got {stage!r}")
 
@@ -132,7 +131,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     port = opts.port or typha.port or rules.DEFAULT_PORT  # the plain Typha's
     ports = open_ports(stage, port)
     if len(set(ports)) != len(ports):
-        where = "--port" if opts.port else f"{cluster.where}.typha.port"
+        where = "--port" if opts.port else typha.sources.get("port", "typha.port")
         raise ConfigError(
             f"{where}: {port} is the TLS Typha's server port, which tls_stage {stage} opens "
             "beside the plain Typha's: give the plain Typha another port"
