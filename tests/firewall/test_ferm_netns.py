@@ -416,7 +416,10 @@ def stage_hiera(path: Path, stage: str, failing: bool) -> Path:
 @example(stage="parallel", mode="relaxed", style="plain", failing=False)
 @example(stage="switch", mode="strict", style="function", failing=False)
 @example(stage="retire", mode="relaxed", style="plain", failing=False)
+@example(stage="none", mode="relaxed", style="plain", failing=True)
 @example(stage="parallel", mode="strict", style="plain", failing=True)
+@example(stage="switch", mode="relaxed", style="function", failing=True)
+@example(stage="retire", mode="strict", style="plain", failing=True)
 def test_each_tls_stage_opens_its_ports_to_listed_nodes_only(
     lab: Lab, stage_dns: Dnsmasq, tmp_path: Path, stage: str, mode: str, style: str, failing: bool
 ) -> None:
