@@ -5,6 +5,7 @@ three modes, openssl s_server, nothing listening and a handshake that hangs."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -22,6 +23,7 @@ from tests.support.mtlspeers import (
     openssl_typha,
     split_typha,
 )
+from typhapki.kubernetes.typhaports import TLS_PORTS
 
 __all__ = ["go_peers"]
 
@@ -300,3 +302,75 @@ def test_a_typha_open_under_tls13_voids_the_proof_for_good(
         gone = ferm(lab, issued, local)  # nothing listens, no --typha-address
         assert gone.returncode == 1 and "no fresh proof" in gone.stderr, gone
         assert (lab / "rule").read_bytes() == OLD_RULE
+
+
+def staged(lab: Path, stage: str, more: str = "") -> None:
+    (lab / "hiera.yaml").write_text(HIERA + f"        tls_stage: {stage}\n" + more)
+
+
+def test_retire_proves_the_tls_typha_and_opens_only_its_port(
+    go_peers: GoPeers, issued: Path, lab: Path
+) -> None:
+    """issue 32: at tls_stage retire the relaxed rule opens the TLS Typha's port alone,
+    and its proof is against that Typha: the plain Typha on the plain port (--port)
+    enforces nothing, which refuses the relaxed rule in no stage but none."""
+    with socket.socket() as held:  # nothing may answer locally on the TLS port
+        try:
+            held.bind(("127.0.0.1", TLS_PORTS.server))
+        except OSError:
+            pytest.skip(f"127.0.0.1:{TLS_PORTS.server} is taken on this machine")
+        with (
+            go_typha(go_peers, issued, "plain") as plain,
+            go_typha(go_peers, issued, "verify") as tls,
+        ):
+            refused = ferm(lab, issued, port_of(plain), "--typha-address", tls)
+            staged(lab, "retire")
+            retired = ferm(lab, issued, port_of(plain), "--typha-address", tls)
+    assert refused.returncode == 1 and "speaks plain TCP" in refused.stderr, refused
+    assert retired.returncode == 0, retired.stderr
+    assert state(lab)["mtls_verdict"] == "enforced"
+    rule = (lab / "rule").read_text()
+    assert (
+        f"tcp/{TLS_PORTS.server}) for cluster lab (group main), mode relaxed, tls_stage retire"
+        in rule
+    )
+    assert f"dport {TLS_PORTS.server} saddr" in rule and "dport 5473" not in rule
+    assert f"dport {port_of(plain)}" not in rule
+
+
+@pytest.mark.parametrize(("stage", "gate"), [("parallel", "warn"), ("switch", "enforce")])
+def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str, gate: str) -> None:
+    """While the plain Typha runs beside the TLS one, hiera's mode: relaxed waits, and the
+    warn gate of its fixed networks with it: both ports get the node addresses behind the
+    enforced gate, no proof is tried (none is needed), one warning says so."""
+    staged(lab, stage, f"        dns_gate: {gate}\n")
+    result = run_cli(
+        "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--output", lab / "rule",
+        "--state-dir", lab / "state",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("typhapki: warning: cluster lab: "), lines
+    assert f"tcp/5473 and tcp/{TLS_PORTS.server} get the strict rule" in lines[0]
+    waits = "mode relaxed and dns_gate warn wait" if gate == "warn" else "mode relaxed waits"
+    assert lines[0].endswith(f"{waits} for retire"), lines[0]
+    assert "hiera.yaml:" in lines[0]  # where tls_stage was written
+    rule = (lab / "rule").read_text()
+    for port in (5473, TLS_PORTS.server):
+        assert f"(tcp/{port}) for cluster lab (group main), mode strict, tls_stage {stage}" in rule
+        assert (
+            f"proto tcp dport {port} saddr (\n        10.250.1.1\n        10.250.2.2\n    )" in rule
+        )
+    assert "10.250.0.0/16" not in rule and state(lab)["mtls_verdict"] is None
+    assert state(lab)["dns_gate"] == "enforce"
+    clash = run_cli(
+        "ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab", "--port", str(TLS_PORTS.server),
+    )  # fmt: skip
+    assert_one_line_error(clash, 2, "--port", "the TLS Typha's server port", stage)
+    # A relaxed rule of fixed networks needs no cluster_nodes; the strict rule does.
+    nodes = "      cluster_nodes: [10.250.1.1, 10.250.2.2]\n"
+    (lab / "hiera.yaml").write_text(HIERA.replace(nodes, "") + f"        tls_stage: {stage}\n")
+    nodeless = run_cli("ferm", "--hiera", lab / "hiera.yaml", "--cluster", "lab")
+    assert_one_line_error(
+        nodeless, 2, "no cluster_nodes", f"tls_stage {stage} makes the rule strict"
+    )

@@ -41,21 +41,30 @@ def test_strict_rule_and_set_update(hiera: Path, lab_dns: Dnsmasq) -> None:
     assert "cluster lab (group main), mode strict" in rule.stdout
     assert "\t\t10.250.1.1,\n\t\t10.250.2.2,\n" in rule.stdout
     assert "\t\tfd00:5473::1,\n\t\tfd00:5473::2,\n" in rule.stdout
-    assert "\tip saddr @calico_typha_v4 tcp dport 5473 accept\n" in rule.stdout
-    assert "\tip6 saddr @calico_typha_v6 tcp dport 5473 accept\n" in rule.stdout
+    assert "set calico_typha_ports {\n\ttype inet_service\n\telements = {\n\t\t5473,\n\t}\n}\n" in (
+        rule.stdout
+    )
+    assert "\tip saddr @calico_typha_v4 tcp dport @calico_typha_ports accept\n" in rule.stdout
+    assert "\tip6 saddr @calico_typha_v6 tcp dport @calico_typha_ports accept\n" in rule.stdout
     sets = typhapki("nft", hiera, "lab", lab_dns, "--sets-only")
     assert (sets.returncode, sets.stderr) == (0, "")
     commands = [line for line in sets.stdout.splitlines() if not line.startswith("#")]
     assert commands == [
+        "add set inet filter calico_typha_v4 { type ipv4_addr; flags interval; }",
         "flush set inet filter calico_typha_v4",
         "add element inet filter calico_typha_v4 { 10.250.1.1, 10.250.2.2 }",
+        "add set inet filter calico_typha_v6 { type ipv6_addr; flags interval; }",
         "flush set inet filter calico_typha_v6",
         "add element inet filter calico_typha_v6 { fd00:5473::1, fd00:5473::2 }",
+        "add set inet filter calico_typha_ports { type inet_service; }",
+        "flush set inet filter calico_typha_ports",
+        "add element inet filter calico_typha_ports { 5473 }",
     ]
     relaxed = typhapki("nft", hiera, "lab4", lab_dns, "--sets-only", "--port", "6001")
     assert "add element inet filter calico_typha_v4 { 10.250.0.0/16 }" in relaxed.stdout
     assert "add element inet filter calico_typha_v6 { fd00:5473::/64 }" in relaxed.stdout
-    assert "6001" not in relaxed.stdout  # the port lives in the rule, not in the sets
+    # The port is a set too: a stage change is a set update (docs/nftables.md).
+    assert "add element inet filter calico_typha_ports { 6001 }" in relaxed.stdout
 
 
 def test_output_atomic_only_on_change_then_checked_and_recorded(

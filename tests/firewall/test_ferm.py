@@ -59,7 +59,12 @@ def accept(source: str, port: int = 5473) -> str:
 
 def rule(mode: str, style: str, sources: Sources, port: int = 5473) -> str:
     return render(
-        cluster="staging-eqiad", group="main", mode=mode, style=style, port=port, sources=sources
+        cluster="staging-eqiad",
+        group="main",
+        mode=mode,
+        style=style,
+        ports=(port,),
+        sources=sources,
     )
 
 
@@ -165,8 +170,11 @@ def test_render_refuses_anything_unsafe(sources: Sources) -> None:
         ("group", "g;"),
         ("mode", "open"),
         ("style", "../../etc/passwd"),
-        ("port", 0),
-        ("port", "5473; ACCEPT"),
+        ("ports", (0,)),
+        ("ports", ("5473; ACCEPT",)),
+        ("ports", ()),
+        ("ports", (5473, 5473)),
+        ("stage", "open"),
     ],
 )
 def test_render_revalidates_every_field(field: str, value: object) -> None:
@@ -175,7 +183,7 @@ def test_render_revalidates_every_field(field: str, value: object) -> None:
         "group": "g",
         "mode": "strict",
         "style": "plain",
-        "port": 5473,
+        "ports": (5473,),
         "sources": Sources(("10.0.0.1",)),
     }
     kwargs[field] = value
@@ -197,7 +205,7 @@ def test_user_templates_directory(tmp_path: Path) -> None:
         group="g",
         mode="strict",
         style="plain",
-        port=1,
+        ports=(1,),
         sources=Sources(("10.0.0.1", "10.0.0.2")),
         templates=tmp_path,
     )
@@ -214,7 +222,7 @@ def test_template_errors_are_one_line_config_errors(tmp_path: Path) -> None:
                 group="g",
                 mode="strict",
                 style=style,
-                port=1,
+                ports=(1,),
                 sources=Sources(("10.0.0.1",)),
                 templates=tmp_path,
             )
@@ -226,7 +234,7 @@ def test_template_errors_are_one_line_config_errors(tmp_path: Path) -> None:
             group="g",
             mode="strict",
             style="plain",
-            port=1,
+            ports=(1,),
             sources=Sources(("10.0.0.1",)),
             templates=tmp_path / "nope",
         )

@@ -1,15 +1,17 @@
 """End to end in network namespaces: ferm applies the rendered rule, TCP proves it.
 
-Three namespaces: a Typha-like server listening on 5473, an allowed client (a cluster
+Three namespaces: a Typha-like server listening on 5473 (the plain Typha's port) and
+5474 (the TLS Typha's, typhapki/kubernetes/typhaports.py), an allowed client (a cluster
 node, whose name resolves through dnsmasq to its namespace addresses) and a blocked
 client. Addresses live only inside the namespaces: 10.250.x.0/24 and fd00:5473:x::/64.
-The server's INPUT policy drops port 5473 after the rendered rule, like a host whose
+The server's INPUT policy drops both ports after the rendered rule, like a host whose
 ferm.conf includes conf.d and closes everything not explicitly allowed.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -27,22 +29,56 @@ from hypothesis import strategies as st
 from tests.conftest import require, require_root, run_cli
 from tests.firewall.test_ferm import FERM_DEFS
 from tests.support.dns import Dnsmasq, dnsmasq_server
+from typhapki.kubernetes.typhaports import TLS_PORTS
 
 __all__ = ["dnsmasq_server"]
 
 PORT = 5473
+TLS_PORT = TLS_PORTS.server
+# What each tls_stage opens (docs/ferm.md), written out here rather than read from
+# typhapki: the plain port until retire, the TLS Typha's from parallel on.
+STAGE_PORTS = {
+    "none": {PORT},
+    "parallel": {PORT, TLS_PORT},
+    "switch": {PORT, TLS_PORT},
+    "retire": {TLS_PORT},
+}
 
 LISTENER = """
-import socket, sys
-srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("::", int(sys.argv[1])))
-srv.listen(16)
+import selectors, socket, sys
+sel = selectors.DefaultSelector()
+for port in sys.argv[1:]:
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("::", int(port)))
+    srv.listen(16)
+    sel.register(srv, selectors.EVENT_READ)
 while True:
-    conn, _ = srv.accept()
-    conn.sendall(b"typha-hello\\n")
-    conn.close()
+    for key, _ in sel.select():
+        conn, _ = key.fileobj.accept()
+        conn.sendall(b"typha-hello\\n")
+        conn.close()
+"""
+
+# Every (family, address, port) at once, each on its own thread: a dropped one costs one
+# timeout, not one each. Prints the [family, port] pairs that got Typha's hello.
+REACH = """
+import json, socket, sys, threading
+targets, timeout, ok = json.loads(sys.argv[1]), float(sys.argv[2]), []
+def reach(family, host, port):
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as c:
+            if c.recv(64) == b"typha-hello\\n":
+                ok.append((family, port))
+    except OSError:
+        pass
+threads = [threading.Thread(target=reach, args=t) for t in targets]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(sorted(ok)))
 """
 
 CONNECT = """
@@ -67,7 +103,26 @@ class Lab:
     addresses: dict[str, tuple[str, str]]  # namespace -> (IPv4, IPv6)
     server_addresses: dict[str, tuple[str, str]]  # client namespace -> server's (v4, v6)
 
-    def connects(self, client: str, family: int, timeout: float = 1.5) -> bool:
+    def reaches(self, ports: set[int], timeout: float = 1.0) -> dict[str, set[tuple[int, int]]]:
+        """Each client -> the (family, port) pairs among `ports` on which it gets
+        Typha's hello, both clients and every pair tried at once."""
+        procs = {}
+        for client in (self.allowed, self.blocked):
+            v4, v6 = self.server_addresses[client]
+            targets = [(f, a, p) for f, a in ((4, v4), (6, v6)) for p in sorted(ports)]
+            procs[client] = subprocess.Popen(
+                ["ip", "netns", "exec", client, sys.executable, "-c", REACH,
+                 json.dumps(targets), str(timeout)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        found = {}
+        for client, proc in procs.items():
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            found[client] = {(f, p) for f, p in json.loads(out)}
+        return found
+
+    def connects(self, client: str, family: int, timeout: float = 1.5, port: int = PORT) -> bool:
         """Whether `client` gets Typha's hello from the server over IPv4 or IPv6."""
         target = self.server_addresses[client][0 if family == 4 else 1]
         proc = subprocess.run(
@@ -80,7 +135,7 @@ class Lab:
                 "-c",
                 CONNECT,
                 target,
-                str(PORT),
+                str(port),
                 str(timeout),
             ],
             capture_output=True,
@@ -118,13 +173,23 @@ def lab() -> Iterator[Lab]:
                 else:
                     addresses[client] = (v4, v6)
         listener = subprocess.Popen(
-            ["ip", "netns", "exec", server, sys.executable, "-c", LISTENER, str(PORT)],
+            [
+                "ip",
+                "netns",
+                "exec",
+                server,
+                sys.executable,
+                "-c",
+                LISTENER,
+                str(PORT),
+                str(TLS_PORT),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         lab = Lab(server, allowed, blocked, addresses, server_addresses)
         for _ in range(100):  # until the listener answers (before any firewall)
-            if lab.connects(allowed, 4, timeout=0.5):
+            if lab.connects(allowed, 4, timeout=0.5, port=TLS_PORT):
                 break
             time.sleep(0.05)
         yield lab
@@ -137,13 +202,13 @@ def lab() -> Iterator[Lab]:
 
 
 def apply_ferm(lab: Lab, rule: str, tmp_path: Path) -> str:
-    """ferm applies `rule` inside the server namespace, 5473 dropped after it."""
+    """ferm applies `rule` inside the server namespace, both Typha ports dropped after it."""
     conf = tmp_path / "ferm.conf"
     conf.write_text(
         FERM_DEFS
         + "domain (ip ip6) table filter chain INPUT policy ACCEPT;\n"
         + rule
-        + f"domain (ip ip6) table filter chain INPUT proto tcp dport {PORT} DROP;\n"
+        + f"domain (ip ip6) table filter chain INPUT proto tcp dport ({PORT} {TLS_PORT}) DROP;\n"
     )
     sh("ip", "netns", "exec", lab.server, "ferm", str(conf))
     # ferm picks the legacy or the nft backend itself: read both, both families.
@@ -317,3 +382,80 @@ def test_derived_subnets_never_merge_past_the_limits(
             ipaddress.collapse_addresses(wanted)  # type: ignore[type-var]
         )
     assert lab.connects(lab.allowed, 4) and lab.connects(lab.allowed, 6)
+
+
+@pytest.fixture
+def stage_dns(lab: Lab, dnsmasq_server: Callable[..., Dnsmasq]) -> Dnsmasq:
+    """The allowed client's name; `not-yet-in-dns.netns.test` is NXDOMAIN."""
+    return dnsmasq_server({"node1.netns.test": list(lab.addresses[lab.allowed])})
+
+
+def stage_hiera(path: Path, stage: str, failing: bool) -> Path:
+    nodes = "node1.netns.test" + (", not-yet-in-dns.netns.test" if failing else "")
+    typha = "" if stage == "none" else f"      typha: {{tls_stage: {stage}}}\n"
+    path.write_text(
+        "kubernetes::clusters:\n  lab:\n    netns:\n      ipv6dualstack: true\n"
+        f"      cluster_nodes: [{nodes}]\n{typha}"
+    )
+    return path
+
+
+@settings(
+    max_examples=1,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(
+    stage=st.sampled_from(sorted(STAGE_PORTS)),
+    mode=st.sampled_from(["strict", "relaxed"]),
+    style=st.sampled_from(["plain", "function"]),
+    failing=st.booleans(),
+)
+@example(stage="none", mode="relaxed", style="function", failing=False)
+@example(stage="parallel", mode="relaxed", style="plain", failing=False)
+@example(stage="switch", mode="strict", style="function", failing=False)
+@example(stage="retire", mode="relaxed", style="plain", failing=False)
+@example(stage="none", mode="relaxed", style="plain", failing=True)
+@example(stage="parallel", mode="strict", style="plain", failing=True)
+@example(stage="switch", mode="relaxed", style="function", failing=True)
+@example(stage="retire", mode="strict", style="plain", failing=True)
+def test_each_tls_stage_opens_its_ports_to_listed_nodes_only(
+    lab: Lab, stage_dns: Dnsmasq, tmp_path: Path, stage: str, mode: str, style: str, failing: bool
+) -> None:
+    """issue 32: each tls_stage's rule, loaded by ferm, lets the listed node reach exactly
+    the stage's ports over both families and the unlisted one none; parallel and switch
+    are strict on both ports whatever the mode asks (the plain Typha enforces nothing);
+    a node that does not resolve still means no rule at all, in every stage."""
+    hiera = stage_hiera(tmp_path / "hiera.yaml", stage, failing)
+    out = tmp_path / "10_calico-typha"
+    before = out.read_bytes() if out.exists() else None  # an earlier example's rule
+    result = run_cli(
+        "ferm", "--hiera", hiera, "--cluster", "netns", "--nameserver", stage_dns.arg,
+        "--mode", mode, "--style", style, "--output", out, "--state-dir", tmp_path / "state",
+        "--skip-mtls-proof",  # the rule's traffic is tested here, the proof elsewhere
+    )  # fmt: skip
+    if failing:
+        assert result.returncode == 1, result.stderr
+        assert "not-yet-in-dns.netns.test: NXDOMAIN" in result.stderr
+        assert (out.read_bytes() if out.exists() else None) == before  # nothing written
+        printed = run_cli(
+            "ferm", "--hiera", hiera, "--cluster", "netns", "--nameserver", stage_dns.arg,
+            "--state-dir", tmp_path / "state",
+        )  # fmt: skip
+        assert (printed.returncode, printed.stdout) == (1, "")
+        return
+    assert result.returncode == 0, result.stderr
+    ports = STAGE_PORTS[stage]
+    both = stage in ("parallel", "switch")
+    relaxed = mode == "relaxed" and not both
+    assert ("mode relaxed waits for retire" in result.stderr) == (both and mode == "relaxed")
+    v4, v6 = lab.addresses[lab.allowed]
+    sources = ("10.250.1.0/24", "fd00:5473:1::/64") if relaxed else (f"{v4}/32", f"{v6}/128")
+
+    saved = apply_ferm(lab, out.read_text(), tmp_path)
+    accepted = re.findall(r"-A INPUT -s (\S+) -p tcp -m tcp --dport (\d+) -j ACCEPT", saved)
+    assert sorted(set(accepted)) == sorted((s, str(p)) for s in sources for p in ports)
+    reached = lab.reaches({PORT, TLS_PORT})
+    assert reached[lab.allowed] == {(family, p) for family in (4, 6) for p in ports}
+    assert reached[lab.blocked] == set()

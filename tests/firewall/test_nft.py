@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import require, require_root
 from typhapki.errors import ConfigError
 from typhapki.firewall.ferm import Sources
-from typhapki.firewall.nft import SET_V4, SET_V6, render, render_sets, split_sources
+from typhapki.firewall.nft import SET_PORTS, SET_V4, SET_V6, render, render_sets, split_sources
 
 # The fleet's ruleset (Debian's /etc/nftables.conf shape): typhapki's fragment is
 # included in its table, after its input chain whose policy drops (IPv6 neighbour
@@ -85,6 +85,14 @@ def kernel_set(namespace: str, name: str) -> list[_NetworkT]:
     return found
 
 
+def kernel_ports(namespace: str) -> list[int]:
+    """The Typha ports the kernel's port set holds."""
+    proc = nft(namespace, "-j", "list", "set", "inet", "filter", SET_PORTS)
+    assert proc.returncode == 0, proc.stderr
+    items = json.loads(proc.stdout)["nftables"]
+    return sorted(int(e) for item in items for e in item.get("set", {}).get("elem", []))
+
+
 def covered(networks: list[_NetworkT], by: list[_NetworkT]) -> bool:
     return all(any(n.version == b.version and n.subnet_of(b) for b in by) for n in networks)  # type: ignore[arg-type]
 
@@ -119,15 +127,19 @@ ADJACENT = ["10.0.0.0/8", "11.0.0.0/8", "12.1.0.0/16", "fd00::/32", "fd00:1::/32
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(networks=sources(), port=st.integers(1, 65535))
-@example(networks=ADJACENT, port=5473)
+@given(
+    networks=sources(),
+    ports=st.lists(st.integers(1, 65535), min_size=1, max_size=2, unique=True),
+)
+@example(networks=ADJACENT, ports=[5473])
+@example(networks=ADJACENT, ports=[5473, 5474])
 def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
-    netns: str, tmp_path: Path, networks: list[str], port: int
+    netns: str, tmp_path: Path, networks: list[str], ports: list[int]
 ) -> None:
     fragment = tmp_path / "typha.nft"
     fragment.write_text(
         render(
-            cluster="lab", group="g", mode="relaxed", port=port, sources=Sources(tuple(networks))
+            cluster="lab", group="g", mode="relaxed", ports=ports, sources=Sources(tuple(networks))
         )
     )
     ruleset = tmp_path / "nftables.conf"
@@ -141,26 +153,33 @@ def test_fragment_loads_and_the_kernel_sets_hold_exactly_the_sources(
     assert covered(wanted, held) and covered(held, wanted)
     assert within_limits(held), held  # issue 30: never merged past /8 or /32
     listed = nft(netns, "list", "chain", "inet", "filter", "input").stdout
-    assert f"ip saddr @{SET_V4} tcp dport {port} accept" in listed
-    assert f"ip6 saddr @{SET_V6} tcp dport {port} accept" in listed
+    assert f"ip saddr @{SET_V4} tcp dport @{SET_PORTS} accept" in listed
+    assert f"ip6 saddr @{SET_V6} tcp dport @{SET_PORTS} accept" in listed
+    assert kernel_ports(netns) == sorted(ports)
     assert "policy drop" in listed  # the fleet's chain, not a chain of ours
 
     # The set update alone, applied over the loaded ruleset, gives the same sets.
     sets = tmp_path / "sets.nft"
     sets.write_text(
-        render_sets(cluster="lab", group="g", mode="relaxed", sources=Sources(("10.9.9.9",)))
+        render_sets(
+            cluster="lab", group="g", mode="relaxed", ports=(5474,), sources=Sources(("10.9.9.9",))
+        )
     )
     assert nft(netns, "-f", sets).returncode == 0
     assert kernel_set(netns, SET_V4) == [ipaddress.ip_network("10.9.9.9/32")]
     assert kernel_set(netns, SET_V6) == []
+    assert kernel_ports(netns) == [5474]
     sets.write_text(
-        render_sets(cluster="lab", group="g", mode="relaxed", sources=Sources(tuple(networks)))
+        render_sets(
+            cluster="lab", group="g", mode="relaxed", ports=ports, sources=Sources(tuple(networks))
+        )
     )
     applied = nft(netns, "-f", sets)
     assert applied.returncode == 0, applied.stderr
     held = kernel_set(netns, SET_V4) + kernel_set(netns, SET_V6)
     assert covered(wanted, held) and covered(held, wanted)
     assert within_limits(held), held
+    assert kernel_ports(netns) == sorted(ports)
 
 
 @given(networks=sources())
@@ -187,14 +206,18 @@ def test_split_merges_overlaps_and_keeps_families_apart(networks: list[str]) -> 
 )
 def test_refuses_what_is_not_a_validated_source(sources: Sources, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        render(cluster="lab", group="g", mode="strict", port=5473, sources=sources)
+        render(cluster="lab", group="g", mode="strict", ports=(5473,), sources=sources)
     with pytest.raises(ConfigError, match=message):
-        render_sets(cluster="lab", group="g", mode="strict", sources=sources)
+        render_sets(cluster="lab", group="g", mode="strict", ports=(5473,), sources=sources)
 
 
 @pytest.mark.parametrize(("cluster", "group"), [("lab\n}", "g"), ("lab", "g # x"), ("", "g")])
 def test_refuses_names_outside_the_alphabet(cluster: str, group: str) -> None:
     with pytest.raises(ConfigError, match="not a valid"):
         render(
-            cluster=cluster, group=group, mode="strict", port=5473, sources=Sources(("10.0.0.1",))
+            cluster=cluster,
+            group=group,
+            mode="strict",
+            ports=(5473,),
+            sources=Sources(("10.0.0.1",)),
         )

@@ -1,6 +1,7 @@
 """End to end in network namespaces: nft loads the rendered rule inside the fleet's
-ruleset, TCP proves who reaches Typha, and a --sets-only update applied during a
-client's connect loop never refuses it (the namespaces of tests/firewall/test_ferm_netns.py).
+ruleset, TCP proves who reaches Typha, a --sets-only update applied during a client's
+connect loop never refuses it, and a tls_stage change reaches the kernel through the set
+update alone (the namespaces of tests/firewall/test_ferm_netns.py).
 """
 
 from __future__ import annotations
@@ -8,16 +9,28 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
 from tests.conftest import require, run_cli
-from tests.firewall.test_ferm_netns import PORT, Lab, lab
-from tests.firewall.test_nft import fleet_ruleset
+from tests.firewall.test_ferm_netns import (
+    PORT,
+    STAGE_PORTS,
+    TLS_PORT,
+    Lab,
+    lab,
+    stage_dns,
+    stage_hiera,
+)
+from tests.firewall.test_nft import fleet_ruleset, kernel_ports, kernel_set
 from tests.support.dns import Dnsmasq, dnsmasq_server
 
-__all__ = ["dnsmasq_server", "lab"]
+__all__ = ["dnsmasq_server", "lab", "stage_dns"]
 
 HIERA = """\
 kubernetes::clusters:
@@ -155,3 +168,59 @@ def test_set_update_during_a_connect_loop_never_refuses_an_allowed_source(
     nft(lab, "-f", gone)
     assert not lab.connects(lab.allowed, 4)
     assert not lab.connects(lab.allowed, 6)
+
+
+@settings(
+    max_examples=1,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.generate],
+)
+@given(
+    walk=st.lists(st.sampled_from(sorted(STAGE_PORTS)), min_size=2, max_size=4),
+    mode=st.sampled_from(["strict", "relaxed"]),
+)
+@example(walk=["none", "parallel", "switch", "retire"], mode="relaxed")
+def test_each_tls_stage_reaches_the_kernel_through_the_set_update(
+    lab: Lab, stage_dns: Dnsmasq, tmp_path: Path, walk: list[str], mode: str
+) -> None:
+    """issue 32: the fleet's ruleset loads the first stage's fragment; each later stage
+    arrives as the module applies it, a --sets-only update, no reload. After each, the
+    kernel's port set holds exactly the stage's ports, the listed node reaches them over
+    both families (strict sources while both Typhas run) and the unlisted one nothing.
+    Before each, the same stage with a node that does not resolve writes nothing, and
+    the kernel keeps the last stage."""
+    run = Path(tempfile.mkdtemp(dir=tmp_path))  # the examples share tmp_path
+
+    def nft_cli(stage: str, failing: bool, out: Path, *args: str) -> int:
+        hiera = stage_hiera(run / "hiera.yaml", stage, failing)
+        result = run_cli(
+            "nft", "--hiera", hiera, "--cluster", "netns", "--nameserver", stage_dns.arg,
+            "--mode", mode, "--output", out, "--state-dir", run / "state",
+            "--skip-mtls-proof", *args,  # the proof is tested elsewhere
+        )  # fmt: skip
+        assert result.returncode in (0, 1), result.stderr
+        return result.returncode
+
+    def holds(stage: str) -> None:
+        relaxed = mode == "relaxed" and stage in ("none", "retire")
+        assert kernel_ports(lab.server) == sorted(STAGE_PORTS[stage])
+        v4 = [str(n) for n in kernel_set(lab.server, "calico_typha_v4")]
+        assert v4 == ["10.250.1.0/24" if relaxed else f"{lab.addresses[lab.allowed][0]}/32"]
+        reached = lab.reaches({PORT, TLS_PORT})
+        wanted = {(family, port) for family in (4, 6) for port in STAGE_PORTS[stage]}
+        assert reached == {lab.allowed: wanted, lab.blocked: set()}
+
+    fragment = run / "typha.nft"
+    assert nft_cli(walk[0], True, fragment) == 1 and not fragment.exists()
+    assert nft_cli(walk[0], False, fragment) == 0
+    load_fleet_ruleset(lab, fragment, run)
+    holds(walk[0])
+    for index, stage in enumerate(walk[1:], 1):
+        update = run / f"sets-{index}.nft"
+        assert nft_cli(stage, True, update, "--sets-only") == 1
+        assert not update.exists()  # nothing written: nothing for `nft -f`
+        assert kernel_ports(lab.server) == sorted(STAGE_PORTS[walk[index - 1]])
+        assert nft_cli(stage, False, update, "--sets-only") == 0
+        nft(lab, "-f", update)
+        holds(stage)

@@ -2,7 +2,8 @@
 
 First run changes things (exit 2), the second nothing (exit 0); a broken certificate is
 repaired and only its component's restart runs; a node that stops resolving fails the
-ferm step and the old rule stays byte for byte. Hiera data comes from the examples'
+ferm step and the old rule stays byte for byte, and the rule follows the cluster's
+tls_stage when hiera moves it. Hiera data comes from the examples'
 hieradata under a test layer that moves every path into tmp_path (tests/support/puppet.py).
 """
 
@@ -13,14 +14,16 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import require, require_root, run_cli
 from tests.puppet.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F401 - fixture
 from tests.support import multirootca as multirootca_support
 from tests.support.multirootca import LABELS, RESTRICTED_KEYS, Multirootca
-from tests.support.puppet import PuppetNode, cli_has
+from tests.support.puppet import EXAMPLES, PuppetNode, cli_has
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
@@ -86,6 +89,15 @@ def _facter(node: PuppetNode) -> dict[str, object]:
 @pytest.fixture
 def dns(dnsmasq_server: DnsFactory) -> str:
     return dnsmasq_server(RECORDS).arg
+
+
+def staged_clusters(stage: str) -> dict[str, Any]:
+    """The examples' kubernetes::clusters with staging-eqiad at the live switch's `stage`:
+    hiera on the Puppet server, as a cluster's tls_stage move changes it."""
+    common = yaml.safe_load((EXAMPLES / "hieradata" / "common.yaml").read_text())
+    clusters: dict[str, Any] = common["kubernetes::clusters"]
+    clusters["main"]["staging-eqiad"]["typha"]["tls_stage"] = stage
+    return clusters
 
 
 def test_local_converges_then_changes_nothing(tmp_path: Path, ca_dir: Path, dns: str) -> None:
@@ -187,6 +199,18 @@ def test_a_node_that_stops_resolving_fails_ferm_and_keeps_the_rule(
     node.data["typhapki::ferm::nameservers"] = [ns]
     assert node.apply().returncode == 2  # the node configuration file changed back
     assert node.ferm_rule.read_bytes() == before
+
+    # issue 32: the cluster's tls_stage moves to switch in hiera; it reaches the node in
+    # its cluster file, and the rule opens the TLS Typha's port beside the plain one, both
+    # strict (the plain port closes only at retire: tests/puppet/test_module_apply_nftables.py).
+    assert re.findall(r"dport (\d+)", before.decode()) == ["5473"]
+    node.data["kubernetes::clusters"] = staged_clusters("switch")
+    assert node.apply().returncode == 2
+    rule = node.ferm_rule.read_text()
+    assert re.findall(r"dport (\d+)", rule) == ["5473", "5474"], rule
+    assert rule.count("mode strict, tls_stage switch.") == 2
+    assert rule.count("    10.64.0.20\n") == 2
+    assert node.log("ferm-reloads") == ["reload", "reload", "reload"]
 
 
 # --- shipped: the set issued on the workstation, shipped from the server's secrets ---

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require, require_root
-from tests.firewall.test_nft import fleet_ruleset, kernel_set
+from tests.firewall.test_nft import fleet_ruleset, kernel_ports, kernel_set
 from tests.puppet.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F401 - fixture
-from tests.puppet.test_module_apply import RECORDS, _ca_data, _node
+from tests.puppet.test_module_apply import RECORDS, _ca_data, _node, staged_clusters
 from tests.support.puppet import PuppetNode
 from typhapki import nodeconfig
 
@@ -108,3 +108,15 @@ def test_nftables_provider_refreshes_the_live_sets_without_a_reload(
 
     again = node.apply()
     assert again.returncode == 0, again.stdout
+
+    # issue 32: the cluster's tls_stage moves to retire in hiera; the live port set
+    # follows through the set update alone (the other table survives: no reload): the
+    # TLS Typha's port open, the plain one closed (both open while both Typhas run:
+    # tests/puppet/test_module_apply.py, tests/firewall/test_nft_netns.py).
+    assert kernel_ports(netns) == [5473]
+    node.data["kubernetes::clusters"] = staged_clusters("retire")
+    staged = node.apply()
+    assert staged.returncode == 2, staged.stdout
+    assert kernel_ports(netns) == [5474]
+    assert v4_set(netns) == ["10.64.0.1", "10.64.0.20"]  # strict, as hiera's mode
+    assert "table inet elsewhere" in nft(netns, "list", "tables")

@@ -46,8 +46,9 @@ def ferm(opts: FermOptions) -> int:
                 group=rule.cluster.group,
                 mode=rule.mode,
                 style=style,
-                port=rule.port,
+                ports=rule.ports,
                 sources=rule.sources,
+                stage=rule.stage,
                 templates=opts.templates,
             )
             return emit_text(opts, text, "ferm rule")

@@ -39,13 +39,13 @@ def nft(opts: NftOptions) -> int:
         def emit(rule: GatedRule) -> int:
             name, group = rule.cluster.name, rule.cluster.group
             if opts.sets_only:
-                text = rules.render_sets(
-                    cluster=name, group=group, mode=rule.mode, sources=rule.sources
-                )
+                text = rules.render_sets(cluster=name, group=group, mode=rule.mode,
+                                         ports=rule.ports, sources=rule.sources,
+                                         stage=rule.stage)  # fmt: skip
             else:
-                text = rules.render(
-                    cluster=name, group=group, mode=rule.mode, port=rule.port, sources=rule.sources
-                )
+                text = rules.render(cluster=name, group=group, mode=rule.mode,
+                                    ports=rule.ports, sources=rule.sources,
+                                    stage=rule.stage)  # fmt: skip
             return emit_text(opts, text, what)
 
         return emit

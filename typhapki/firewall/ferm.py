@@ -10,6 +10,9 @@ Modes decide which sources the rule allows:
 
 Styles decide the syntax: ``plain`` (a ``domain (ip ip6) table filter chain INPUT``
 block) or ``function`` (``&R_SERVICE(tcp, PORT, (...))`` of Puppet ferm modules).
+A template renders one port's rule; the file holds one per port the live switch's stage
+opens (typhapki/firewall/pipeline.py ``open_ports``), each with the same sources, so a
+template of the user's own needs no change for the stages.
 ``domain (ip ip6)`` makes ferm keep, for each family, only the sources of that family:
 a family without sources gets no rule at all (nothing is opened to it).
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +46,11 @@ from typhapki.inventory.hostnames import (
     validate_source_network,
 )
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
 
 MODES = ("strict", "relaxed")
+# typha.tls_stage (typhapki/settings/wiring.py); none: not in hiera
+STAGES = ("none", *(stage.value for stage in Stage))
 STYLES = ("plain", "function")
 DEFAULT_PORT = 5473
 DEFAULT_MODE = "strict"
@@ -216,21 +222,27 @@ def render(
     group: str,
     mode: str,
     style: str,
-    port: int,
+    ports: Sequence[int],
     sources: Sources,
+    stage: str = "none",
     templates: Path | None = None,
 ) -> str:
-    """The rule text. Raises ConfigError on any value that is not safe for ferm."""
+    """The rule text: the template once per port of `ports`, in that order. Raises
+    ConfigError on any value that is not safe for ferm."""
     import jinja2
 
     if mode not in MODES:
         raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if stage not in STAGES:
+        raise ConfigError(f"tls_stage: expected one of {', '.join(STAGES)}, got {stage!r}")
     if style not in STYLES:
         raise ConfigError(f"style: expected one of {', '.join(STYLES)}, got {style!r}")
     for what, name in (("cluster", cluster), ("group", group)):
         if not _NAME.fullmatch(name):
             raise ConfigError(f"{what}: {name!r} is not a valid {what} name")
-    port = validate_port(port, "port")
+    checked_ports = [validate_port(port, "port") for port in ports]
+    if not checked_ports or len(set(checked_ports)) != len(checked_ports):
+        raise ConfigError(f"ports: expected one or more distinct ports, got {list(ports)}")
     # Defence in depth: whatever built `sources`, only IPs/CIDRs or a $NAME go through.
     checked = tuple(validate_source_network(s, "source") for s in sources.addresses)
     variable = validate_ferm_variable(sources.variable, "variable") if sources.variable else None
@@ -247,14 +259,20 @@ def render(
         "group": group,
         "mode": mode,
         "style": style,
-        "port": port,
+        "stage": stage,
+        "ports": checked_ports,
         # /32 and /128 written as plain addresses: what a reader expects in strict mode
         "sources": [_plain(s) for s in checked],
         "variable": variable,
         "sources_note": note,
     }
     try:
-        text = str(env.get_template(f"{style}.ferm.j2").render(context))
+        template = env.get_template(f"{style}.ferm.j2")
+        blocks = []
+        for port in checked_ports:
+            block = str(template.render({**context, "port": port}))
+            blocks.append(block if block.endswith("\n") else block + "\n")
+        text = "\n".join(blocks)
     except ConfigError:
         raise  # an included template that is not a readable regular file
     except jinja2.TemplateError as exc:

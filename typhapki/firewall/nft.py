@@ -8,11 +8,16 @@ its ``table inet filter { ... }`` block, after its ``chain input`` (docs/nftable
 - two named sets, ``calico_typha_v4`` and ``calico_typha_v6``, with ``flags interval``
   so that addresses and networks mix; a family without sources gets an empty set, which
   matches nothing (nothing is opened to it);
-- ``chain input { ... }`` adding one accept rule per family for TCP to Typha's port.
+- a named set ``calico_typha_ports``: the Typha ports the live switch's stage opens
+  (typhapki/firewall/pipeline.py ``open_ports``), so that a stage change, like a node
+  change, is a set update;
+- ``chain input { ... }`` adding one accept rule per family for TCP to those ports.
 
 ``render_sets`` writes only the set update, for ``nft -f``: ``flush set`` and ``add
-element`` of both sets. ``nft -f`` applies a file as one transaction, so a connection
-never sees the sets empty in between, and the ruleset is not reloaded.
+element`` of the three sets (after an ``add set`` of each, which changes nothing when
+the set exists: a ruleset loaded before the ports set existed gets it). ``nft -f``
+applies a file as one transaction, so a connection never sees the sets empty in
+between, and the ruleset is not reloaded.
 
 Every source is validated again here (typhapki/inventory/hostnames.py), whatever the
 caller did, and overlapping networks are merged (an interval set refuses overlaps),
@@ -25,10 +30,10 @@ The output is deterministic: no timestamps, sources in numeric order.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.ferm import _NAME, MODES, Sources
+from typhapki.firewall.ferm import _NAME, MODES, STAGES, Sources
 from typhapki.inventory.hostnames import (
     merge_within_bounds,
     validate_port,
@@ -39,6 +44,13 @@ TABLE = "inet filter"  # the fleet's table, where `flush set` / `add element` fi
 CHAIN = "input"
 SET_V4 = "calico_typha_v4"
 SET_V6 = "calico_typha_v6"
+SET_PORTS = "calico_typha_ports"
+# Each set's declaration, as the fragment writes it and the set update repeats it.
+SET_TYPES = {
+    SET_V4: ("ipv4_addr", True),
+    SET_V6: ("ipv6_addr", True),
+    SET_PORTS: ("inet_service", False),
+}
 
 
 def split_sources(sources: Sources) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -67,52 +79,86 @@ def _elements(networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network])
     )
 
 
-def _header(cluster: str, group: str, mode: str, port: int | None, sources: Sources) -> str:
+def _ports(ports: Sequence[int]) -> tuple[str, ...]:
+    checked = [validate_port(port, "port") for port in ports]
+    if not checked or len(set(checked)) != len(checked):
+        raise ConfigError(f"ports: expected one or more distinct ports, got {list(ports)}")
+    return tuple(str(port) for port in checked)
+
+
+def _header(
+    cluster: str, group: str, mode: str, ports: tuple[str, ...], stage: str, sources: Sources
+) -> str:
     if mode not in MODES:
         raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if stage not in STAGES:
+        raise ConfigError(f"tls_stage: expected one of {', '.join(STAGES)}, got {stage!r}")
     for what, name in (("cluster", cluster), ("group", group)):
         if not _NAME.fullmatch(name):
             raise ConfigError(f"{what}: {name!r} is not a valid {what} name")
     # The note is ours, but keep it to one line all the same: nft comments end there.
     note = " ".join(sources.note.split()) or "unspecified"
-    service = f"Calico Typha (tcp/{port})" if port is not None else "Calico Typha's sources"
+    service = ", ".join(f"tcp/{port}" for port in ports)
+    staged = f", tls_stage {stage}" if stage != "none" else ""
     return (
         "# Managed by typhapki: do not edit, it is rewritten from hiera.\n"
-        f"# {service} for cluster {cluster} (group {group}), mode {mode}.\n"
+        f"# Calico Typha ({service}) for cluster {cluster} (group {group}), mode {mode}{staged}.\n"
         f"# Sources: {note}.\n"
     )
 
 
-def _set(name: str, kind: str, elements: tuple[str, ...]) -> str:
-    lines = [f"set {name} {{", f"\ttype {kind}", "\tflags interval"]
+def _set(name: str, elements: tuple[str, ...]) -> str:
+    kind, interval = SET_TYPES[name]
+    lines = [f"set {name} {{", f"\ttype {kind}", *(["\tflags interval"] if interval else [])]
     if elements:
         lines += ["\telements = {", *(f"\t\t{e}," for e in elements), "\t}"]
     return "\n".join([*lines, "}"]) + "\n"
 
 
-def render(*, cluster: str, group: str, mode: str, port: int, sources: Sources) -> str:
+def render(
+    *,
+    cluster: str,
+    group: str,
+    mode: str,
+    ports: Sequence[int],
+    sources: Sources,
+    stage: str = "none",
+) -> str:
     """The fragment included inside the fleet's `table inet filter` block."""
-    port = validate_port(port, "port")
-    header = _header(cluster, group, mode, port, sources)
+    checked = _ports(ports)
+    header = _header(cluster, group, mode, checked, stage, sources)
     v4, v6 = split_sources(sources)
     return (
         header
         + f"# Include inside `table {TABLE} {{ ... }}`, after its `chain {CHAIN}` (a base chain).\n"
-        + _set(SET_V4, "ipv4_addr", v4)
-        + _set(SET_V6, "ipv6_addr", v6)
+        + _set(SET_V4, v4)
+        + _set(SET_V6, v6)
+        + _set(SET_PORTS, checked)
         + f"chain {CHAIN} {{\n"
-        + f"\tip saddr @{SET_V4} tcp dport {port} accept\n"
-        + f"\tip6 saddr @{SET_V6} tcp dport {port} accept\n"
+        + f"\tip saddr @{SET_V4} tcp dport @{SET_PORTS} accept\n"
+        + f"\tip6 saddr @{SET_V6} tcp dport @{SET_PORTS} accept\n"
         + "}\n"
     )
 
 
-def render_sets(*, cluster: str, group: str, mode: str, sources: Sources) -> str:
+def render_sets(
+    *,
+    cluster: str,
+    group: str,
+    mode: str,
+    ports: Sequence[int],
+    sources: Sources,
+    stage: str = "none",
+) -> str:
     """The set update alone (`nft -f FILE`: one transaction, no ruleset reload)."""
-    header = _header(cluster, group, mode, None, sources)
+    checked = _ports(ports)
+    header = _header(cluster, group, mode, checked, stage, sources)
     v4, v6 = split_sources(sources)
     lines = [f"# Apply with `nft -f`: one transaction on the sets of `table {TABLE}`."]
-    for name, elements in ((SET_V4, v4), (SET_V6, v6)):
+    for name, elements in ((SET_V4, v4), (SET_V6, v6), (SET_PORTS, checked)):
+        kind, interval = SET_TYPES[name]
+        flags = " flags interval;" if interval else ""
+        lines.append(f"add set {TABLE} {name} {{ type {kind};{flags} }}")
         lines.append(f"flush set {TABLE} {name}")
         if elements:  # `add element ... { }` with nothing in it is a syntax error
             lines.append(f"add element {TABLE} {name} {{ {', '.join(elements)} }}")

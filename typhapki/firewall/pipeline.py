@@ -1,7 +1,7 @@
 """The gated rule pipeline every firewall renderer shares (`ferm`, `nft`): options,
-hiera, the DNS gate, the strict/relaxed decision with its mTLS proof, and the state
-record. A renderer adds only its rendering (typhapki/commands/ferm.py,
-typhapki/commands/nft.py)."""
+hiera, the live switch's stage (which Typha ports are open), the DNS gate, the
+strict/relaxed decision with its mTLS proof, and the state record. A renderer adds only
+its rendering (typhapki/commands/ferm.py, typhapki/commands/nft.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.record import record
+from typhapki.settings.wiring import Stage
 
 if TYPE_CHECKING:
     from typhapki.firewall.ferm import Sources
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 DNS_GATES = ("enforce", "warn")
 DEFAULT_DNS_GATE = "enforce"
+NO_STAGE = "none"  # no typha.tls_stage in hiera: one Typha, on the plain port
+BOTH_TYPHAS = (Stage.PARALLEL, Stage.SWITCH)  # the plain and the TLS Typha side by side
 
 
 @record(frozen=True)
@@ -50,12 +53,35 @@ class GateOptions:
 
 @record(frozen=True)
 class GatedRule:
-    """What passed the DNS gate: the cluster, its mode and port, the sources to allow."""
+    """What passed the DNS gate: the cluster, its mode, the ports its live switch stage
+    opens (`open_ports`), the sources to allow."""
 
     cluster: Cluster
     mode: str
-    port: int
+    ports: tuple[int, ...]
     sources: Sources
+    stage: str = NO_STAGE
+
+
+def open_ports(stage: str, plain: int) -> tuple[int, ...]:
+    """The Typha ports the rule opens at the live switch's `stage` (docs/ferm.md): the
+    plain Typha's `plain` until retire, the TLS Typha's server port from parallel on
+    (typhapki/kubernetes/typhaports.py, the port the wiring gives it)."""
+    from typhapki.kubernetes.typhaports import TLS_PORTS
+
+    if stage == NO_STAGE:
+        return (plain,)
+    if stage in BOTH_TYPHAS:
+        return (plain, TLS_PORTS.server)
+    if stage == Stage.RETIRE:
+        return (TLS_PORTS.server,)
+    raise ConfigError(f"tls_stage: expected parallel, switch or retire, got {stage!r}")
+
+
+def stage_mode(stage: str, requested: str) -> str:
+    """The rule's mode at `stage`: strict while both Typhas run, since the plain one
+    enforces nothing and never gets a relaxed rule; the requested mode otherwise."""
+    return "strict" if stage in BOTH_TYPHAS else requested
 
 
 # A renderer's part of a run: called with the cluster and its mode before any DNS
@@ -99,16 +125,34 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
 
     cluster = load_cluster(opts.hiera, opts.cluster)
     typha = cluster.typha
-    mode = opts.mode or typha.mode or rules.DEFAULT_MODE
-    port = opts.port or typha.port or rules.DEFAULT_PORT
+    stage = typha.tls_stage or NO_STAGE
+    requested = opts.mode or typha.mode or rules.DEFAULT_MODE
+    mode = stage_mode(stage, requested)
+    port = opts.port or typha.port or rules.DEFAULT_PORT  # the plain Typha's
+    ports = open_ports(stage, port)
+    if len(set(ports)) != len(ports):
+        where = "--port" if opts.port else typha.sources.get("port", "typha.port")
+        raise ConfigError(
+            f"{where}: {port} is the TLS Typha's server port, which tls_stage {stage} opens "
+            "beside the plain Typha's: give the plain Typha another port"
+        )
+    # The port the mTLS proof tries locally: the one Typha a relaxed rule opens.
+    proof_port = ports[-1]
     dns_gate = opts.dns_gate or typha.dns_gate or DEFAULT_DNS_GATE
     # Fixed sources: the rule does not depend on any node's addresses.
     fixed = mode == "relaxed" and bool(typha.networks or typha.network_variable)
     if mode == "relaxed" and typha.networks and typha.network_variable:
         raise ConfigError(f"{cluster.where}.typha: give networks or network_variable, not both")
+    # While both Typhas run the rule is strict: what made it relaxed waits for retire,
+    # the warn gate of a relaxed rule of fixed networks too (a strict rule is enforced).
+    waiting = [f"mode {requested}"] if requested != mode else []
+    if waiting and dns_gate == "warn" and (typha.networks or typha.network_variable):
+        waiting.append("dns_gate warn")
+        dns_gate = "enforce"
     if not cluster.cluster_nodes and not fixed:
+        staged = f" (tls_stage {stage} makes the rule strict)" if waiting else ""
         raise ConfigError(
-            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them "
+            f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them{staged} "
             "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
         )
     needs_proof = mode == "relaxed" and opts.output is not None and not opts.skip_mtls_proof
@@ -123,6 +167,14 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             f"{where}: refused for a {_built_from(mode)}: a name that does not resolve "
             "would drop its addresses silently (warn needs mode: relaxed with networks "
             "or network_variable)"
+        )
+    if waiting:
+        print(
+            f"typhapki: warning: cluster {cluster.name}: tls_stage {stage} "
+            f"({typha.sources.get('tls_stage', 'hiera')}) runs the plain Typha beside the "
+            f"TLS one: tcp/{ports[0]} and tcp/{ports[1]} get the strict rule, "
+            f"{' and '.join(waiting)} wait{'s' if len(waiting) == 1 else ''} for retire",
+            file=sys.stderr,
         )
     emit = prepare(cluster, mode)
     servers = nameservers_from(list(opts.nameservers))
@@ -182,7 +234,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
 
     if mode == "relaxed" and opts.output is not None:
         # The one place a relaxed rule is decided: written, kept or refused.
-        decision = _mtls_guard(opts, cluster, port)
+        decision = _mtls_guard(opts, cluster, proof_port)
         proof = decision.record
         if not decision.allowed:
             print(f"typhapki: mTLS proof: {decision.line}", file=sys.stderr)
@@ -204,7 +256,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
                 prefix_v4=typha.prefix_v4 or rules.DEFAULT_PREFIX_V4,
                 prefix_v6=typha.prefix_v6 or rules.DEFAULT_PREFIX_V6,
             )
-        code = emit(GatedRule(cluster, mode, port, sources))
+        code = emit(GatedRule(cluster, mode, ports, sources, stage))
         succeeded = True  # rendered, and written, unchanged, printed or compared
     finally:
         record()
@@ -236,9 +288,10 @@ def _check_proof_options(opts: GateOptions) -> None:
 def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
     """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
 
-    The target is the local Typha when one listens on the rule's port, else
-    --typha-address (a flag, or the node configuration's), else the cluster's hiera
-    typha.typha_address. One replica stands for the cluster: Typha's TLS settings are
+    The target is the local Typha when one listens on `port` (the port the relaxed rule
+    opens: the TLS Typha's at tls_stage retire), else --typha-address (a flag, or the
+    node configuration's), else the cluster's hiera typha.typha_address, which must then
+    name that Typha too. One replica stands for the cluster: Typha's TLS settings are
     the Deployment's.
     """
     import time

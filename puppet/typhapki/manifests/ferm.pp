@@ -9,6 +9,19 @@
 # naming it and writes nothing: the resource fails, the run reports it, and the last
 # good rule stays in place byte for byte.
 #
+# The rule follows the live switch's stage, the cluster's hiera `typha: tls_stage`, which
+# reaches the node in the cluster file (one place: the module passes no stage of its
+# own). Without a stage the rule opens the plain Typha's port (`port`); at `parallel`
+# and `switch` it opens that port and the TLS Typha's (5474) too, both strict whatever
+# `mode` says; at `retire` only the TLS Typha's, strict or relaxed. The plain port
+# closes only when hiera says retire.
+#
+# @example Open the TLS Typha's port beside the plain one, then close the plain one
+#   # hiera, the cluster's entry in kubernetes::clusters (`typhapki fleet gate` checks
+#   # each move before it is merged):
+#   typha:
+#     tls_stage: parallel   # later switch, then retire
+#
 # @example Stage the move from the per-host rule to the relaxed rule, one cluster at a time
 #   # hiera, at the level of the cluster being moved:
 #   typhapki::ferm::mode: relaxed
@@ -27,7 +40,8 @@
 # @param dns_gate
 #   enforce or warn (`--dns-gate`); undef: the CLI's default (enforce).
 # @param port
-#   Typha's port; undef: the CLI's default (5473).
+#   The plain Typha's port; undef: the CLI's default (5473). The TLS Typha's port of
+#   the live switch is typhapki's own (5474).
 # @param nameservers
 #   Resolvers for the DNS gate (`--nameserver`); empty: /etc/resolv.conf.
 # @param timeout

@@ -1,17 +1,23 @@
 # @summary The Typha rule of the node's cluster for nftables, rendered only when the DNS
 #   gate passes; the live sets are refreshed without reloading the ruleset.
 #
-# `typhapki nft` writes `output`: two named sets (`calico_typha_v4`, `calico_typha_v6`)
-# and the accept rules, which the fleet's ruleset includes inside its own
-# `table inet filter`, after its `chain input` (docs/nftables.md). An accept in a base
-# chain of typhapki's own would not override the fleet's drop, so the module never
-# loads a table of its own.
+# `typhapki nft` writes `output`: three named sets (`calico_typha_v4`, `calico_typha_v6`
+# and the ports, `calico_typha_ports`) and the accept rules, which the fleet's ruleset
+# includes inside its own `table inet filter`, after its `chain input`
+# (docs/nftables.md). An accept in a base chain of typhapki's own would not override the
+# fleet's drop, so the module never loads a table of its own.
 #
 # The exec is guarded by `typhapki nft --check`. When the file changes, the live sets
 # are refreshed in one transaction (`typhapki nft --sets-only` into `sets_output`, then
 # `nft -f`): the ruleset is not reloaded, and connections from nodes that stay allowed
 # are never refused. Sets not loaded yet are left to the fleet's next ruleset load,
-# which reads the file; a new port, too, reaches the kernel at that load.
+# which reads the file.
+#
+# The ports follow the live switch's stage, the cluster's hiera `typha: tls_stage`, read
+# from the cluster file (the module passes no stage of its own): the plain Typha's
+# port (`port`) without a stage, it and the TLS Typha's (5474) at `parallel` and
+# `switch` (both strict), the TLS Typha's alone at `retire`. A stage change is a set
+# update like a node change: the plain port closes, live, only when hiera says retire.
 #
 # When a cluster node does not resolve (dns_gate enforce), `typhapki nft` exits 1
 # naming it and writes nothing: the resource fails, the run reports it, and the last
@@ -36,7 +42,8 @@
 # @param dns_gate
 #   enforce or warn (`--dns-gate`); undef: the CLI's default (enforce).
 # @param port
-#   Typha's port; undef: the CLI's default (5473).
+#   The plain Typha's port; undef: the CLI's default (5473). The TLS Typha's port of
+#   the live switch is typhapki's own (5474).
 # @param nameservers
 #   Resolvers for the DNS gate (`--nameserver`); empty: /etc/resolv.conf.
 # @param timeout

@@ -55,6 +55,22 @@ describe 'typhapki' do
         it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/srv/ferm/conf.d/10_typha') }
       end
 
+      context 'with the cluster at a tls_stage in hiera (issue 32)' do
+        let(:spec_case) { 'tls_stage' }
+
+        it 'writes the stage into the cluster file, where `typhapki ferm` reads it' do
+          cluster = YAML.safe_load(catalogue.resource('File', '/etc/typhapki/cluster.yaml')[:content])
+          expect(cluster.dig('kubernetes::clusters', 'main', 'staging-eqiad', 'typha', 'tls_stage')).to eq('retire')
+          expect(cluster.dig('kubernetes::clusters_defaults', 'typha', 'tls_stage')).to eq('parallel')
+          expect(cluster['kubernetes::clusters']['main'].keys).to eq(['staging-eqiad'])
+        end
+
+        it 'passes no port or stage of its own: the cluster file is the one place for the stage' do
+          expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/conf.d/10_calico-typha')
+          is_expected.to contain_exec('typhapki-ferm').with_command('/usr/bin/typhapki ferm')
+        end
+      end
+
       describe 'rejects at compile time' do
         {
           'bad_ferm_mode' => %r{Class\[Typhapki::Ferm\]: parameter 'mode' expects .*Typhapki::FermMode.*got 'loose'},

@@ -46,6 +46,21 @@ describe 'typhapki' do
         it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/nftables.d/calico-typha.nft') }
       end
 
+      context 'with the cluster at a tls_stage in hiera (issue 32)' do
+        let(:spec_case) { 'tls_stage' }
+        let(:params) { { firewall_provider: 'nftables' } }
+
+        it 'writes the stage into the cluster file, where `typhapki nft` reads it' do
+          cluster = YAML.safe_load(catalogue.resource('File', '/etc/typhapki/cluster.yaml')[:content])
+          expect(cluster.dig('kubernetes::clusters', 'main', 'staging-eqiad', 'typha', 'tls_stage')).to eq('retire')
+        end
+
+        it 'passes no port or stage of its own; a stage change is a set update like a node change' do
+          expect(node_config(catalogue)['commands']['nft']).to eq('output' => '/etc/nftables.d/calico-typha.nft')
+          is_expected.to contain_exec('typhapki-nft').that_notifies('Exec[typhapki-nft-sets]')
+        end
+      end
+
       context 'relaxed, DNS gate warn, own port, resolvers and directory' do
         let(:spec_case) { 'nftables_relaxed' }
 
