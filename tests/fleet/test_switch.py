@@ -39,13 +39,29 @@ NODES = ["kube1001.eqiad.wmnet", "kube1002.eqiad.wmnet", "kube1003.eqiad.wmnet"]
 PORT = TLS_PORTS.server
 
 
+# The TLS policy's proof in an accepted probe (typhapki/monitoring/probe.py), and
+# Facter's empty string for a null.
+POLICIES: dict[str, object] = {
+    "enforced": {"checked": ["TLS 1.2 alone"], "enforced": True, "error": None},
+    "unenforced": {
+        "checked": ["TLS 1.2 alone"],
+        "enforced": False,
+        "error": "policy unenforced: TLS 1.2 accepted",
+    },
+    "unproven": {"checked": [], "enforced": "", "error": "policy not proven: reset"},
+    "none": None,
+    "facter-null": "",
+}
+
+
 def evidence(felix_tls: bool | None = True, probe: bool | None = True, port: int = PORT,
-             felix_running: bool = True) -> dict[str, Any]:  # fmt: skip
+             felix_running: bool = True, policy: str = "none") -> dict[str, Any]:  # fmt: skip
     """The fact's parts the switch reads (typhapki/puppet/facts.py), on a Typha host."""
     typhas: list[dict[str, Any]] = [{"running": True, "tls": False, "tls_env": [],
                                      "error": None, "port": 5473}]  # fmt: skip
     if probe is not None:
-        result = {"accepted": probe, "error": None if probe else "refused"}
+        result = {"accepted": probe, "error": None if probe else "refused",
+                  "policy": POLICIES[policy]}  # fmt: skip
         typhas.append({"running": True, "tls": True, "tls_env": ["TYPHA_CAFILE"],
                        "error": None, "port": port, "probe": result})  # fmt: skip
     return {
@@ -73,6 +89,7 @@ ROLLED = DaemonSetStatus("calico-node", 5, 5, 3, 3, 3, NOW - timedelta(hours=1))
 @given(
     felix_valid=st.lists(st.booleans(), min_size=3, max_size=3),
     probes=st.lists(st.sampled_from([True, False, None]), min_size=3, max_size=3),
+    policies=st.lists(st.sampled_from(sorted(POLICIES)), min_size=3, max_size=3),
     ready=st.lists(st.booleans(), min_size=3, max_size=3),
     available=st.integers(0, 3),
     short_names=st.booleans(),
@@ -80,13 +97,16 @@ ROLLED = DaemonSetStatus("calico-node", 5, 5, 3, 3, 3, NOW - timedelta(hours=1))
 def test_switch_gate_passes_only_when_everything_holds(
     felix_valid: list[bool],
     probes: list[bool | None],
+    policies: list[str],
     ready: list[bool],
     available: int,
     short_names: bool,
 ) -> None:
+    """A probe passes as `probe` exits 0: accepted, and its TLS policy (if any) proven
+    enforced."""
     nodes = []
-    for name, valid, probe in zip(NODES, felix_valid, probes, strict=True):
-        fact = member_fact(probe=probe)
+    for name, valid, probe, policy in zip(NODES, felix_valid, probes, policies, strict=True):
+        fact = member_fact(probe=probe, policy=policy)
         fact["set"]["roles"]["felix"]["valid"] = valid
         nodes.append(judge_node(name, fact, NOW.isoformat(), NOW, timedelta(hours=2)))
     endpoints = [
@@ -95,11 +115,15 @@ def test_switch_gate_passes_only_when_everything_holds(
     ]
     deployment = DeploymentStatus(TLS_NAME, 2, 2, 3, 3, available, available)
     verdict = switch_gate(nodes, deployment, endpoints)
-    expected = all(felix_valid) and all(p is True for p in probes) and available == 3 and any(ready)
+    passing = [
+        p is True and policy not in ("unenforced", "unproven")
+        for p, policy in zip(probes, policies, strict=True)
+    ]
+    expected = all(felix_valid) and all(passing) and available == 3 and any(ready)
     assert verdict.ready is expected, verdict.holding_back
     held = {who for who, _ in verdict.holding_back}
-    for name, valid, probe in zip(NODES, felix_valid, probes, strict=True):
-        assert (name in held) is (not valid or probe is not True)
+    for name, valid, passed in zip(NODES, felix_valid, passing, strict=True):
+        assert (name in held) is (not valid or not passed)
     assert (f"deployment/{TLS_NAME}" in held) is (available != 3)
 
 

@@ -256,7 +256,15 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
             continue
         probe = _mapping(probe, "typhas[].probe")
         accepted = _bool(probe.get("accepted"), "typhas[].probe.accepted")
-        found.append((port, accepted, _text(probe.get("error"), "typhas[].probe.error")))
+        error = _text(probe.get("error"), "typhas[].probe.error")
+        # A TLS policy the probe could not prove enforced fails it, as `probe` exits 1.
+        policy = _null(probe.get("policy"))
+        if policy is not None:
+            unproven = _text(_mapping(policy, "typhas[].probe.policy").get("error"),
+                             "typhas[].probe.policy.error")  # fmt: skip
+            if unproven:
+                accepted, error = False, error or unproven
+        found.append((port, accepted, error))
     return tls, why, tuple(sorted(found))
 
 
