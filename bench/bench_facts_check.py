@@ -24,7 +24,8 @@ time; the counts say whether a change made the work smaller).
 --measures also times `facts` and `check` with each start-up measure of
 docs/performance.md undone, one at a time, in the same interleaved rounds, and prints
 each one's gain (CPU median without it, minus with it) and the ratio to the floor the
-command would have without it: whether the targets need it. Nothing in typhapki is
+command would have without it: whether the targets need it (with --callgrind, also in
+instructions). Nothing in typhapki is
 switched: the bench undoes each measure from outside (MEASURES below), and runs these
 processes and their reference (every measure on) through `python -c`, so that the
 console script's own wrapper is not part of the difference. It needs this
@@ -176,18 +177,23 @@ def measure_commands(
     return rows
 
 
-def print_measures(cpu_ms: dict[str, float]) -> None:
-    """Each measure's gain: the CPU median without it minus with it (its reference)."""
+def print_measures(cpu_ms: dict[str, float], counted: dict[str, int]) -> None:
+    """Each measure's gain: the CPU median without it minus with it (its reference);
+    with --callgrind, in instructions too, and the ratio to the floor in instructions."""
     for name in sorted(n for n in cpu_ms if "[-" in n):
         base, measure = name.split(" [-", 1)
         ref = cpu_ms[f"{base} [ref]"]
         limit = RATIO_LIMITS[base.split(",")[0]]
         ratio = cpu_ms[name] / cpu_ms["floor"]
-        print(
+        line = (
             f"without {measure.rstrip(']'):21} {base:18}: {cpu_ms[name]:6.1f} ms CPU, gain "
             f"{cpu_ms[name] - ref:+6.1f} ms (ref {ref:6.1f}); {ratio:4.2f}x the floor "
             f"({'within' if ratio <= limit else 'OVER'} {limit}x)"
         )
+        if counted:
+            gain = (counted[name] - counted[f"{base} [ref]"]) / 1e6
+            line += f"; {gain:+6.1f}M instructions, {counted[name] / counted['floor']:4.2f}x"
+        print(line)
 
 
 def main() -> int:
@@ -256,7 +262,7 @@ def main() -> int:
             baseline["pipeline"] += timings_ms(pipeline, 1, cpu["pipeline"])
         counted = {}
         if args.callgrind:
-            counted = {n: instructions(*timed[n]) for n in BASE_ROWS}
+            counted = {name: instructions(cmd, env) for name, (cmd, env) in timed.items()}
             counted["floor"] = instructions(floor)
         with_hiera = None
         if SAMPLE.is_dir():
@@ -304,14 +310,14 @@ def main() -> int:
             f"openssl pipeline / typhapki {name}: {speedup:4.2f}x CPU ({wall:4.2f}x wall): "
             f"{'PASS' if passed else 'FAIL'} (>= {PIPELINE_SPEEDUP}x)"
         )
-    for name in (n for n in counted if n != "floor"):
+    for name in (n for n in counted if n != "floor" and n in BASE_ROWS):
         print(
             f"typhapki {name:18} / floor in instructions (callgrind): "
             f"{counted[name] / 1e6:6.1f}M / {counted['floor'] / 1e6:6.1f}M = "
             f"{counted[name] / counted['floor']:4.2f}x"
         )
     if args.measures:
-        print_measures(cpu_ms)
+        print_measures(cpu_ms, counted)
     if with_hiera is not None:
         print(
             f"typhapki facts --hiera hiera_sample, {args.runs} runs: "
