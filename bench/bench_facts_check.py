@@ -2,6 +2,7 @@
 set, the way Facter (facts.d wrapper) and Puppet (exec unless) run them on every agent run.
 
     python bench/bench_facts_check.py [--runs N] [--typhapki /usr/bin/typhapki] [--callgrind]
+                                      [--measures]
 
 Targets: each under 150 ms median (issue 4); and, in the same run on the same
 interpreter, against `python -c "import cryptography.x509"` (the floor of any
@@ -19,6 +20,16 @@ then, so the floor is timed on the interpreter the package uses).
 the same ratios, unmoved by other processes on the machine (time also goes to the
 kernel, page faults and caches, which instructions do not show: the targets are on CPU
 time; the counts say whether a change made the work smaller).
+
+--measures also times `facts` and `check` with each start-up measure of
+docs/performance.md undone, one at a time, in the same interleaved rounds, and prints
+each one's gain (CPU median without it, minus with it) and the ratio to the floor the
+command would have without it: whether the targets need it (with --callgrind, also in
+instructions). Nothing in typhapki is
+switched: the bench undoes each measure from outside (MEASURES below), and runs these
+processes and their reference (every measure on) through `python -c`, so that the
+console script's own wrapper is not part of the difference. It needs this
+interpreter's typhapki (not --typhapki).
 """
 
 from __future__ import annotations
@@ -53,6 +64,50 @@ COMMAND: list[str] = []  # --typhapki, else the console script beside this inter
 # installed package is byte-compiled (the .deb's postinst does it), and without .pyc files
 # every run would time the compiler too (40 % more CPU in a checkout).
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+# The node configuration file above, in YAML's block style: what it costs to read it
+# without typhapki/nodeconfig.py's JSON reader (PyYAML's import and parser).
+NODE_CONFIG_YAML = """\
+# The same node configuration, in YAML's block style.
+version: 1
+defaults:
+  ca_dir: {ca}
+  out: {out}
+commands:
+  check:
+    quiet: true
+  facts:
+    ferm_output: {rule}
+"""
+# How --measures undoes each start-up measure, from outside typhapki: code run before the
+# console script's function (a prelude), the way the command ends, an environment
+# variable typhapki already reads, or the node configuration in YAML.
+_SCRIPT = "from typhapki.entry import script\nscript()\n"
+_RECORDS_AS_DATACLASSES = """\
+import dataclasses, sys, types
+shim = types.ModuleType("typhapki.record")
+def record(cls=None, /, *, frozen=False):
+    wrap = dataclasses.dataclass(frozen=frozen)
+    return wrap if cls is None else wrap(cls)
+shim.record, shim.field, shim.fields = record, dataclasses.field, dataclasses.fields
+shim.replace, shim.Field, shim.MISSING = dataclasses.replace, dataclasses.Field, dataclasses.MISSING
+shim.FrozenInstanceError = dataclasses.FrozenInstanceError
+sys.modules["typhapki.record"] = shim
+"""
+MEASURES: dict[str, dict[str, str]] = {
+    # typer parses every command line (an environment variable typhapki reads already).
+    "fast path": {"env": "TYPHAPKI_NO_FAST_PATH"},
+    # dataclasses instead of typhapki/record.py: the same API, the standard library's.
+    "records": {"code": _RECORDS_AS_DATACLASSES + _SCRIPT},
+    # The node configuration in YAML, which only PyYAML reads: the JSON reader's gain.
+    "JSON reader": {"config": "yaml"},
+    # main()'s code through SystemExit, then Python's finalization, as any program ends.
+    "os._exit": {"code": "from typhapki.entry import main\nraise SystemExit(main())\n"},
+    # cryptography's public serialization package, which typhapki/pki/x509compat.py
+    # bypasses for the module that defines its enums and the key loader.
+    "private serialization": {
+        "code": "import cryptography.hazmat.primitives.serialization\n" + _SCRIPT
+    },
+}
 
 
 def typhapki() -> list[str]:
@@ -94,6 +149,53 @@ def instructions(cmd: list[str], env: dict[str, str] | None = None) -> int:
     raise SystemExit(f"callgrind counted nothing for {' '.join(cmd)}: {proc.stderr[-500:]!r}")
 
 
+BASE_ROWS = ("facts", "check", "facts, node config", "check, node config")
+
+
+def measure_commands(
+    timed: dict[str, tuple[list[str], dict[str, str]]], yaml_config: Path
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """For --measures: `facts` and `check` through `python -c` with every measure on
+    (the reference), and with each measure undone (MEASURES)."""
+    rows: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for base in BASE_ROWS:
+        argv, env = timed[base]
+        args = argv[len(typhapki()) :]
+        rows[f"{base} [ref]"] = ([sys.executable, "-c", _SCRIPT, *args], env)
+        for measure, how in MEASURES.items():
+            if ("config" in how) != base.endswith("node config"):
+                continue  # the JSON reader only matters with the node configuration
+            run_env = dict(env)
+            if "env" in how:
+                run_env[how["env"]] = "1"
+            if "config" in how:
+                run_env["TYPHAPKI_CONFIG"] = str(yaml_config)
+            rows[f"{base} [-{measure}]"] = (
+                [sys.executable, "-c", how.get("code", _SCRIPT), *args],
+                run_env,
+            )
+    return rows
+
+
+def print_measures(cpu_ms: dict[str, float], counted: dict[str, int]) -> None:
+    """Each measure's gain: the CPU median without it minus with it (its reference);
+    with --callgrind, in instructions too, and the ratio to the floor in instructions."""
+    for name in sorted(n for n in cpu_ms if "[-" in n):
+        base, measure = name.split(" [-", 1)
+        ref = cpu_ms[f"{base} [ref]"]
+        limit = RATIO_LIMITS[base.split(",")[0]]
+        ratio = cpu_ms[name] / cpu_ms["floor"]
+        line = (
+            f"without {measure.rstrip(']'):21} {base:18}: {cpu_ms[name]:6.1f} ms CPU, gain "
+            f"{cpu_ms[name] - ref:+6.1f} ms (ref {ref:6.1f}); {ratio:4.2f}x the floor "
+            f"({'within' if ratio <= limit else 'OVER'} {limit}x)"
+        )
+        if counted:
+            gain = (counted[name] - counted[f"{base} [ref]"]) / 1e6
+            line += f"; {gain:+6.1f}M instructions, {counted[name] / counted['floor']:4.2f}x"
+        print(line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
@@ -101,8 +203,13 @@ def main() -> int:
     parser.add_argument(
         "--callgrind", action="store_true", help="Also count instructions (needs valgrind)."
     )
+    parser.add_argument(
+        "--measures", action="store_true", help="Also time each start-up measure undone."
+    )
     args = parser.parse_args()
     if args.typhapki:
+        if args.measures:
+            parser.error("--measures times this interpreter's typhapki, not --typhapki")
         COMMAND.append(args.typhapki)
     with tempfile.TemporaryDirectory() as tmp:
         ca, out, rule = Path(tmp) / "ca", Path(tmp) / "out", Path(tmp) / "10_typha"
@@ -125,6 +232,10 @@ def main() -> int:
             "facts, node config": ([*typhapki(), "facts"], with_config),
             "check, node config": ([*typhapki(), "check"], with_config),
         }
+        if args.measures:
+            yaml_config = Path(tmp) / "typhapki-block.yaml"
+            yaml_config.write_text(NODE_CONFIG_YAML.format(ca=ca, out=out, rule=rule))
+            timed.update(measure_commands(timed, yaml_config))
         # Every fact must describe a valid set, or we would time the wrong path.
         for name, (cmd, env) in timed.items():
             proc = subprocess.run(cmd, capture_output=True, env=env)
@@ -159,7 +270,8 @@ def main() -> int:
             timings_ms(hiera, 1)
             with_hiera = timings_ms(hiera, args.runs)
     ok = True
-    for name, times in results.items():
+    measured = {name: times for name, times in results.items() if name in BASE_ROWS}
+    for name, times in measured.items():
         median = statistics.median(times)
         passed = median < TARGET_MS
         ok = ok and passed
@@ -179,7 +291,7 @@ def main() -> int:
         f"openssl pipeline of bench_check.py: median {statistics.median(baseline['pipeline']):6.1f}"
         f" ms wall, {cpu_ms['pipeline']:6.1f} ms CPU"
     )
-    for name in results:
+    for name in measured:
         limit = RATIO_LIMITS[name.split(",")[0]]
         ratio = cpu_ms[name] / cpu_ms["floor"]
         wall = statistics.median(results[name]) / statistics.median(baseline["floor"])
@@ -189,7 +301,7 @@ def main() -> int:
             f"typhapki {name:18} / floor: {cpu_ms[name]:6.1f} ms CPU, {ratio:4.2f}x "
             f"({wall:4.2f}x wall): {'PASS' if passed else 'FAIL'} (<= {limit}x)"
         )
-    for name in (n for n in results if n.startswith("check")):
+    for name in (n for n in measured if n.startswith("check")):
         speedup = cpu_ms["pipeline"] / cpu_ms[name]
         wall = statistics.median(baseline["pipeline"]) / statistics.median(results[name])
         passed = speedup >= PIPELINE_SPEEDUP
@@ -198,12 +310,14 @@ def main() -> int:
             f"openssl pipeline / typhapki {name}: {speedup:4.2f}x CPU ({wall:4.2f}x wall): "
             f"{'PASS' if passed else 'FAIL'} (>= {PIPELINE_SPEEDUP}x)"
         )
-    for name in (n for n in counted if n != "floor"):
+    for name in (n for n in counted if n != "floor" and n in BASE_ROWS):
         print(
             f"typhapki {name:18} / floor in instructions (callgrind): "
             f"{counted[name] / 1e6:6.1f}M / {counted['floor'] / 1e6:6.1f}M = "
             f"{counted[name] / counted['floor']:4.2f}x"
         )
+    if args.measures:
+        print_measures(cpu_ms, counted)
     if with_hiera is not None:
         print(
             f"typhapki facts --hiera hiera_sample, {args.runs} runs: "

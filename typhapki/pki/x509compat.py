@@ -11,24 +11,34 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from cryptography import __version__, x509
-from cryptography.hazmat.primitives._serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-# The PEM and DER enums above are those of cryptography.hazmat.primitives.serialization,
-# imported from the module that defines them (cryptography >= 35), which
-# cryptography.x509 imports anyway. The public package's __init__ also imports its SSH
-# key support, and with it dataclasses, inspect and the cipher modules: about 8 ms of
-# every `check` and `facts` on cryptography 50, for nothing they use.
-# tests/pki/test_x509compat.py asserts that these are the public objects.
-__all__ = ["Encoding", "NoEncryption", "PrivateFormat", "PublicFormat"]
-# Since cryptography 42 the public load_pem_private_key *is* this Rust function
-# (cryptography's serialization module assigns it); before, through the OpenSSL backend.
+# Since cryptography 42 the public load_pem_private_key *is* a Rust function (the
+# serialization package assigns it), reached here directly; before, through the OpenSSL
+# backend, and cryptography.x509 imports the public package anyway.
 _RUST_KEY_LOADER = int(__version__.split(".")[0]) >= 42
+if _RUST_KEY_LOADER:
+    # The PEM and DER enums from the module that defines them (the public package
+    # re-exports them): that package's __init__ also imports its SSH key support, and
+    # with it dataclasses, inspect and the cipher modules, about 8 ms of every `check`
+    # and `facts`, which `check`'s target against the openssl pipeline needs
+    # (docs/performance.md). tests/pki/test_x509compat.py asserts these are the public
+    # objects. On cryptography 38 only public modules: there they would save nothing.
+    from cryptography.hazmat.primitives._serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        PublicFormat,
+    )
+else:
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        PublicFormat,
+    )
+
+__all__ = ["Encoding", "NoEncryption", "PrivateFormat", "PublicFormat"]
 
 _PEM_BLOCK_END = b"-----END CERTIFICATE-----"
 
