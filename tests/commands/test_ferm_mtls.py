@@ -374,3 +374,26 @@ def test_both_typhas_get_the_strict_rule_without_a_proof(lab: Path, stage: str, 
     assert_one_line_error(
         nodeless, 2, "no cluster_nodes", f"tls_stage {stage} makes the rule strict"
     )
+
+
+def test_a_proof_of_another_port_proves_nothing_at_retire(
+    go_peers: GoPeers, issued: Path, lab: Path
+) -> None:
+    """The proof is of the Typha on the port the relaxed rule opened: one made before the
+    switch (the --port Typha) does not hold for the TLS Typha at retire, even fresh."""
+    with socket.socket() as held, closed_port() as local:
+        try:
+            held.bind(("127.0.0.1", TLS_PORTS.server))
+        except OSError:
+            pytest.skip(f"127.0.0.1:{TLS_PORTS.server} is taken on this machine")
+        with go_typha(go_peers, issued, "verify") as address:
+            proven = ferm(lab, issued, local, "--typha-address", address)
+        assert proven.returncode == 0, proven.stderr
+        assert state(lab)["mtls_proven_port"] == local
+        rule = (lab / "rule").read_bytes()
+        staged(lab, "retire")
+        retired = ferm(lab, issued, local)  # nothing answers on the TLS port
+    assert retired.returncode == 1 and "no fresh proof" in retired.stderr, retired
+    assert "holds until" not in retired.stderr
+    assert (lab / "rule").read_bytes() == rule
+    assert state(lab)["mtls_proven_port"] == TLS_PORTS.server

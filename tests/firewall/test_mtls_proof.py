@@ -38,6 +38,7 @@ records = st.builds(
     st.none() | st.integers(NOW - 10**6, NOW + 10**6),
     st.none() | st.sampled_from(VERDICTS),
     st.booleans(),
+    st.none() | st.integers(1, 65535),
 )
 proofs = st.builds(
     Proof, st.just("127.0.0.1:5473"), st.sampled_from(VERDICTS), st.text("abc :.", max_size=10)
@@ -116,3 +117,10 @@ def test_the_fact_value(record: ProofRecord) -> None:
         assert value is True
     else:
         assert value is None
+
+
+@given(record=records, port=st.integers(1, 65535))
+def test_a_record_proves_only_its_own_port(record: ProofRecord, port: int) -> None:
+    """The plain and the TLS Typha listen side by side during the live switch; a record
+    without a port was written when Typha's default 5473 was the only one."""
+    assert record.proves_port(port) is (port == (record.port or 5473))

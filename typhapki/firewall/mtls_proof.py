@@ -78,6 +78,16 @@ class ProofRecord:
     expires: int | None = None  # proven_at + the lifetime
     verdict: str | None = None  # the last probe's verdict; None: never probed
     skipped: bool = False  # the last relaxed rule was written with --skip-mtls-proof
+    # The port the relaxed rule opened (the Typha proven); None: recorded before ports
+    # were, when the only port was Typha's default 5473.
+    port: int | None = None
+
+    def proves_port(self, port: int) -> bool:
+        """Whether this record is about the Typha on `port`: a proof of the plain Typha
+        says nothing of the TLS one beside it during the live switch."""
+        from typhapki.kubernetes.typhaports import DEFAULT_PORTS
+
+        return (self.port if self.port is not None else DEFAULT_PORTS.server) == port
 
     def fresh(self, now: int) -> bool:
         return (

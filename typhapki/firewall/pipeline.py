@@ -304,9 +304,11 @@ def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
     previous = ProofRecord()
     with contextlib.suppress(StateError):
         previous = recorded_proof(read_state(state_dir(opts.state_dir)), cluster.name)
+    if not previous.proves_port(port):  # the other Typha of the live switch's
+        previous = ProofRecord()
     lifetime = opts.proof_lifetime or DEFAULT_LIFETIME
     if opts.skip_mtls_proof:
-        return decide(previous, None, now=now, lifetime=lifetime, skipped=True)
+        return _on_port(decide(previous, None, now=now, lifetime=lifetime, skipped=True), port)
     assert opts.out is not None
     timeout = opts.proof_timeout or mtls_probe.DEFAULT_TIMEOUT
     identity = _typha_identity(cluster)
@@ -321,7 +323,14 @@ def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
         )
     else:
         proof = mtls_probe.prove(target, opts.out, identity, timeout)
-    return decide(previous, proof, now=now, lifetime=lifetime, skipped=False)
+    return _on_port(decide(previous, proof, now=now, lifetime=lifetime, skipped=False), port)
+
+
+def _on_port(decision: Decision, port: int) -> Decision:
+    """The decision, its record naming the port the relaxed rule opens."""
+    from typhapki.record import replace
+
+    return replace(decision, record=replace(decision.record, port=port))
 
 
 def _typha_identity(cluster: Cluster) -> Identity:

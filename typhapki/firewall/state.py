@@ -6,7 +6,8 @@ Every `ferm` run that reaches the DNS gate records, in ``STATE_DIR/ferm.json``::
      "last_attempt": UNIX, "last_success": UNIX|null, "hosts_failed": N,
      "failed_hosts": ["name", ... at most 50], "output": "PATH"|null,
      "mtls_proven_at": UNIX|null, "mtls_proof_expires": UNIX|null,
-     "mtls_verdict": "enforced|not_enforced|unknown"|null, "mtls_proof_skipped": BOOL}
+     "mtls_verdict": "enforced|not_enforced|unknown"|null, "mtls_proof_skipped": BOOL,
+     "mtls_proven_port": PORT|null}
 
 ``last_success`` is the last run that rendered a rule (written, unchanged, printed or
 compared); a failed run keeps the previous value. Facts and metrics read it, so a
@@ -27,6 +28,10 @@ A void proof stays void: `record_run` reads the file again as it writes; a run t
 made no proof of its own writes the proof times the file holds then (not those it read
 at its start), and a void recorded after a proof was made wins over it (runs at the
 same time); a void that cannot be written removes the old file with its proof.
+``mtls_proven_port`` is the port the proven Typha serves (the port the relaxed rule
+opens): during the live switch the plain and the TLS Typha listen side by side, and a
+proof of one says nothing of the other. A file without it was written when 5473 was
+the only port.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class FermState:
     mtls_proof_expires: int | None = None
     mtls_verdict: str | None = None
     mtls_proof_skipped: bool = False
+    mtls_proven_port: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -151,6 +157,7 @@ def parse_state(data: object, now: float | None = None) -> FermState:
         mtls_proof_expires=_int(data, "mtls_proof_expires", nullable=True),
         mtls_verdict=_verdict(data),
         mtls_proof_skipped=_bool(data, "mtls_proof_skipped"),
+        mtls_proven_port=_port(data, "mtls_proven_port"),
     )
     _check_possible(state, now)
     return state
@@ -163,6 +170,15 @@ def _verdict(data: dict[str, Any]) -> str | None:
     if isinstance(value, str) and value in VERDICTS:
         return value
     raise StateError(f"mtls_verdict: expected one of {', '.join(VERDICTS)}, got {value!r:.40}")
+
+
+def _port(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
+        return value
+    raise StateError(f"{key}: expected a port number 1-65535 or null, got {value!r:.40}")
 
 
 def _bool(data: dict[str, Any], key: str) -> bool:
@@ -217,7 +233,11 @@ def recorded_proof(state: FermState, cluster: str) -> ProofRecord:
     if state.cluster != cluster:
         return ProofRecord()
     return ProofRecord(
-        state.mtls_proven_at, state.mtls_proof_expires, state.mtls_verdict, state.mtls_proof_skipped
+        state.mtls_proven_at,
+        state.mtls_proof_expires,
+        state.mtls_verdict,
+        state.mtls_proof_skipped,
+        state.mtls_proven_port,
     )
 
 
@@ -297,6 +317,7 @@ def record_run(
         mtls_proof_expires=proof.expires,
         mtls_verdict=proof.verdict,
         mtls_proof_skipped=proof.skipped,
+        mtls_proven_port=proof.port,
     )
     content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
     path = directory / STATE_FILE
