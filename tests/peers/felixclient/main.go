@@ -21,7 +21,8 @@
 //
 // Exit status 0 and "ok ..." on stdout when the connection was accepted by both sides;
 // 1 and "felixclient: <Go error>" on stderr when either side refused it; 2 on a
-// configuration error (bad files, missing options).
+// configuration error (bad files, missing options). With -batch one process plays many
+// Felixes, each reconnecting within Felix's retry budget (batch.go).
 package main
 
 import (
@@ -61,9 +62,17 @@ func main() {
 			"NewTLSConfig(fipsMode) capped FIPS mode at TLS 1.2")
 	verbose := flag.Bool("v", false, "log the verifier's steps on stderr")
 	now := flag.String("now", "", "verify peers at this RFC 3339 time (a test option)")
+	batch := flag.Bool("batch", false,
+		"play many Felixes: one JSON request a line on stdin, one JSON outcome a line on "+
+			"stdout (batch.go); the other flags then do not apply")
+	parallel := flag.Int("parallel", 32, "with -batch: Felixes connecting at once")
 	flag.Parse()
 	if err := calico.ClockAt(*now); err != nil {
 		fail(2, "%v", err)
+	}
+	if *batch {
+		runBatch(os.Stdin, os.Stdout, *parallel, *timeout)
+		return
 	}
 
 	target := calico.Env(*addr, "FELIX_TYPHAADDR")

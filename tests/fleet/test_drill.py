@@ -1,0 +1,69 @@
+"""The fleet drill at CI scale (tests/support/drill.py; the bench is bench/bench_drill.py):
+50 nodes walked through the live switch to mTLS and a CA rotation, with renewals and a
+decommission, against the suite's multirootca and PuppetDB stand-in, the Apache front,
+the Kubernetes API stand-in and the Go Typha and Felix peers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require, require_root
+from tests.support import multirootca as multirootca_support
+from tests.support.drill import Drill, Report, services
+from tests.support.multirootca import Multirootca
+from tests.support.puppetdb import StandIn
+
+pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+
+multirootca = multirootca_support.multirootca
+NODES = 10
+
+
+@pytest.fixture(scope="module")
+def report(
+    multirootca: Multirootca,
+    _standin_server: StandIn,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Report]:
+    require("go", "apache2", "kubectl")
+    require_root()
+    _standin_server.reset()
+    work = tmp_path_factory.mktemp("drill")
+    with services(work, multirootca, _standin_server) as svc:
+        drill = Drill(svc, work, nodes=NODES, log=print)
+        try:
+            result = drill.run()
+        finally:
+            drill.close()
+    print("\n".join(result.lines()))
+    yield result
+    _standin_server.reset()
+
+
+def test_every_reconnect_reaches_an_accepting_typha(report: Report) -> None:
+    """Except while a node's own calico-node pod restarts (and the decommissioned node)."""
+    assert report.attempted >= 20 * NODES
+    assert report.failures == []
+    assert report.refused == report.refused_while_restarting
+
+
+def test_the_decommissioned_node_is_stopped_three_ways(report: Report) -> None:
+    gone = report.decommission
+    assert {"pki_refused", "firewall", "typhas_refuse"} <= gone.keys(), gone
+    assert min(gone["pki_refused"], gone["firewall"]) >= gone["decommissioned"]
+    assert report.stopped_by in ("pki_refused", "firewall", "typhas_refuse")
+    assert report.decommissioned_refused > 0
+
+
+def test_no_stage_advances_early(report: Report) -> None:
+    assert report.early_refusals == {"switch": 1, "retire": 1, "reissue": 1, "drop-old": 1}
+    assert report.early_passes == []
+    for stage in report.stages:
+        assert stage.took <= stage.limit, stage.line()
+
+
+def test_at_most_one_typha_restarts_at_a_time(report: Report) -> None:
+    assert report.max_typha_restarting == 1  # restarts happened, one at a time
