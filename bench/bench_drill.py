@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.drill import Drill, services  # noqa: E402
+from tests.support.drill import Drill, services
 
 
 def main() -> int:

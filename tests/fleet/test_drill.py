@@ -18,7 +18,7 @@ from tests.support.puppetdb import StandIn
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
-NODES = 50
+NODES = 10
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,7 @@ def test_no_stage_advances_early(report: Report) -> None:
     assert report.early_refusals == {"switch": 1, "retire": 1, "reissue": 1, "drop-old": 1}
     assert report.early_passes == []
     for stage in report.stages:
-        if stage.name not in ("trust-new", "reissue"):  # see report.gate_findings
-            assert stage.took <= stage.limit, stage.line()
+        assert stage.took <= stage.limit, stage.line()
 
 
 def test_at_most_one_typha_restarts_at_a_time(report: Report) -> None:

@@ -353,7 +353,7 @@ class Report:
             f"typha restarts: at most {self.max_typha_restarting} at a time per cluster",
             "stages (time against limit):",
             *(s.line() for s in self.stages),
-            "early moves refused by the gate: "
+            "early moves refused (switch, retire: fleet gate; reissue, drop-old: fleet ready): "
             + ", ".join(f"{k} (exit {v})" for k, v in self.early_refusals.items()),
             "decommissioned node: "
             + ", ".join(f"{k} at t={v:.0f}s" for k, v in self.decommission.items())
@@ -851,27 +851,28 @@ class Drill:
         return result.returncode
 
     def advance(
-        self, name: str, new: Hiera, truth: Callable[[], bool], ready: Callable[[], int]
+        self,
+        name: str,
+        new: Hiera,
+        truth: Callable[[], bool],
+        ready: Callable[[], int],
+        gate_holds: bool = True,
     ) -> None:
-        """Move hiera to NEW once `fleet ready` and `fleet gate` pass, running Puppet in
-        quarter intervals until they do; `truth` is the model's own verdict, which a
-        passing gate must agree with (no stage advances early)."""
+        """Run Puppet in quarter intervals until `fleet ready` passes (and, when
+        `gate_holds`, `fleet gate` on the move to NEW too), and the drill's Typha
+        restarts are done; `truth` is the model's own verdict, which a passing gate
+        must agree with (no stage advances early). A gate that refuses what `fleet
+        ready` and the model agree on is kept as a finding, with its words."""
         step = self.interval / 4
-        since = self.now
         while True:
-            if self.restart_queue or self.restarting_pod is not None:
-                passed = False  # the drill waits for its Typha restarts too
-            else:
-                passed = ready() == 0 and self.gate(new) == 0
-            if passed:
-                if not truth():
-                    self.report.early_passes.append(name)
-                break
-            if self.now - since > 4 * self.interval and truth() and not self.restart_queue:
-                # The gate still refuses what the model says is ready: a finding, kept
-                # in the report with the gate's words; the walk goes on by the model.
-                self.report.gate_findings[name] = self.last_gate
-                break
+            if not self.restart_queue and self.restarting_pod is None and ready() == 0:
+                gate = self.gate(new)
+                if gate == 0 or not gate_holds:
+                    if gate != 0 and truth():
+                        self.report.gate_findings[name] = self.last_gate
+                    if not truth():
+                        self.report.early_passes.append(name)
+                    return
             self.traffic(f"waiting for {name}")
             self.puppet_runs(self.now + step)
             assert self.now < 40 * self.interval, (
@@ -902,13 +903,14 @@ class Drill:
             for node in batch:
                 node.restarting = True
             ds.ready = len(self.live) - len(batch)
-            self.traffic(f"{why}: step {steps + 1}, pods restarting")
+            # Every Felix reconnects while the step's pods restart (those excused).
+            self.traffic(f"{why}: step {steps + 1}")
             for node in batch:
                 node.spec, node.restarting = to, False
                 ds.updated = min(ds.desired, ds.updated + 1)
             ds.ready = len(self.live)
             steps += 1
-            self.traffic(f"{why}: step {steps}")
+        self.traffic(f"{why}: rolled")
         ds.observed_generation = ds.generation
         ds.changed_at = datetime.now(UTC)
         return steps
@@ -975,14 +977,16 @@ class Drill:
         reissue = Hiera("retire", NEW_LABEL, (OLD_LABEL,), removed)
         drop_old = Hiera("retire", NEW_LABEL, (), removed)
         t0 = self.hiera_stage("trust-new", trust_new)
-        self.report.early_refusals["reissue"] = self.gate(reissue)
+        # The rotation's moves wait on `fleet ready` by fingerprints; the hiera gate is
+        # asked too and what it refuses is a finding (Report.gate_findings).
+        self.report.early_refusals["reissue"] = self.ready("trust-new", new_fp, old_fp)
         self.advance("reissue", reissue, lambda: self._bundles_hold(new_fp),
-                     lambda: self.ready("trust-new", new_fp, old_fp))  # fmt: skip
+                     lambda: self.ready("trust-new", new_fp, old_fp), gate_holds=False)  # fmt: skip
         self.finish_stage("trust-new", t0)
         t0 = self.hiera_stage("reissue", reissue)
-        self.report.early_refusals["drop-old"] = self.gate(drop_old)
+        self.report.early_refusals["drop-old"] = self.ready("reissue", new_fp, old_fp)
         self.advance("drop-old", drop_old, lambda: self._leaves_from(new_fp),
-                     lambda: self.ready("reissue", new_fp, old_fp))  # fmt: skip
+                     lambda: self.ready("reissue", new_fp, old_fp), gate_holds=False)  # fmt: skip
         self.finish_stage("reissue", t0)
         t0 = self.hiera_stage("drop-old", drop_old)
         while self._old_typhas() and self.now < t0 + 10 * self.interval:
