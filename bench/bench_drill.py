@@ -5,7 +5,7 @@ stand-in, builds the Go peers, walks the cluster through the live switch and a C
 rotation, and prints the drill's report with wall and CPU time (this process and its
 children). Run as root, in a private PID namespace as scripts/test.sh runs the tests.
 
-    .venv/bin/python bench/bench_drill.py [--nodes 1000] [--workers 2]
+    .venv/bin/python bench/bench_drill.py [--nodes 1000] [--workers 1]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.support.drill import Drill, services
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="typhapki-drill-") as tmp:
         work = Path(tmp)

@@ -18,7 +18,7 @@ from tests.support.puppetdb import StandIn
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
-NODES = 10
+NODES = 50
 
 
 @pytest.fixture(scope="module")
