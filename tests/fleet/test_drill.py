@@ -52,7 +52,10 @@ def test_every_reconnect_reaches_an_accepting_typha(report: Report) -> None:
 def test_the_decommissioned_node_is_stopped_three_ways(report: Report) -> None:
     gone = report.decommission
     assert {"pki_refused", "firewall", "typhas_refuse"} <= gone.keys(), gone
-    assert min(gone["pki_refused"], gone["firewall"]) >= gone["decommissioned"]
+    # Each only after the decommission: the rule at the Typha hosts' next runs, the
+    # front at the first run that needs a leaf (reissue), the Typhas after drop-old.
+    assert gone["decommissioned"] < gone["firewall"] <= gone["decommissioned"] + 3600
+    assert gone["firewall"] <= gone["pki_refused"] <= gone["typhas_refuse"]
     assert report.stopped_by in ("pki_refused", "firewall", "typhas_refuse")
     assert report.decommissioned_refused > 0
 
@@ -66,3 +69,16 @@ def test_no_stage_advances_early(report: Report) -> None:
 
 def test_at_most_one_typha_restarts_at_a_time(report: Report) -> None:
     assert report.max_typha_restarting == 1  # restarts happened, one at a time
+
+
+def test_the_report_says_it_all(report: Report) -> None:
+    text = "\n".join(report.lines())
+    assert f"{report.attempted} reconnects attempted, {report.refused} refused" in text
+    for stage in ("parallel", "switch", "to retire", "trust-new", "reissue", "drop-old"):
+        assert any(s.name == stage for s in report.stages), stage
+    assert "roll steps (limit" in text
+    assert f"stopped first by {report.stopped_by}" in text
+    # The hiera gate never refuses what fleet ready and the model agree on for the live
+    # switch; for the rotation it does (a finding: docs/rotation.md's reissue change
+    # reads as trust-new, reissue and drop-old at once).
+    assert set(report.gate_findings) <= {"reissue", "drop-old"}

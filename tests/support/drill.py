@@ -288,6 +288,7 @@ class Node:
     fact: dict[str, Any] | None = None
     changed: bool = True  # files changed since the last fact
     member: bool = True
+    ferm_version: int = 0  # the hiera version of its last strict rule (Typha hosts)
 
     @property
     def out(self) -> Path:
@@ -633,6 +634,7 @@ class Drill:
         for node in nodes:
             if node.member:
                 self._upload(node)
+            node.ferm_version = self.version  # the strict rule, rendered at every run
         # 2. The catalog applied: `issue` where hiera or the node configuration moved.
         # Puppet's `unless => check`: only the signer's label and the trusted CAs move
         # this cluster's sets (tls_stage and cluster_nodes do not).
@@ -817,7 +819,7 @@ class Drill:
     def traffic(self, why: str) -> None:
         """Every Felix reconnects, as a Typha restart or rebalance makes it do."""
         requests, meta = [], []
-        tls_rule = self.ferm[max(v for v in self.ferm if v <= self.version)]
+        hosts = [n for n in self.nodes if n.typha_host]
         for node in self.nodes:
             if not node.member and node is not self.decommissioned:
                 continue
@@ -836,7 +838,9 @@ class Drill:
         for node, outcome in zip(meta, self._felixes(requests), strict=True):
             self.report.attempted += 1
             if node is self.decommissioned:
-                blocked = node.address not in tls_rule
+                # FIREWALL_FROM_FERM_OUTPUT: every Typha host's rule, as its last run
+                # rendered it, leaves the node out.
+                blocked = all(node.address not in self.ferm[h.ferm_version] for h in hosts)
                 if blocked and "firewall" not in self.report.decommission:
                     self.report.decommission["firewall"] = self.now
                 if not outcome["ok"]:
