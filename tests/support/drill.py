@@ -362,9 +362,10 @@ class Report:
             + f"; stopped first by {self.stopped_by}",
         ]
         for move, words in self.gate_findings.items():
+            heads = [line for line in words.splitlines() if line.startswith("cluster ")]
             out.append(
                 f"FINDING: the gate never passed {move} once the model was ready: "
-                + words.replace("\n", " | ")[:600]
+                + " | ".join(heads)
             )
         if self.phases:
             out.append(
