@@ -47,6 +47,11 @@ def test_every_reconnect_reaches_an_accepting_typha(report: Report) -> None:
     assert report.attempted >= 20 * NODES
     assert report.failures == []
     assert report.refused == report.refused_while_restarting
+    # The Typhas' own logs agree: one accepted connection per accepted reconnect at least
+    # (the TLS Typha hosts' probes add theirs).
+    assert (
+        report.typha_accepted >= report.attempted - report.refused - report.decommissioned_refused
+    )
 
 
 def test_the_decommissioned_node_is_stopped_three_ways(report: Report) -> None:

@@ -1,5 +1,5 @@
 """The fleet drill (issue 32, docs/fleet.md "The drill"): mTLS turned on live in a
-cluster of N simulated nodes, then a CA rotation, renewals and a decommission, over the
+cluster of N simulated nodes, then a CA rotation and a decommission, over the
 real PKI (multirootca behind the Apache front), the PuppetDB stand-in fed with real
 `typhapki facts`, the Kubernetes API stand-in, and the Go Typha and Felix peers.
 
@@ -10,9 +10,12 @@ The model, and what is real in it:
   Puppet once per `interval` at its own offset. A run first uploads the facts gathered
   at its start (real `typhapki facts`, run again only when the node's files changed
   since the last one), then applies: a real `typhapki issue` through the front when the
-  node's hiera or node configuration changed since its last run (Puppet's `unless =>
-  check` is 0 otherwise). A hiera change thus reaches PuppetDB two runs later ("apply,
-  then report").
+  cluster's signer label or trusted CAs changed since its last run (Puppet's `unless =>
+  check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no set). A hiera change
+  thus reaches PuppetDB two runs later ("apply, then report"). Leaves are replaced by
+  the rotation's reissue; a renewal by the clock is not drilled: the signer answers
+  with its own Date, and `issue` refuses a node clock moved ahead (faketime) by more
+  than cfssl's backdating, so only real waiting would do.
 - Which Typha each Felix reaches is read from the rendered objects of each stage
   (`Wiring`: the DaemonSet's env, the Service it names, its selector over the
   Deployments' pod labels, the container port named `calico-typha`, whether each side's
@@ -32,7 +35,8 @@ The model, and what is real in it:
   through the stand-in's eviction (its budget), one after the other, each taking
   `restart_seconds` of logical time; `restart-typha` itself is not run.
   `FIREWALL_FROM_FERM_OUTPUT`: the strict rule is real `typhapki ferm` output per hiera
-  version; a node is let through when its address is in it (no netfilter on loopback).
+  version, as each Typha host's last run rendered it; a node is let through while its
+  address is in one of them (no netfilter on loopback).
 """
 
 from __future__ import annotations
@@ -284,7 +288,6 @@ class Node:
     spec: str | None = None  # the stage of its calico-node pod's spec
     restarting: bool = False
     applied: tuple[str, tuple[str, ...]] | None = None  # the PKI hiera its last run applied
-    renew: bool = False  # its node configuration asks for a renewal at its next run
     fact: dict[str, Any] | None = None
     changed: bool = True  # files changed since the last fact
     member: bool = True
@@ -334,6 +337,9 @@ class Report:
     early_passes: list[str] = field(default_factory=list)
     gate_findings: dict[str, str] = field(default_factory=dict)  # move -> the gate's words
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds by kind of work
+    typha_accepted: int = 0  # connections, as the Typhas logged them
+    typha_refused: int = 0
+    typha_processes: int = 0
     max_typha_restarting: int = 0
     decommission: dict[str, Any] = field(default_factory=dict)
     stopped_by: str = ""
@@ -341,17 +347,19 @@ class Report:
     real_facts: int = 0
     gate_calls: int = 0
     roll_steps: int = 0
-    renewals: int = 0
+    leaves_replaced: int = 0  # leaves `issue` reissued while the Felixes kept reconnecting
     wall: float = 0.0
     cpu: float = 0.0
 
     def lines(self) -> list[str]:
         out = [
             f"drill: {self.nodes} nodes, {self.real_issues} issue runs, {self.real_facts} facts "
-            f"runs, {self.gate_calls} gate calls, {self.renewals} renewals",
+            f"runs, {self.gate_calls} gate calls, {self.leaves_replaced} leaves replaced",
             f"connections: {self.attempted} reconnects attempted, {self.refused} refused "
             f"({self.refused_while_restarting} by nodes whose calico-node pod was restarting, "
             f"{self.decommissioned_refused} by the decommissioned node)",
+            f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
+            f"accepted, {self.typha_refused} refused",
             f"typha restarts: at most {self.max_typha_restarting} at a time per cluster",
             "stages (time against limit):",
             *(s.line() for s in self.stages),
@@ -464,6 +472,7 @@ class Drill:
         self.wirings: dict[str | None, Wiring] = {None: read_wiring(post_rendered(work, None))}
         self.applied_stage: str | None = None  # what Helm last applied
         self.typhas: dict[tuple[str, str], TyphaProcess] = {}  # (node, deployment)
+        self.all_typhas: list[TyphaProcess] = []  # every one started, for the report
         self.restart_queue: list[Node] = []
         self.restart_busy_until = -1.0
         self.restarting_pod: str | None = None
@@ -640,7 +649,7 @@ class Drill:
         # Puppet's `unless => check`: only the signer's label and the trusted CAs move
         # this cluster's sets (tls_stage and cluster_nodes do not).
         pki = (self.hiera.label, self.hiera.trust)
-        todo = [n for n in nodes if n.applied != pki or n.renew]
+        todo = [n for n in nodes if n.applied != pki]
         results = self._cli([self._issue_args(n, hiera) for n in todo])
         for node, result in zip(todo, results, strict=True):
             self.report.real_issues += 1
@@ -658,9 +667,7 @@ class Drill:
                     self.report.decommission_error = result.stderr.strip()  # type: ignore[attr-defined]
                 continue
             assert result.returncode == 0, (node.name, result.stderr)
-            if node.renew:
-                self.report.renewals += 1
-                node.renew = False
+            self.report.leaves_replaced += result.stdout.count("reissued")
             if "nothing changed" not in result.stdout:
                 node.changed = True
                 if node.typha_host and self._tls_typha_running(node):
@@ -737,8 +744,8 @@ class Drill:
                 [h.name for h in hosts[: typha.replicas]],
             )
             for typha_host in hosts[: typha.replicas]:
-                self.typhas[(typha_host.name, name)] = TyphaProcess(
-                    self.svc.typhaserver, typha_host.out if typha.tls else None
+                self.typhas[(typha_host.name, name)] = self._typha(
+                    typha_host.out if typha.tls else None
                 )
         ds = self.kube.daemonsets.setdefault("calico-node", DaemonSet(desired=len(self.live)))
         if (self.applied_stage is not None or stage is not None) and self.wirings[
@@ -784,12 +791,18 @@ class Drill:
             self.restart_busy_until = max(self.now, self.restart_busy_until) + self.restart_seconds
             self.traffic(f"typha restart on {host.name}")
 
+    def _typha(self, out: Path | None) -> TyphaProcess:
+        """A Typha: TLS with the host's set OUT, or plain (None)."""
+        proc = TyphaProcess(self.svc.typhaserver, out)
+        self.all_typhas.append(proc)
+        return proc
+
     def _finish_restart(self) -> None:
         assert self.restarting_pod is not None
         host, name = self.restarting_pod.split("|")
         self.kube.replace_terminating()
         [node] = [n for n in self.nodes if n.name == host]
-        self.typhas[(host, name)] = TyphaProcess(self.svc.typhaserver, node.out)
+        self.typhas[(host, name)] = self._typha(node.out)
         self.restarting_pod = None
 
     # --- traffic --------------------------------------------------------------------
@@ -869,7 +882,7 @@ class Drill:
             result = run_cli("fleet", "gate", "--hiera", path, "--old", current,
                          "--puppetdb", self.svc.standin.url,
                          "--kubeconfig", self.kubeconfig, env=self.env)  # fmt: skip
-        self.last_gate = result.stdout[-1500:] + result.stderr[-500:]
+        self.last_gate = result.stdout[:20000] + result.stderr[-500:]
         assert result.returncode in (0, 1), result.stderr
         return result.returncode
 
@@ -883,7 +896,7 @@ class Drill:
         self.report.gate_calls += 1
         with self.timed("fleet"):
             result = run_cli(*args, env=self.env)
-        self.last_gate = result.stdout[-1500:] + result.stderr[-500:]
+        self.last_gate = result.stdout[:20000] + result.stderr[-500:]
         assert result.returncode in (0, 1), result.stderr
         return result.returncode
 
@@ -1042,6 +1055,11 @@ class Drill:
             key=lambda k: self.report.decommission[k],
             default="nothing",
         )
+        for proc in list(self.typhas.values()):
+            proc.stop()  # its last lines counted
+        self.report.typha_accepted = sum(p.accepted for p in self.all_typhas)
+        self.report.typha_refused = sum(p.refused for p in self.all_typhas)
+        self.report.typha_processes = len(self.all_typhas)
         self.report.wall, self.report.cpu = time.monotonic() - started, _cpu() - cpu
         return self.report
 
