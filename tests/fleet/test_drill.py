@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import require, require_root
+from tests.support import gopeers
 from tests.support import multirootca as multirootca_support
 from tests.support.drill import Drill, Report, services
 from tests.support.multirootca import Multirootca
@@ -18,6 +19,7 @@ from tests.support.puppetdb import StandIn
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
+go_peers = gopeers.go_peers
 NODES = 50
 
 
@@ -25,13 +27,15 @@ NODES = 50
 def report(
     multirootca: Multirootca,
     _standin_server: StandIn,
+    go_peers: gopeers.GoPeers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Report]:
     require("go", "apache2", "kubectl")
     require_root()
     _standin_server.reset()
     work = tmp_path_factory.mktemp("drill")
-    with services(work, multirootca, _standin_server) as svc:
+    peers = (go_peers.typhaserver, go_peers.felixclient)
+    with services(work, multirootca, _standin_server, peers) as svc:
         drill = Drill(svc, work, nodes=NODES, log=print)
         try:
             result = drill.run()
@@ -63,6 +67,8 @@ def test_the_decommissioned_node_is_stopped_three_ways(report: Report) -> None:
     assert gone["firewall"] <= gone["pki_refused"] <= gone["typhas_refuse"]
     assert report.stopped_by in ("pki_refused", "firewall", "typhas_refuse")
     assert report.decommissioned_refused > 0
+    assert "refused this node's client certificate" in report.decommission_error
+    assert report.decommission_probe and not any(o["ok"] for o in report.decommission_probe)
 
 
 def test_no_stage_advances_early(report: Report) -> None:

@@ -291,6 +291,7 @@ class Node:
     fact: dict[str, Any] | None = None
     changed: bool = True  # files changed since the last fact
     member: bool = True
+    agent_cert: Path | None = None  # its Puppet agent certificate, at the Puppet CA
     ferm_version: int = 0  # the hiera version of its last strict rule (Typha hosts)
 
     @property
@@ -343,6 +344,8 @@ class Report:
     max_typha_restarting: int = 0
     decommission: dict[str, Any] = field(default_factory=dict)
     stopped_by: str = ""
+    decommission_error: str = ""  # the front's refusal, as `issue` worded it
+    decommission_probe: list[dict[str, Any]] = field(default_factory=list)  # each TLS Typha
     real_issues: int = 0
     real_facts: int = 0
     gate_calls: int = 0
@@ -410,9 +413,11 @@ def services(
     work: Path,
     multirootca: Multirootca | None = None,
     standin: StandIn | None = None,
+    peers: tuple[Path, Path] | None = None,
 ) -> Iterator[Services]:
-    """The suite's multirootca and PuppetDB stand-in when given, else our own; the
-    Apache front (with a Puppet-shaped CA) before multirootca; the Go peers."""
+    """The suite's multirootca, PuppetDB stand-in and Go peers (typhaserver,
+    felixclient) when given, else our own; the Apache front (with a Puppet-shaped CA)
+    before multirootca."""
     from tests.support.puppetdb import running_standin
 
     with contextlib.ExitStack() as stack:
@@ -428,7 +433,7 @@ def services(
         front.directory.mkdir(parents=True)
         front.start()
         stack.callback(front.stop)
-        typhaserver, felixclient = build_peers(work / "peers")
+        typhaserver, felixclient = peers or build_peers(work / "peers")
         yield Services(multirootca, front, ca, standin, typhaserver, felixclient)
 
 
@@ -490,7 +495,7 @@ class Drill:
         shutil.copy(key, ssl / "private_keys" / f"{node.name}.pem")
         shutil.copy(self.svc.puppet_ca.ca_cert, ssl / "certs" / "ca.pem")
         node.conf.write_text(f"[main]\nssldir = {ssl}\n[agent]\ncertname = {node.name}\n")
-        node.agent_cert = cert  # type: ignore[attr-defined]
+        node.agent_cert = cert
 
     @property
     def version(self) -> int:
@@ -664,7 +669,7 @@ class Drill:
                 # hiera) still passes; the first that needs a leaf must be refused.
                 assert result.returncode in (0, EXIT_SIGNER), (node.name, result.stderr)
                 if result.returncode == EXIT_SIGNER:
-                    self.report.decommission_error = result.stderr.strip()  # type: ignore[attr-defined]
+                    self.report.decommission_error = result.stderr.strip()
                 continue
             assert result.returncode == 0, (node.name, result.stderr)
             self.report.leaves_replaced += result.stdout.count("reissued")
@@ -1017,7 +1022,8 @@ class Drill:
         # One node decommissioned: out of cluster_nodes, its Puppet certificate revoked.
         gone = self.nodes[-1]
         self.decommissioned, gone.member = gone, False
-        self.svc.puppet_ca.revoke(gone.agent_cert)  # type: ignore[attr-defined]
+        assert gone.agent_cert is not None
+        self.svc.puppet_ca.revoke(gone.agent_cert)
         self.svc.front.reload_crl()
         self.svc.standin.nodes.pop(gone.name, None)
         self.report.decommission["decommissioned"] = self.now
@@ -1113,7 +1119,7 @@ class Drill:
                      "ca": str(ca), "cn": "calico-typha"}
                     for (h, d), p in self.typhas.items() if self._workload(d).tls]  # fmt: skip
         outcomes = self._felixes(requests)
-        self.report.decommission_probe = outcomes  # type: ignore[attr-defined]
+        self.report.decommission_probe = outcomes
         return bool(outcomes) and not any(o["ok"] for o in outcomes)
 
     def close(self) -> None:
