@@ -1,6 +1,6 @@
 """The fleet drill at CI scale (tests/support/drill.py; the bench is bench/bench_drill.py):
-50 nodes walked through the live switch to mTLS and a CA rotation, with renewals and a
-decommission, against the suite's multirootca and PuppetDB stand-in, the Apache front,
+50 nodes walked through the live switch to mTLS and a CA rotation (every leaf replaced)
+and a decommission, against the suite's multirootca and PuppetDB stand-in, the Apache front,
 the Kubernetes API stand-in and the Go Typha and Felix peers."""
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def test_no_stage_advances_early(report: Report) -> None:
 
 
 def test_at_most_one_typha_restarts_at_a_time(report: Report) -> None:
-    assert report.max_typha_restarting == 1  # restarts happened, one at a time
+    # Each of the rotation's three stages changes every Typha host's set: a restart each.
+    assert report.typha_restarts >= 3 * 3
+    assert report.max_typha_restarting == 1
 
 
 def test_the_report_says_it_all(report: Report) -> None:

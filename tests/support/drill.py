@@ -341,6 +341,7 @@ class Report:
     typha_accepted: int = 0  # connections, as the Typhas logged them
     typha_refused: int = 0
     typha_processes: int = 0
+    typha_restarts: int = 0  # through the eviction, one host at a time
     max_typha_restarting: int = 0
     decommission: dict[str, Any] = field(default_factory=dict)
     stopped_by: str = ""
@@ -363,7 +364,8 @@ class Report:
             f"{self.decommissioned_refused} by the decommissioned node)",
             f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
             f"accepted, {self.typha_refused} refused",
-            f"typha restarts: at most {self.max_typha_restarting} at a time per cluster",
+            f"typha restarts: {self.typha_restarts}, at most {self.max_typha_restarting} at a "
+            "time per cluster",
             "stages (time against limit):",
             *(s.line() for s in self.stages),
             "early moves refused (switch, retire: fleet gate; reissue, drop-old: fleet ready): "
@@ -791,6 +793,7 @@ class Drill:
             assert status == 201, (status, pod.name)
             terminating = sum(1 for p in self.kube.pods.values() if p.terminating)
             self.report.max_typha_restarting = max(self.report.max_typha_restarting, terminating)
+            self.report.typha_restarts += 1
             self.typhas.pop(key).stop()
             self.restarting_pod = key[0] + "|" + key[1]
             self.restart_busy_until = max(self.now, self.restart_busy_until) + self.restart_seconds
