@@ -15,7 +15,8 @@ The model, and what is real in it:
   thus reaches PuppetDB two runs later ("apply, then report"). Leaves are replaced by
   the rotation's reissue; a renewal by the clock is not drilled: the signer answers
   with its own Date, and `issue` refuses a node clock moved ahead (faketime) by more
-  than cfssl's backdating, so only real waiting would do.
+  than cfssl's backdating; a renewal window stretched to make a fresh leaf due is
+  refused too (the new leaf would be due at once); so only real waiting would do.
 - Which Typha each Felix reaches is read from the rendered objects of each stage
   (`Wiring`: the DaemonSet's env, the Service it names, its selector over the
   Deployments' pod labels, the container port named `calico-typha`, whether each side's
