@@ -848,7 +848,10 @@ class Drill:
                 continue
             route = self.wirings[node.spec].route
             ends = self.endpoints(route)
-            ends.sort(key=lambda e: e[0] != node.name)  # its own node's Typha first
+            # Its own node's Typha first, then the others in a random order, which
+            # spreads the Felixes over them.
+            self.rng.shuffle(ends)
+            ends.sort(key=lambda e: e[0] != node.name)
             addrs = [f"127.0.0.1:{self.typhas[(h, d)].port}" for h, d, _ in ends]
             paths = SetPaths(node.out)
             requests.append({
