@@ -22,7 +22,8 @@
 //
 // Exit status 0 and "ok ..." on stdout when the connection was accepted by both sides;
 // 1 and "felixclient: <Go error>" on stderr when either side refused it; 2 on a
-// configuration error (bad files, missing options).
+// configuration error (bad files, missing options). With -batch one process plays many
+// Felixes, each reconnecting within Felix's retry budget (batch.go).
 package main
 
 import (
@@ -65,12 +66,20 @@ func main() {
 	calicoVersion := flag.String("calico-version", "",
 		"the Calico release to play, e.g. 3.30: TLS_CIPHER_SUITES is read since 3.31, "+
 			"TLS_MIN_VERSION since 3.32 (default: the newest, both read)")
+	batch := flag.Bool("batch", false,
+		"play many Felixes: one JSON request a line on stdin, one JSON outcome a line on "+
+			"stdout (batch.go); the other flags then do not apply")
+	parallel := flag.Int("parallel", 32, "with -batch: Felixes connecting at once")
 	flag.Parse()
 	if err := calico.ClockAt(*now); err != nil {
 		fail(2, "%v", err)
 	}
 	if err := calico.SetVersion(*calicoVersion); err != nil {
 		fail(2, "%v", err)
+	}
+	if *batch {
+		runBatch(os.Stdin, os.Stdout, *parallel, *timeout)
+		return
 	}
 
 	target := calico.Env(*addr, "FELIX_TYPHAADDR")
