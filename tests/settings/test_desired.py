@@ -208,7 +208,8 @@ def test_every_command_that_takes_hiera_reads_it_once(tmp_path: Path, loads: lis
     doc = {"kubernetes::clusters": {"main": {CLUSTER: {"cluster_nodes": ["192.0.2.10"]}}}}
     hiera = tmp_path / "hiera.yaml"
     hiera.write_text(yaml.safe_dump(doc))
-    paths = {"out": out, "ca_dir": ca_dir, "new_ca_dir": new_ca, "csr": tmp_path / "no.csr"}
+    paths = {"out": out, "ca_dir": ca_dir, "new_ca_dir": new_ca, "csr": tmp_path / "no.csr",
+             "kubeconfig": tmp_path / "no-kubeconfig"}  # fmt: skip
     commands = [
         c
         for c in options.COMMANDS

@@ -43,14 +43,16 @@ def restart_typha(
         raise UsageError(str(exc)) from None
     if not 0 < timeout <= 600:
         raise UsageError(f"--timeout: {timeout:g} is not between 0 and 600 seconds")
+    # Hiera first, as every command that takes it: a bad one is named even when no
+    # restart is pending.
+    typha = load_typha_settings(hiera, cluster)
+    selector = typha_target(resolve(None, None, None, typha).stage).selector if typha else None
     marker = marker_path(out, Component.TYPHA)
     try:
         changed_at = os.lstat(marker).st_mtime
     except FileNotFoundError:
         print(f"{marker}: no restart pending")
         return 0
-    typha = load_typha_settings(hiera, cluster)
-    selector = typha_target(resolve(None, None, None, typha).stage).selector if typha else None
     access = load_kubeconfig(kubeconfig, context)
     done = restart_on_node(KubeApi(access, timeout), namespace, node, changed_at, selector)
     clear_restart(out, Component.TYPHA)
