@@ -43,6 +43,23 @@ NODES = {"cluster_nodes": ["192.0.2.1"]}
         ({}, {"trust": ["ca-2026"]}, {("c", "trust-new")}),
         ({"trust": ["ca-2026"]}, {}, {("c", "drop-old")}),
         ({"cfssl_label": "lab"}, {"cfssl_label": "lab2026"}, {("c", "reissue")}),
+        # docs/rotation.md's cfssl stage 2: the label moves, the old CA is trusted instead
+        (
+            {"cfssl_label": "lab", "trust": ["new"]},
+            {"cfssl_label": "lab2026", "trust": ["old"]},
+            {("c", "reissue")},
+        ),
+        # a label move that drops the old CA outright is two moves, never passable at once
+        (
+            {"cfssl_label": "lab", "trust": ["old"]},
+            {"cfssl_label": "lab2026"},
+            {("c", "reissue"), ("c", "drop-old")},
+        ),
+        (
+            {"cfssl_label": "lab"},
+            {"cfssl_label": "lab2026", "trust": ["x"]},
+            {("c", "reissue"), ("c", "trust-new")},
+        ),
         ({"cfssl_label": "lab", "trust": ["x"]}, {"cfssl_label": "lab", "trust": ["x"]}, set()),
         ({"typha_cn": "a"}, {"typha_cn": "b"}, set()),
     ],

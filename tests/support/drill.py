@@ -36,8 +36,10 @@ The model, and what is real in it:
   through the stand-in's eviction (its budget), one after the other, each taking
   `restart_seconds` of logical time; `restart-typha` itself is not run.
   `FIREWALL_FROM_FERM_OUTPUT`: the strict rule is real `typhapki ferm` output per hiera
-  version, as each Typha host's last run rendered it; a node is let through while its
-  address is in one of them (no netfilter on loopback).
+  version (the ports its tls_stage opens), as each Typha host's last run rendered it;
+  a node reaches the TLS Typha while its address is in one of those rules for the TLS
+  port (no netfilter on loopback; tests/firewall/test_ferm_netns.py proves the rules
+  in the kernel).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from tests.support.kubeapi import Cluster, DaemonSet, Deployment, FakeApi
 from tests.support.multirootca import LABELS, Multirootca
 from tests.support.pkifront import PkiFront, PuppetLikeCa
 from tests.support.puppetdb import StandIn, StandInNode
-from typhapki.kubernetes.typhaports import PORT_NAME
+from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
@@ -533,11 +535,13 @@ class Drill:
         return path
 
     def _ferm(self, hiera: Path) -> set[str]:
-        """The addresses real `typhapki ferm` lets through to the TLS port."""
-        result = run_cli("ferm", "--hiera", hiera, "--cluster", CLUSTER, "--port", "5474",
-                         "--mode", "strict", env=self.env)  # fmt: skip
+        """The addresses real `typhapki ferm` lets through to the TLS Typha's port, as
+        hiera's tls_stage opens it (none before parallel)."""
+        result = run_cli("ferm", "--hiera", hiera, "--cluster", CLUSTER, "--mode", "strict",
+                         env=self.env)  # fmt: skip
         assert result.returncode == 0, result.stderr
-        words = set(re.split(r"[\s();]+", result.stdout))
+        tls = re.search(rf"dport {TLS_PORTS.server} saddr \(([^)]*)\)", result.stdout)
+        words = set(tls.group(1).split()) if tls else set()
         return {n.address for n in self.nodes if n.address in words}
 
     def render(self) -> None:
@@ -1041,16 +1045,16 @@ class Drill:
         reissue = Hiera("retire", NEW_LABEL, (OLD_LABEL,), removed)
         drop_old = Hiera("retire", NEW_LABEL, (), removed)
         t0 = self.hiera_stage("trust-new", trust_new)
-        # The rotation's moves wait on `fleet ready` by fingerprints; the hiera gate is
-        # asked too and what it refuses is a finding (Report.gate_findings).
+        # The rotation's moves wait on `fleet ready` by fingerprints and on the hiera
+        # gate (`fleet gate`) on the move, as the live switch's do.
         self.report.early_refusals["reissue"] = self.ready("trust-new", new_fp, old_fp)
         self.advance("reissue", reissue, lambda: self._bundles_hold(new_fp),
-                     lambda: self.ready("trust-new", new_fp, old_fp), gate_holds=False)  # fmt: skip
+                     lambda: self.ready("trust-new", new_fp, old_fp))  # fmt: skip
         self.finish_stage("trust-new", t0)
         t0 = self.hiera_stage("reissue", reissue)
         self.report.early_refusals["drop-old"] = self.ready("reissue", new_fp, old_fp)
         self.advance("drop-old", drop_old, lambda: self._leaves_from(new_fp),
-                     lambda: self.ready("reissue", new_fp, old_fp), gate_holds=False)  # fmt: skip
+                     lambda: self.ready("reissue", new_fp, old_fp))  # fmt: skip
         self.finish_stage("reissue", t0)
         t0 = self.hiera_stage("drop-old", drop_old)
         while self._old_typhas() and self.now < t0 + 10 * self.interval:

@@ -77,10 +77,14 @@ def restricted_config() -> dict[str, Any]:
 
 
 def make_ca(
-    name: str, parent: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None, pathlen: int
+    name: str,
+    parent: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    pathlen: int,
+    made_ago: timedelta = timedelta(),
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A CA as the fleet's offline tooling makes them: no EKU, keyCertSign + cRLSign."""
-    now = datetime.now(UTC)
+    """A CA as the fleet's offline tooling makes them: no EKU, keyCertSign + cRLSign.
+    `made_ago` moves both validity ends back, so that a later intermediate is newer."""
+    now = datetime.now(UTC) - made_ago
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     issuer_cert, issuer_key = parent if parent is not None else (None, key)
@@ -123,13 +127,16 @@ class Multirootca:
 
     def start(self) -> None:
         require("multirootca")
-        root = make_ca("fleet offline root", None, pathlen=1)
+        root = make_ca("fleet offline root", None, 1, timedelta(days=len(LABELS)))
         self.root.write_bytes(root[0].public_bytes(serialization.Encoding.PEM))
         config = self.directory / "config.json"
         config.write_text(json.dumps(self.config))
         sections = []
-        for label in LABELS:
-            cert, key = make_ca(f"kubernetes {label} intermediate", root, pathlen=0)
+        for i, label in enumerate(LABELS):
+            # Made a day apart, as the fleet makes them a year apart: the bundle tells
+            # the new intermediate by its later notBefore (typhapki/pki/rotation.py).
+            ago = timedelta(days=len(LABELS) - 1 - i)
+            cert, key = make_ca(f"kubernetes {label} intermediate", root, 0, ago)
             self.ca_cert(label).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
             key_path = self.directory / f"{label}-key.pem"
             key_path.write_bytes(

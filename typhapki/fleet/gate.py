@@ -212,18 +212,20 @@ def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list
         before, after = old.get(name), new[name]
         if before is None:
             continue  # a new cluster starts wherever it starts
-        if after.trust - before.trust:
+        added, removed = after.trust - before.trust, before.trust - after.trust
+        moved = after.signer != before.signer
+        # docs/rotation.md's cfssl stage 2 moves the label and, in the same change,
+        # trusts the old intermediate instead of the new one (now the signer's, in the
+        # bundle anyway): one move to reissue, not three.
+        swapped = moved and bool(added) and bool(removed)
+        if added and not swapped:
             found.append(Advance(name, "trust-new", "none", "adds a CA to typha.trust"))
-        if after.signer != before.signer:
-            found.append(
-                Advance(
-                    name,
-                    "reissue",
-                    "trust-new",
-                    f"moves the signer from {_quoted(before.signer)} to {_quoted(after.signer)}",
-                )
-            )
-        if before.trust - after.trust:
+        if moved:
+            what = f"moves the signer from {_quoted(before.signer)} to {_quoted(after.signer)}"
+            if swapped:
+                what += " and swaps a CA of typha.trust"
+            found.append(Advance(name, "reissue", "trust-new", what))
+        if removed and not swapped:
             found.append(Advance(name, "drop-old", "reissue", "removes a CA from typha.trust"))
         stage = after.tls_stage
         if stage in _TLS_GATED and before.tls_stage not in _TLS_GATED[stage]:
