@@ -88,8 +88,16 @@ shim = types.ModuleType("typhapki.record")
 def record(cls=None, /, *, frozen=False):
     wrap = dataclasses.dataclass(frozen=frozen)
     return wrap if cls is None else wrap(cls)
+class Field(dataclasses.Field):  # record.Field's signature (options.py subclasses it)
+    __slots__ = ()
+    def __init__(self, default=dataclasses.MISSING, default_factory=dataclasses.MISSING,
+                 compare=True, repr=True):
+        model = dataclasses.field(default=default, default_factory=default_factory,
+                                  compare=compare, repr=repr)
+        for name in dataclasses.Field.__slots__:
+            object.__setattr__(self, name, getattr(model, name))
 shim.record, shim.field, shim.fields = record, dataclasses.field, dataclasses.fields
-shim.replace, shim.Field, shim.MISSING = dataclasses.replace, dataclasses.Field, dataclasses.MISSING
+shim.replace, shim.Field, shim.MISSING = dataclasses.replace, Field, dataclasses.MISSING
 shim.FrozenInstanceError = dataclasses.FrozenInstanceError
 sys.modules["typhapki.record"] = shim
 """
