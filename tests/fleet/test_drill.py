@@ -1,20 +1,23 @@
 """The fleet drill at CI scale (tests/support/drill.py; the bench is bench/bench_drill.py):
 50 nodes walked through the live switch to mTLS and a CA rotation (every leaf replaced)
-and a decommission, against the suite's multirootca and PuppetDB stand-in, the Apache front,
-the Kubernetes API stand-in and the Go Typha and Felix peers."""
+and a decommission, against the suite's multirootca and its one real PuppetDB (behind the
+shared puppetserver: every Puppet run's `replace facts`, asked over HTTPS with the
+server's certificate), the Apache front, the Kubernetes API stand-in and the Go Typha and
+Felix peers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.conftest import require, require_root
 from tests.support import gopeers
 from tests.support import multirootca as multirootca_support
-from tests.support.drill import Drill, Report, services
+from tests.support.drill import CLUSTER, Drill, RealFacts, Report, services
 from tests.support.multirootca import Multirootca
-from tests.support.puppetdb import StandIn
+from tests.support.puppetdb import PuppetDB
 
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 
@@ -26,24 +29,34 @@ NODES = 50
 @pytest.fixture(scope="module")
 def report(
     multirootca: Multirootca,
-    _standin_server: StandIn,
+    puppetserver: Any,
+    puppetdb: PuppetDB,
     go_peers: gopeers.GoPeers,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Report]:
     require("go", "apache2", "kubectl")
     require_root()
-    _standin_server.reset()
     work = tmp_path_factory.mktemp("drill")
     peers = (go_peers.typhaserver, go_peers.felixclient)
-    with services(work, multirootca, _standin_server, peers) as svc:
+    facts = RealFacts(puppetdb, puppetserver.tls)
+    with services(work, multirootca, facts, peers) as svc:
         drill = Drill(svc, work, nodes=NODES, log=print)
         try:
             result = drill.run()
         finally:
-            drill.close()
+            drill.close()  # deactivates the drill's nodes
     print("\n".join(result.lines()))
     yield result
-    _standin_server.reset()
+
+
+def test_the_drill_used_the_real_puppetdb(report: Report, puppetdb: PuppetDB) -> None:
+    """Every member's Puppet run uploaded its facts; the gates read them back; at the end
+    no drill node is left active for another test's query over every cluster."""
+    assert report.puppetdb == "RealFacts"
+    assert report.fact_uploads >= 5 * NODES  # each member, every interval of 7
+    assert report.phases.get("puppetdb", 0) > 0
+    left = puppetdb.query("resources", ["=", ["parameter", "cluster"], CLUSTER])
+    assert left == []
 
 
 def test_every_reconnect_reaches_an_accepting_typha(report: Report) -> None:

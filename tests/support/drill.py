@@ -69,7 +69,7 @@ from tests.support.cfssl import write_auth_key
 from tests.support.kubeapi import Cluster, DaemonSet, Deployment, FakeApi
 from tests.support.multirootca import LABELS, Multirootca
 from tests.support.pkifront import PkiFront, PuppetLikeCa
-from tests.support.puppetdb import StandIn, StandInNode
+from tests.support.puppetdb import PuppetDB, PuppetDBError, StandIn, StandInNode, TlsFiles
 from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
@@ -78,7 +78,8 @@ from typhapki.pki.verify import fingerprint
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")
-CLUSTER = "c1"
+CLUSTER = "drill-c1"  # no other test's PuppetDB rows use this cluster, or these names
+CERTNAME = "drill-kube{}.eqiad.example"
 OLD_LABEL, NEW_LABEL = LABELS
 EXIT_SIGNER = 5  # docs/exit-codes.md
 
@@ -353,6 +354,8 @@ class Report:
     real_issues: int = 0
     real_facts: int = 0
     gate_calls: int = 0
+    fact_uploads: int = 0  # `replace facts`, one per member's Puppet run
+    puppetdb: str = ""  # RealFacts or StandInFacts
     roll_steps: int = 0
     leaves_replaced: int = 0  # leaves `issue` reissued while the Felixes kept reconnecting
     wall: float = 0.0
@@ -365,6 +368,7 @@ class Report:
             f"connections: {self.attempted} reconnects attempted, {self.refused} refused "
             f"({self.refused_while_restarting} by nodes whose calico-node pod was restarting, "
             f"{self.decommissioned_refused} by the decommissioned node)",
+            f"puppetdb ({self.puppetdb}): {self.fact_uploads} fact uploads",
             f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
             f"accepted, {self.typha_refused} refused",
             f"typha restarts: {self.typha_restarts}, at most {self.max_typha_restarting} at a "
@@ -401,6 +405,124 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+class StandInFacts:
+    """Facts and membership held by the PuppetDB stand-in (tests/support/puppetdb.py),
+    in memory: stored as soon as uploaded."""
+
+    def __init__(self, standin: StandIn) -> None:
+        self.standin = standin
+        self.uploads = 0
+
+    def fleet_args(self) -> list[str]:
+        return ["--puppetdb", self.standin.url]
+
+    def member(self, certname: str) -> None:
+        pass  # the stand-in's membership is its nodes
+
+    def upload(self, certname: str, fact: dict[str, Any], when: datetime) -> None:
+        self.standin.nodes[certname] = StandInNode(CLUSTER, fact, when.isoformat())
+        self.uploads += 1
+
+    def deactivate(self, certname: str) -> None:
+        self.standin.nodes.pop(certname, None)
+
+    def settle(self) -> None:
+        pass
+
+    def forget(self, certnames: Sequence[str]) -> None:
+        for name in certnames:
+            self.standin.nodes.pop(name, None)
+
+
+class RealFacts:
+    """Facts and membership in a real PuppetDB, through its command API as agents and
+    the server's terminus send them: `replace catalog` (Class[Typhapki] with the
+    cluster: membership) once per node, `replace facts` at every Puppet run, and
+    `deactivate node` for the decommissioned one. `typhapki fleet` asks it over HTTPS
+    with TLS (a client certificate of the Puppet server's CA), or plain HTTP.
+
+    Commands are queued: `settle` waits, bounded, until PuppetDB has stored every
+    upload (each node's producer_timestamp), catalog and deactivation, before any
+    `fleet` call reads them."""
+
+    def __init__(self, db: PuppetDB, tls: TlsFiles | None = None, timeout: float = 120) -> None:
+        self.db, self.tls, self.timeout = db, tls, timeout
+        self.uploads = 0
+        self.settle_seconds = 0.0
+        self.facts: dict[str, datetime] = {}  # certname -> producer_timestamp awaited
+        self.catalogs: set[str] = set()  # awaited
+        self.gone: set[str] = set()  # deactivations awaited
+
+    def fleet_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--puppetdb", self.db.url]
+        return ["--puppetdb", self.db.ssl_url, "--puppetdb-cert", str(self.tls.cert),
+                "--puppetdb-key", str(self.tls.key), "--puppetdb-ca", str(self.tls.ca)]  # fmt: skip
+
+    def member(self, certname: str) -> None:
+        self.db.replace_catalog(certname, CLUSTER)
+        self.catalogs.add(certname)
+
+    def upload(self, certname: str, fact: dict[str, Any], when: datetime) -> None:
+        # `typhapki facts` output as it is: a real agent's Facter would turn its JSON
+        # nulls into "" (docs/puppet.md); PuppetDB stores what it is sent.
+        self.db.replace_facts(certname, {"typhapki": fact}, when)
+        self.facts[certname] = when
+        self.uploads += 1
+
+    def deactivate(self, certname: str) -> None:
+        self.db.command("deactivate node", 3, certname,
+                        {"certname": certname,
+                         "producer_timestamp": datetime.now(UTC).isoformat()})  # fmt: skip
+        self.facts.pop(certname, None)
+        self.catalogs.discard(certname)
+        self.gone.add(certname)
+
+    def _pending(self) -> list[str]:
+        left: list[str] = []
+        if self.facts:
+            among = ["in", "certname", ["array", sorted(self.facts)]]
+            rows = self.db.query("factsets", ["extract", ["certname", "producer_timestamp"], among])
+            stored = {r["certname"]: datetime.fromisoformat(r["producer_timestamp"]) for r in rows}
+            for name, when in self.facts.items():
+                # PuppetDB keeps milliseconds.
+                if name not in stored or stored[name] < when.replace(
+                    microsecond=when.microsecond // 1000 * 1000
+                ):
+                    left.append(name)
+        if self.catalogs:
+            among = ["in", "certname", ["array", sorted(self.catalogs)]]
+            rows = self.db.query(
+                "resources", ["and", ["=", "type", "Class"], ["=", "title", "Typhapki"], among]
+            )
+            left += sorted(self.catalogs - {r["certname"] for r in rows})
+        if self.gone:
+            rows = self.db.query("nodes", ["in", "certname", ["array", sorted(self.gone)]])
+            left += sorted(self.gone & {r["certname"] for r in rows})  # still active
+        return left
+
+    def settle(self) -> None:
+        started = time.monotonic()
+        while left := self._pending():
+            if time.monotonic() - started > self.timeout:
+                raise PuppetDBError(f"PuppetDB never stored {len(left)} commands, e.g. {left[:3]}")
+            time.sleep(0.05)
+        self.facts.clear()
+        self.catalogs.clear()
+        self.gone.clear()
+        self.settle_seconds += time.monotonic() - started
+
+    def forget(self, certnames: Sequence[str]) -> None:
+        """Deactivate the drill's nodes, so that no other test's query over every
+        cluster sees them."""
+        for name in certnames:
+            self.deactivate(name)
+        self.settle()
+
+
+FactStore = StandInFacts | RealFacts
+
+
 @dataclass
 class Services:
     """The real components the drill runs against."""
@@ -408,7 +530,7 @@ class Services:
     multirootca: Multirootca
     front: PkiFront
     puppet_ca: PuppetLikeCa
-    standin: StandIn
+    puppetdb: FactStore
     typhaserver: Path
     felixclient: Path
 
@@ -417,12 +539,12 @@ class Services:
 def services(
     work: Path,
     multirootca: Multirootca | None = None,
-    standin: StandIn | None = None,
+    puppetdb: FactStore | None = None,
     peers: tuple[Path, Path] | None = None,
 ) -> Iterator[Services]:
-    """The suite's multirootca, PuppetDB stand-in and Go peers (typhaserver,
-    felixclient) when given, else our own; the Apache front (with a Puppet-shaped CA)
-    before multirootca."""
+    """The suite's multirootca, PuppetDB (real or the stand-in) and Go peers
+    (typhaserver, felixclient) when given, else our own (the PuppetDB stand-in); the
+    Apache front (with a Puppet-shaped CA) before multirootca."""
     from tests.support.puppetdb import running_standin
 
     with contextlib.ExitStack() as stack:
@@ -431,15 +553,15 @@ def services(
             multirootca.directory.mkdir(parents=True)
             multirootca.start()
             stack.callback(multirootca.stop)
-        if standin is None:
-            standin = stack.enter_context(running_standin())
+        if puppetdb is None:
+            puppetdb = StandInFacts(stack.enter_context(running_standin()))
         ca = PuppetLikeCa(work / "puppetca")
         front = PkiFront(work / "front", ca, multirootca.url)
         front.directory.mkdir(parents=True)
         front.start()
         stack.callback(front.stop)
         typhaserver, felixclient = peers or build_peers(work / "peers")
-        yield Services(multirootca, front, ca, standin, typhaserver, felixclient)
+        yield Services(multirootca, front, ca, puppetdb, typhaserver, felixclient)
 
 
 class Drill:
@@ -471,11 +593,12 @@ class Drill:
         self.kubeconfig = self.api.kubeconfig(work / "kubeconfig")
         self.nodes: list[Node] = []
         for i in range(nodes):
-            name = f"kube{1001 + i}.eqiad.example"
+            name = CERTNAME.format(1001 + i)
             node = Node(name, f"10.64.{i // 200}.{i % 200 + 10}", work / "nodes" / name,
                         self.rng.random() * interval, typha_host=i < typha_hosts)  # fmt: skip
             node.home.mkdir(parents=True)
             self._agent(node)
+            svc.puppetdb.member(name)  # its catalog: Class[Typhapki] in the cluster
             self.nodes.append(node)
         self.hiera_versions: list[Hiera] = []
         self.hiera_files: list[Path] = []
@@ -690,7 +813,7 @@ class Drill:
         return next(t for t, n in runs if n is node)
 
     def _upload(self, node: Node) -> None:
-        """The node's fact to the PuppetDB stand-in, with what /proc would show
+        """The node's fact to PuppetDB (`replace facts`), with what /proc would show
         (FELIX_EVIDENCE_FROM_MODEL)."""
         assert node.fact is not None
         fact = dict(node.fact)
@@ -709,9 +832,7 @@ class Drill:
                                       "error": "; ".join(outcome["errors"]) or None}  # fmt: skip
                 typhas.append(entry)
         fact["typhas"] = typhas
-        self.svc.standin.nodes[node.name] = StandInNode(
-            CLUSTER, fact, datetime.now(UTC).isoformat()
-        )
+        self.svc.puppetdb.upload(node.name, fact, datetime.now(UTC))
 
     def _workload(self, name: str) -> TyphaWorkload:
         for wiring in self.wirings.values():
@@ -888,15 +1009,22 @@ class Drill:
 
     # --- gates ------------------------------------------------------------------------
 
+    def settle(self) -> None:
+        """Until PuppetDB has stored what the runs sent, as a gate's reader would wait
+        for the last Puppet run to report."""
+        with self.timed("puppetdb"):
+            self.svc.puppetdb.settle()
+
     def gate(self, new: Hiera) -> int:
         """`typhapki fleet gate` on the change from the current hiera to NEW."""
         path = self.work / "hiera" / "proposed.yaml"
         current = self.hiera_files[-1]
         path.write_text(self.hiera_text(new))
         self.report.gate_calls += 1
+        self.settle()
         with self.timed("fleet"):
             result = run_cli("fleet", "gate", "--hiera", path, "--old", current,
-                         "--puppetdb", self.svc.standin.url,
+                         *self.svc.puppetdb.fleet_args(),
                          "--kubeconfig", self.kubeconfig, env=self.env)  # fmt: skip
         self.last_gate = result.stdout[:20000] + result.stderr[-500:]
         assert result.returncode in (0, 1), result.stderr
@@ -904,12 +1032,13 @@ class Drill:
 
     def ready(self, stage: str, *ca: str) -> int:
         args: list[Any] = ["fleet", "ready", "--cluster", CLUSTER, "--stage", stage,
-                           "--puppetdb", self.svc.standin.url]  # fmt: skip
+                           *self.svc.puppetdb.fleet_args()]  # fmt: skip
         if stage in ("switch", "retire"):
             args += ["--kubeconfig", self.kubeconfig]
         else:
             args += ["--new-ca", ca[0], "--old-ca", ca[1]]
         self.report.gate_calls += 1
+        self.settle()
         with self.timed("fleet"):
             result = run_cli(*args, env=self.env)
         self.last_gate = result.stdout[:20000] + result.stderr[-500:]
@@ -1036,7 +1165,7 @@ class Drill:
         assert gone.agent_cert is not None
         self.svc.puppet_ca.revoke(gone.agent_cert)
         self.svc.front.reload_crl()
-        self.svc.standin.nodes.pop(gone.name, None)
+        self.svc.puppetdb.deactivate(gone.name)
         self.report.decommission["decommissioned"] = self.now
         removed = frozenset({gone.name})
 
@@ -1077,6 +1206,8 @@ class Drill:
         self.report.typha_accepted = sum(p.accepted for p in self.all_typhas)
         self.report.typha_refused = sum(p.refused for p in self.all_typhas)
         self.report.typha_processes = len(self.all_typhas)
+        self.report.fact_uploads = self.svc.puppetdb.uploads
+        self.report.puppetdb = type(self.svc.puppetdb).__name__
         self.report.wall, self.report.cpu = time.monotonic() - started, _cpu() - cpu
         return self.report
 
@@ -1137,3 +1268,4 @@ class Drill:
         for proc in self.typhas.values():
             proc.stop()
         self.api.close()
+        self.svc.puppetdb.forget([n.name for n in self.nodes])
