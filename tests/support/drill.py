@@ -1,7 +1,9 @@
 """The fleet drill (issue 32, docs/fleet.md "The drill"): mTLS turned on live in a
 cluster of N simulated nodes, then a CA rotation and a decommission, over the
-real PKI (multirootca behind the Apache front), the PuppetDB stand-in fed with real
-`typhapki facts`, the Kubernetes API stand-in, and the Go Typha and Felix peers.
+real PKI (multirootca behind the Apache front), a PuppetDB fed with real `typhapki
+facts` (`RealFacts`: the suite's real PuppetDB, as the CI test uses it; or
+`StandInFacts`: the stand-in, the bench's default), the Kubernetes API stand-in, and
+the Go Typha and Felix peers.
 
 Shared by the CI test (tests/fleet/test_drill.py) and the bench (bench/bench_drill.py).
 
@@ -9,14 +11,24 @@ The model, and what is real in it:
 - Time is logical (seconds in `Drill.now`); nothing sleeps for it. Each node runs
   Puppet once per `interval` at its own offset. A run first uploads the facts gathered
   at its start (real `typhapki facts`, run again only when the node's files changed
-  since the last one), then applies: a real `typhapki issue` through the front when the
-  cluster's signer label or trusted CAs changed since its last run (Puppet's `unless =>
-  check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no set). A hiera change
+  since the last one; sent as `replace facts` with its JSON nulls, where a real
+  agent's Facter would send ""), then applies: a real `typhapki issue` through the
+  front when the cluster's signer label or trusted CAs changed since its last run
+  (Puppet's `unless => check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no
+  set). A hiera change
   thus reaches PuppetDB two runs later ("apply, then report"). Leaves are replaced by
-  the rotation's reissue; a renewal by the clock is not drilled: the signer answers
-  with its own Date, and `issue` refuses a node clock moved ahead (faketime) by more
-  than cfssl's backdating; a renewal window stretched to make a fresh leaf due is
-  refused too (the new leaf would be due at once); so only real waiting would do.
+  the rotation's reissue, and (`renewals=True`, the CI test) renewed by the clock:
+  faking the node's clock cannot do it (the signer answers with its own Date, and
+  `issue` refuses a node clock ahead of it by more than cfssl's backdating; a renewal
+  window stretched to make a fresh leaf due is refused as due at once), so the leaves
+  really age: the cluster signs under brief twins of the multirootca labels
+  (tests/support/multirootca.py `BRIEF_LABELS`: the same intermediates, 96-second
+  leaves) with typhapki's default renewal point, and each run asks real `typhapki
+  check` first (Puppet's `unless`), then `issue` when it says the set moves. Real
+  time then matters: a node must run again within the last sixth of its leaf's life
+  (16 s or more), and the report gives the longest wall-time gap between a node's runs
+  (the switch's roll runs no Puppet). The bench keeps the long-lived labels: at 1,000
+  nodes an interval takes more wall time than a brief leaf lives.
 - Which Typha each Felix reaches is read from the rendered objects of each stage
   (`Wiring`: the DaemonSet's env, the Service it names, its selector over the
   Deployments' pod labels, the container port named `calico-typha`, whether each side's
@@ -67,7 +79,7 @@ import yaml
 from tests.conftest import ROOT, CliResult, run_cli, typhapki_cmd
 from tests.support.cfssl import write_auth_key
 from tests.support.kubeapi import Cluster, DaemonSet, Deployment, FakeApi
-from tests.support.multirootca import LABELS, Multirootca
+from tests.support.multirootca import BRIEF_LABELS, LABELS, Multirootca
 from tests.support.pkifront import PkiFront, PuppetLikeCa
 from tests.support.puppetdb import PuppetDB, PuppetDBError, StandIn, StandInNode, TlsFiles
 from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
@@ -297,6 +309,7 @@ class Node:
     member: bool = True
     agent_cert: Path | None = None  # its Puppet agent certificate, at the Puppet CA
     ferm_version: int = 0  # the hiera version of its last strict rule (Typha hosts)
+    last_run_wall: float = 0.0  # time.monotonic() at its last Puppet run
 
     @property
     def out(self) -> Path:
@@ -358,6 +371,9 @@ class Report:
     puppetdb: str = ""  # RealFacts or StandInFacts
     roll_steps: int = 0
     leaves_replaced: int = 0  # leaves `issue` reissued while the Felixes kept reconnecting
+    renewals: int = 0  # of those, leaves renewed by the clock (due for renewal)
+    checks: int = 0  # `check` runs (Puppet's unless), with renewals
+    max_run_gap: float = 0.0  # wall seconds between a node's two Puppet runs, at most
     wall: float = 0.0
     cpu: float = 0.0
 
@@ -369,6 +385,8 @@ class Report:
             f"({self.refused_while_restarting} by nodes whose calico-node pod was restarting, "
             f"{self.decommissioned_refused} by the decommissioned node)",
             f"puppetdb ({self.puppetdb}): {self.fact_uploads} fact uploads",
+            f"renewals: {self.renewals} leaves renewed by the clock ({self.checks} check runs); "
+            f"a node's runs at most {self.max_run_gap:.1f} s of wall time apart",
             f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
             f"accepted, {self.typha_refused} refused",
             f"typha restarts: {self.typha_restarts}, at most {self.max_typha_restarting} at a "
@@ -380,6 +398,8 @@ class Report:
             "decommissioned node: "
             + ", ".join(f"{k} at t={v:.0f}s" for k, v in self.decommission.items())
             + f"; stopped first by {self.stopped_by}",
+            "the Typhas on the decommissioned node's leaf: "
+            + " | ".join(sorted({"; ".join(o["errors"])[-160:] for o in self.decommission_probe})),
         ]
         for move, words in self.gate_findings.items():
             heads = [line for line in words.splitlines() if line.startswith("cluster ")]
@@ -578,8 +598,12 @@ class Drill:
         restart_seconds: float = 60.0,
         workers: int = 1,
         log: Callable[[str], None] = lambda _: None,
+        renewals: bool = False,
     ) -> None:
         self.svc, self.work, self.log = svc, work, log
+        # Renewals by the clock: the cluster signs under the labels' brief twins
+        # (tests/support/multirootca.py), and each run asks `check` first.
+        self.renewals = renewals
         self.rng = random.Random(seed)
         self.interval, self.restart_seconds = interval, restart_seconds
         self.workers = workers
@@ -643,9 +667,16 @@ class Drill:
         if h.trust:
             typha["trust"] = [ca.ca_cert(label).read_text() for label in h.trust]
         doc = {"kubernetes::clusters": {"main": {CLUSTER: {
-            "dc": "eqiad", "cluster_nodes": members, "pki_intermediate_base": h.label,
+            "dc": "eqiad", "cluster_nodes": members, "pki_intermediate_base": self.signing(h.label),
             "typha": typha}}}}  # fmt: skip
         return yaml.safe_dump(doc, sort_keys=False)
+
+    def signing(self, label: str) -> str:
+        """The multirootca label a cluster at LABEL signs under (the same intermediate)."""
+        if not self.renewals:
+            return label
+        [twin] = [t for t, base in BRIEF_LABELS.items() if base == label]
+        return twin
 
     def write_hiera(self, h: Hiera) -> Path:
         """H as the cluster's next hiera version (a file per version, as git keeps them)."""
@@ -768,6 +799,12 @@ class Drill:
             return
         hiera = self.hiera_files[-1]
         nodes = list(dict.fromkeys(n for _, n in runs))
+        wall = time.monotonic()
+        for node in nodes:
+            if node.last_run_wall:
+                gap = wall - node.last_run_wall
+                self.report.max_run_gap = max(self.report.max_run_gap, gap)
+            node.last_run_wall = wall
         # 1. The facts gathered at the run's start go to PuppetDB.
         stale = [n for n in nodes if n.changed and n.member]
         for node, result in zip(stale, self._cli([self._facts_args(n, hiera) for n in stale]),
@@ -785,6 +822,12 @@ class Drill:
         # this cluster's sets (tls_stage and cluster_nodes do not).
         pki = (self.hiera.label, self.hiera.trust)
         todo = [n for n in nodes if n.applied != pki]
+        if self.renewals:
+            # `unless => check`, real: a leaf due by the clock moves the set too.
+            same = [n for n in nodes if n.applied == pki]
+            checked = self._cli([("check", *self._issue_args(n, hiera)[1:]) for n in same])
+            self.report.checks += len(same)
+            todo += [n for n, r in zip(same, checked, strict=True) if r.returncode != 0]
         results = self._cli([self._issue_args(n, hiera) for n in todo])
         for node, result in zip(todo, results, strict=True):
             self.report.real_issues += 1
@@ -803,6 +846,10 @@ class Drill:
                 continue
             assert result.returncode == 0, (node.name, result.stderr)
             self.report.leaves_replaced += result.stdout.count("reissued")
+            self.report.renewals += sum(
+                1 for line in result.stdout.splitlines()
+                if "reissued" in line and "due for renewal" in line
+            )  # fmt: skip
             if "nothing changed" not in result.stdout:
                 node.changed = True
                 if node.typha_host and self._tls_typha_running(node):
