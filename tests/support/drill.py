@@ -90,6 +90,7 @@ from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
+from typhapki.pki.x509compat import valid_until
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")
@@ -367,6 +368,7 @@ class Report:
     stopped_by: str = ""
     decommission_error: str = ""  # the front's refusal, as `issue` worded it
     decommission_probe: list[dict[str, Any]] = field(default_factory=list)  # each TLS Typha
+    decommission_leaf_expired: bool = False  # its leaf, at that probe
     real_issues: int = 0
     real_facts: int = 0
     gate_calls: int = 0
@@ -405,7 +407,9 @@ class Report:
             "decommissioned node: "
             + ", ".join(f"{k} at t={v:.0f}s" for k, v in self.decommission.items())
             + f"; stopped first by {self.stopped_by}",
-            "the Typhas on the decommissioned node's leaf: "
+            "the Typhas on the decommissioned node's leaf "
+            + ("(expired by then)" if self.decommission_leaf_expired else "(unexpired)")
+            + ": "
             + " | ".join(sorted({"; ".join(o["errors"])[-160:] for o in self.decommission_probe})),
         ]
         for move, words in self.gate_findings.items():
@@ -1336,6 +1340,9 @@ class Drill:
         ca = self.work / "new-ca.pem"
         shutil.copy(self.svc.multirootca.ca_cert(NEW_LABEL), ca)
         paths = SetPaths(node.out)
+        leaf = load_certs(paths.cert(RoleName.FELIX), "felix")[0]
+        # With brief leaves it may have expired too: then that, not only its CA, is why.
+        self.report.decommission_leaf_expired = valid_until(leaf) <= datetime.now(UTC)
         requests = [{"id": f"{h}/{d}", "addrs": [f"127.0.0.1:{p.port}"], "tries": 1, "tls": True,
                      "cert": str(paths.cert(RoleName.FELIX)), "key": str(paths.key(RoleName.FELIX)),
                      "ca": str(ca), "cn": "calico-typha"}
