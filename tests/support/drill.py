@@ -392,10 +392,14 @@ class Report:
             f"({self.refused_while_restarting} by nodes whose calico-node pod was restarting, "
             f"{self.decommissioned_refused} by the decommissioned node)",
             f"puppetdb ({self.puppetdb}): {self.fact_uploads} fact uploads",
-            f"renewals: {self.renewals} leaves renewed by the clock ({self.checks} check runs, "
-            f"{self.typha_host_renewals} renewing a Typha host's set; the walk went on "
-            f"{self.renewal_tail:.0f} s for one); a node's runs at most "
-            f"{self.max_run_gap:.1f} s of wall time apart",
+            (
+                f"renewals: {self.renewals} leaves renewed by the clock ({self.checks} check "
+                f"runs, {self.typha_host_renewals} renewing a Typha host's set; the walk went "
+                f"on {self.renewal_tail:.0f} s for one); a node's runs at most "
+                f"{self.max_run_gap:.1f} s of wall time apart"
+                if self.checks
+                else "renewals: not drilled (long-lived leaves; renewals=True drills them)"
+            ),
             f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
             f"accepted, {self.typha_refused} refused",
             f"typha restarts: {self.typha_restarts}, at most {self.max_typha_restarting} at a "
