@@ -1,7 +1,9 @@
 """The fleet drill (issue 32, docs/fleet.md "The drill"): mTLS turned on live in a
 cluster of N simulated nodes, then a CA rotation and a decommission, over the
-real PKI (multirootca behind the Apache front), the PuppetDB stand-in fed with real
-`typhapki facts`, the Kubernetes API stand-in, and the Go Typha and Felix peers.
+real PKI (multirootca behind the Apache front), a PuppetDB fed with real `typhapki
+facts` (`RealFacts`: the suite's real PuppetDB, as the CI test uses it; or
+`StandInFacts`: the stand-in, the bench's default), the Kubernetes API stand-in, and
+the Go Typha and Felix peers.
 
 Shared by the CI test (tests/fleet/test_drill.py) and the bench (bench/bench_drill.py).
 
@@ -9,14 +11,27 @@ The model, and what is real in it:
 - Time is logical (seconds in `Drill.now`); nothing sleeps for it. Each node runs
   Puppet once per `interval` at its own offset. A run first uploads the facts gathered
   at its start (real `typhapki facts`, run again only when the node's files changed
-  since the last one), then applies: a real `typhapki issue` through the front when the
-  cluster's signer label or trusted CAs changed since its last run (Puppet's `unless =>
-  check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no set). A hiera change
+  since the last one; sent as `replace facts` with its JSON nulls, where a real
+  agent's Facter would send ""), then applies: a real `typhapki issue` through the
+  front when the cluster's signer label or trusted CAs changed since its last run
+  (Puppet's `unless => check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no
+  set). A hiera change
   thus reaches PuppetDB two runs later ("apply, then report"). Leaves are replaced by
-  the rotation's reissue; a renewal by the clock is not drilled: the signer answers
-  with its own Date, and `issue` refuses a node clock moved ahead (faketime) by more
-  than cfssl's backdating; a renewal window stretched to make a fresh leaf due is
-  refused too (the new leaf would be due at once); so only real waiting would do.
+  the rotation's reissue, and (`renewals=True`, the CI test) renewed by the clock:
+  faking the node's clock cannot do it (the signer answers with its own Date, and
+  `issue` refuses a node clock ahead of it by more than cfssl's backdating; a renewal
+  window stretched to make a fresh leaf due is refused as due at once), so the leaves
+  really age: the cluster signs under brief twins of the multirootca labels
+  (tests/support/multirootca.py `BRIEF_LABELS`: the same intermediates, 96-second
+  leaves) with typhapki's default renewal point, and each run asks real `typhapki
+  check` first (Puppet's `unless`), then `issue` when it says the set moves. Real
+  time then matters: a node must run again within the last sixth of its leaf's life
+  (16 s or more), so Puppet also runs between roll steps (every 2 s of wall time), and
+  the report gives the longest wall-time gap between a node's runs. If the walk ends
+  before any leaf has been renewed (cfssl's minute rounding decides when a burst of
+  leaves falls due), Puppet and the reconnects go on until one has (`renewal_tail`).
+  The bench keeps the long-lived labels: at 1,000 nodes an interval takes more wall
+  time than a brief leaf lives.
 - Which Typha each Felix reaches is read from the rendered objects of each stage
   (`Wiring`: the DaemonSet's env, the Service it names, its selector over the
   Deployments' pod labels, the container port named `calico-typha`, whether each side's
@@ -67,18 +82,20 @@ import yaml
 from tests.conftest import ROOT, CliResult, run_cli, typhapki_cmd
 from tests.support.cfssl import write_auth_key
 from tests.support.kubeapi import Cluster, DaemonSet, Deployment, FakeApi
-from tests.support.multirootca import LABELS, Multirootca
+from tests.support.multirootca import BRIEF_LABELS, LABELS, Multirootca
 from tests.support.pkifront import PkiFront, PuppetLikeCa
-from tests.support.puppetdb import StandIn, StandInNode
+from tests.support.puppetdb import PuppetDB, PuppetDBError, StandIn, StandInNode, TlsFiles
 from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
+from typhapki.pki.x509compat import valid_until
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")
-CLUSTER = "c1"
+CLUSTER = "drill-c1"  # no other test's PuppetDB rows use this cluster, or these names
+CERTNAME = "drill-kube{}.eqiad.example"
 OLD_LABEL, NEW_LABEL = LABELS
 EXIT_SIGNER = 5  # docs/exit-codes.md
 
@@ -296,6 +313,7 @@ class Node:
     member: bool = True
     agent_cert: Path | None = None  # its Puppet agent certificate, at the Puppet CA
     ferm_version: int = 0  # the hiera version of its last strict rule (Typha hosts)
+    last_run_wall: float = 0.0  # time.monotonic() at its last Puppet run
 
     @property
     def out(self) -> Path:
@@ -350,11 +368,19 @@ class Report:
     stopped_by: str = ""
     decommission_error: str = ""  # the front's refusal, as `issue` worded it
     decommission_probe: list[dict[str, Any]] = field(default_factory=list)  # each TLS Typha
+    decommission_leaf_expired: bool = False  # its leaf, at that probe
     real_issues: int = 0
     real_facts: int = 0
     gate_calls: int = 0
+    fact_uploads: int = 0  # `replace facts`, one per member's Puppet run
+    puppetdb: str = ""  # RealFacts or StandInFacts
     roll_steps: int = 0
     leaves_replaced: int = 0  # leaves `issue` reissued while the Felixes kept reconnecting
+    renewals: int = 0  # of those, leaves renewed by the clock (due for renewal)
+    checks: int = 0  # `check` runs (Puppet's unless), with renewals
+    typha_host_renewals: int = 0  # runs that renewed a Typha host's leaf by the clock
+    renewal_tail: float = 0.0  # wall seconds the walk went on for one (renewal_tail)
+    max_run_gap: float = 0.0  # wall seconds between a node's two Puppet runs, at most
     wall: float = 0.0
     cpu: float = 0.0
 
@@ -365,6 +391,15 @@ class Report:
             f"connections: {self.attempted} reconnects attempted, {self.refused} refused "
             f"({self.refused_while_restarting} by nodes whose calico-node pod was restarting, "
             f"{self.decommissioned_refused} by the decommissioned node)",
+            f"puppetdb ({self.puppetdb}): {self.fact_uploads} fact uploads",
+            (
+                f"renewals: {self.renewals} leaves renewed by the clock ({self.checks} check "
+                f"runs, {self.typha_host_renewals} renewing a Typha host's set; the walk went "
+                f"on {self.renewal_tail:.0f} s for one); a node's runs at most "
+                f"{self.max_run_gap:.1f} s of wall time apart"
+                if self.checks
+                else "renewals: not drilled (long-lived leaves; renewals=True drills them)"
+            ),
             f"typhas: {self.typha_processes} processes logged {self.typha_accepted} connections "
             f"accepted, {self.typha_refused} refused",
             f"typha restarts: {self.typha_restarts}, at most {self.max_typha_restarting} at a "
@@ -376,6 +411,10 @@ class Report:
             "decommissioned node: "
             + ", ".join(f"{k} at t={v:.0f}s" for k, v in self.decommission.items())
             + f"; stopped first by {self.stopped_by}",
+            "the Typhas on the decommissioned node's leaf "
+            + ("(expired by then)" if self.decommission_leaf_expired else "(unexpired)")
+            + ": "
+            + " | ".join(sorted({"; ".join(o["errors"])[-160:] for o in self.decommission_probe})),
         ]
         for move, words in self.gate_findings.items():
             heads = [line for line in words.splitlines() if line.startswith("cluster ")]
@@ -401,6 +440,124 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+class StandInFacts:
+    """Facts and membership held by the PuppetDB stand-in (tests/support/puppetdb.py),
+    in memory: stored as soon as uploaded."""
+
+    def __init__(self, standin: StandIn) -> None:
+        self.standin = standin
+        self.uploads = 0
+
+    def fleet_args(self) -> list[str]:
+        return ["--puppetdb", self.standin.url]
+
+    def member(self, certname: str) -> None:
+        pass  # the stand-in's membership is its nodes
+
+    def upload(self, certname: str, fact: dict[str, Any], when: datetime) -> None:
+        self.standin.nodes[certname] = StandInNode(CLUSTER, fact, when.isoformat())
+        self.uploads += 1
+
+    def deactivate(self, certname: str) -> None:
+        self.standin.nodes.pop(certname, None)
+
+    def settle(self) -> None:
+        pass
+
+    def forget(self, certnames: Sequence[str]) -> None:
+        for name in certnames:
+            self.standin.nodes.pop(name, None)
+
+
+class RealFacts:
+    """Facts and membership in a real PuppetDB, through its command API as agents and
+    the server's terminus send them: `replace catalog` (Class[Typhapki] with the
+    cluster: membership) once per node, `replace facts` at every Puppet run, and
+    `deactivate node` for the decommissioned one. `typhapki fleet` asks it over HTTPS
+    with TLS (a client certificate of the Puppet server's CA), or plain HTTP.
+
+    Commands are queued: `settle` waits, bounded, until PuppetDB has stored every
+    upload (each node's producer_timestamp), catalog and deactivation, before any
+    `fleet` call reads them."""
+
+    def __init__(self, db: PuppetDB, tls: TlsFiles | None = None, timeout: float = 120) -> None:
+        self.db, self.tls, self.timeout = db, tls, timeout
+        self.uploads = 0
+        self.settle_seconds = 0.0
+        self.facts: dict[str, datetime] = {}  # certname -> producer_timestamp awaited
+        self.catalogs: set[str] = set()  # awaited
+        self.gone: set[str] = set()  # deactivations awaited
+
+    def fleet_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--puppetdb", self.db.url]
+        return ["--puppetdb", self.db.ssl_url, "--puppetdb-cert", str(self.tls.cert),
+                "--puppetdb-key", str(self.tls.key), "--puppetdb-ca", str(self.tls.ca)]  # fmt: skip
+
+    def member(self, certname: str) -> None:
+        self.db.replace_catalog(certname, CLUSTER)
+        self.catalogs.add(certname)
+
+    def upload(self, certname: str, fact: dict[str, Any], when: datetime) -> None:
+        # `typhapki facts` output as it is: a real agent's Facter would turn its JSON
+        # nulls into "" (docs/puppet.md); PuppetDB stores what it is sent.
+        self.db.replace_facts(certname, {"typhapki": fact}, when)
+        self.facts[certname] = when
+        self.uploads += 1
+
+    def deactivate(self, certname: str) -> None:
+        self.db.command("deactivate node", 3, certname,
+                        {"certname": certname,
+                         "producer_timestamp": datetime.now(UTC).isoformat()})  # fmt: skip
+        self.facts.pop(certname, None)
+        self.catalogs.discard(certname)
+        self.gone.add(certname)
+
+    def _pending(self) -> list[str]:
+        left: list[str] = []
+        if self.facts:
+            among = ["in", "certname", ["array", sorted(self.facts)]]
+            rows = self.db.query("factsets", ["extract", ["certname", "producer_timestamp"], among])
+            stored = {r["certname"]: datetime.fromisoformat(r["producer_timestamp"]) for r in rows}
+            for name, when in self.facts.items():
+                # PuppetDB keeps milliseconds.
+                if name not in stored or stored[name] < when.replace(
+                    microsecond=when.microsecond // 1000 * 1000
+                ):
+                    left.append(name)
+        if self.catalogs:
+            among = ["in", "certname", ["array", sorted(self.catalogs)]]
+            rows = self.db.query(
+                "resources", ["and", ["=", "type", "Class"], ["=", "title", "Typhapki"], among]
+            )
+            left += sorted(self.catalogs - {r["certname"] for r in rows})
+        if self.gone:
+            rows = self.db.query("nodes", ["in", "certname", ["array", sorted(self.gone)]])
+            left += sorted(self.gone & {r["certname"] for r in rows})  # still active
+        return left
+
+    def settle(self) -> None:
+        started = time.monotonic()
+        while left := self._pending():
+            if time.monotonic() - started > self.timeout:
+                raise PuppetDBError(f"PuppetDB never stored {len(left)} commands, e.g. {left[:3]}")
+            time.sleep(0.05)
+        self.facts.clear()
+        self.catalogs.clear()
+        self.gone.clear()
+        self.settle_seconds += time.monotonic() - started
+
+    def forget(self, certnames: Sequence[str]) -> None:
+        """Deactivate the drill's nodes, so that no other test's query over every
+        cluster sees them."""
+        for name in certnames:
+            self.deactivate(name)
+        self.settle()
+
+
+FactStore = StandInFacts | RealFacts
+
+
 @dataclass
 class Services:
     """The real components the drill runs against."""
@@ -408,7 +565,7 @@ class Services:
     multirootca: Multirootca
     front: PkiFront
     puppet_ca: PuppetLikeCa
-    standin: StandIn
+    puppetdb: FactStore
     typhaserver: Path
     felixclient: Path
 
@@ -417,12 +574,12 @@ class Services:
 def services(
     work: Path,
     multirootca: Multirootca | None = None,
-    standin: StandIn | None = None,
+    puppetdb: FactStore | None = None,
     peers: tuple[Path, Path] | None = None,
 ) -> Iterator[Services]:
-    """The suite's multirootca, PuppetDB stand-in and Go peers (typhaserver,
-    felixclient) when given, else our own; the Apache front (with a Puppet-shaped CA)
-    before multirootca."""
+    """The suite's multirootca, PuppetDB (real or the stand-in) and Go peers
+    (typhaserver, felixclient) when given, else our own (the PuppetDB stand-in); the
+    Apache front (with a Puppet-shaped CA) before multirootca."""
     from tests.support.puppetdb import running_standin
 
     with contextlib.ExitStack() as stack:
@@ -431,15 +588,15 @@ def services(
             multirootca.directory.mkdir(parents=True)
             multirootca.start()
             stack.callback(multirootca.stop)
-        if standin is None:
-            standin = stack.enter_context(running_standin())
+        if puppetdb is None:
+            puppetdb = StandInFacts(stack.enter_context(running_standin()))
         ca = PuppetLikeCa(work / "puppetca")
         front = PkiFront(work / "front", ca, multirootca.url)
         front.directory.mkdir(parents=True)
         front.start()
         stack.callback(front.stop)
         typhaserver, felixclient = peers or build_peers(work / "peers")
-        yield Services(multirootca, front, ca, standin, typhaserver, felixclient)
+        yield Services(multirootca, front, ca, puppetdb, typhaserver, felixclient)
 
 
 class Drill:
@@ -456,8 +613,13 @@ class Drill:
         restart_seconds: float = 60.0,
         workers: int = 1,
         log: Callable[[str], None] = lambda _: None,
+        renewals: bool = False,
     ) -> None:
         self.svc, self.work, self.log = svc, work, log
+        # Renewals by the clock: the cluster signs under the labels' brief twins
+        # (tests/support/multirootca.py), and each run asks `check` first.
+        self.renewals = renewals
+        self.runs_wall = 0.0  # time.monotonic() at the last puppet_runs
         self.rng = random.Random(seed)
         self.interval, self.restart_seconds = interval, restart_seconds
         self.workers = workers
@@ -471,11 +633,12 @@ class Drill:
         self.kubeconfig = self.api.kubeconfig(work / "kubeconfig")
         self.nodes: list[Node] = []
         for i in range(nodes):
-            name = f"kube{1001 + i}.eqiad.example"
+            name = CERTNAME.format(1001 + i)
             node = Node(name, f"10.64.{i // 200}.{i % 200 + 10}", work / "nodes" / name,
                         self.rng.random() * interval, typha_host=i < typha_hosts)  # fmt: skip
             node.home.mkdir(parents=True)
             self._agent(node)
+            svc.puppetdb.member(name)  # its catalog: Class[Typhapki] in the cluster
             self.nodes.append(node)
         self.hiera_versions: list[Hiera] = []
         self.hiera_files: list[Path] = []
@@ -520,9 +683,16 @@ class Drill:
         if h.trust:
             typha["trust"] = [ca.ca_cert(label).read_text() for label in h.trust]
         doc = {"kubernetes::clusters": {"main": {CLUSTER: {
-            "dc": "eqiad", "cluster_nodes": members, "pki_intermediate_base": h.label,
+            "dc": "eqiad", "cluster_nodes": members, "pki_intermediate_base": self.signing(h.label),
             "typha": typha}}}}  # fmt: skip
         return yaml.safe_dump(doc, sort_keys=False)
+
+    def signing(self, label: str) -> str:
+        """The multirootca label a cluster at LABEL signs under (the same intermediate)."""
+        if not self.renewals:
+            return label
+        [twin] = [t for t, base in BRIEF_LABELS.items() if base == label]
+        return twin
 
     def write_hiera(self, h: Hiera) -> Path:
         """H as the cluster's next hiera version (a file per version, as git keeps them)."""
@@ -611,6 +781,7 @@ class Drill:
     def puppet_runs(self, until: float) -> None:
         """Every node's runs in (now, until], in time order, batched per window so
         the real commands of one window share the pool."""
+        self.runs_wall = time.monotonic()
         start = self.now
         due: list[tuple[float, Node]] = []
         for node in self.nodes:
@@ -645,6 +816,12 @@ class Drill:
             return
         hiera = self.hiera_files[-1]
         nodes = list(dict.fromkeys(n for _, n in runs))
+        wall = time.monotonic()
+        for node in nodes:
+            if node.last_run_wall:
+                gap = wall - node.last_run_wall
+                self.report.max_run_gap = max(self.report.max_run_gap, gap)
+            node.last_run_wall = wall
         # 1. The facts gathered at the run's start go to PuppetDB.
         stale = [n for n in nodes if n.changed and n.member]
         for node, result in zip(stale, self._cli([self._facts_args(n, hiera) for n in stale]),
@@ -662,6 +839,12 @@ class Drill:
         # this cluster's sets (tls_stage and cluster_nodes do not).
         pki = (self.hiera.label, self.hiera.trust)
         todo = [n for n in nodes if n.applied != pki]
+        if self.renewals:
+            # `unless => check`, real: a leaf due by the clock moves the set too.
+            same = [n for n in nodes if n.applied == pki]
+            checked = self._cli([("check", *self._issue_args(n, hiera)[1:]) for n in same])
+            self.report.checks += len(same)
+            todo += [n for n, r in zip(same, checked, strict=True) if r.returncode != 0]
         results = self._cli([self._issue_args(n, hiera) for n in todo])
         for node, result in zip(todo, results, strict=True):
             self.report.real_issues += 1
@@ -680,6 +863,13 @@ class Drill:
                 continue
             assert result.returncode == 0, (node.name, result.stderr)
             self.report.leaves_replaced += result.stdout.count("reissued")
+            renewed = sum(
+                1 for line in result.stdout.splitlines()
+                if "reissued" in line and "due for renewal" in line
+            )  # fmt: skip
+            self.report.renewals += renewed
+            if renewed and node.typha_host:
+                self.report.typha_host_renewals += 1
             if "nothing changed" not in result.stdout:
                 node.changed = True
                 if node.typha_host and self._tls_typha_running(node):
@@ -690,7 +880,7 @@ class Drill:
         return next(t for t, n in runs if n is node)
 
     def _upload(self, node: Node) -> None:
-        """The node's fact to the PuppetDB stand-in, with what /proc would show
+        """The node's fact to PuppetDB (`replace facts`), with what /proc would show
         (FELIX_EVIDENCE_FROM_MODEL)."""
         assert node.fact is not None
         fact = dict(node.fact)
@@ -709,9 +899,7 @@ class Drill:
                                       "error": "; ".join(outcome["errors"]) or None}  # fmt: skip
                 typhas.append(entry)
         fact["typhas"] = typhas
-        self.svc.standin.nodes[node.name] = StandInNode(
-            CLUSTER, fact, datetime.now(UTC).isoformat()
-        )
+        self.svc.puppetdb.upload(node.name, fact, datetime.now(UTC))
 
     def _workload(self, name: str) -> TyphaWorkload:
         for wiring in self.wirings.values():
@@ -888,15 +1076,22 @@ class Drill:
 
     # --- gates ------------------------------------------------------------------------
 
+    def settle(self) -> None:
+        """Until PuppetDB has stored what the runs sent, as a gate's reader would wait
+        for the last Puppet run to report."""
+        with self.timed("puppetdb"):
+            self.svc.puppetdb.settle()
+
     def gate(self, new: Hiera) -> int:
         """`typhapki fleet gate` on the change from the current hiera to NEW."""
         path = self.work / "hiera" / "proposed.yaml"
         current = self.hiera_files[-1]
         path.write_text(self.hiera_text(new))
         self.report.gate_calls += 1
+        self.settle()
         with self.timed("fleet"):
             result = run_cli("fleet", "gate", "--hiera", path, "--old", current,
-                         "--puppetdb", self.svc.standin.url,
+                         *self.svc.puppetdb.fleet_args(),
                          "--kubeconfig", self.kubeconfig, env=self.env)  # fmt: skip
         self.last_gate = result.stdout[:20000] + result.stderr[-500:]
         assert result.returncode in (0, 1), result.stderr
@@ -904,12 +1099,13 @@ class Drill:
 
     def ready(self, stage: str, *ca: str) -> int:
         args: list[Any] = ["fleet", "ready", "--cluster", CLUSTER, "--stage", stage,
-                           "--puppetdb", self.svc.standin.url]  # fmt: skip
+                           *self.svc.puppetdb.fleet_args()]  # fmt: skip
         if stage in ("switch", "retire"):
             args += ["--kubeconfig", self.kubeconfig]
         else:
             args += ["--new-ca", ca[0], "--old-ca", ca[1]]
         self.report.gate_calls += 1
+        self.settle()
         with self.timed("fleet"):
             result = run_cli(*args, env=self.env)
         self.last_gate = result.stdout[:20000] + result.stderr[-500:]
@@ -976,6 +1172,10 @@ class Drill:
                 ds.updated = min(ds.desired, ds.updated + 1)
             ds.ready = len(self.live)
             steps += 1
+            if self.renewals and time.monotonic() - self.runs_wall > 2.0:
+                # Leaves age in wall time: Puppet keeps running while the roll goes on
+                # (a roll step takes minutes in a fleet), so no leaf outlives its runs.
+                self.puppet_runs(self.now + self.interval / 4)
         self.traffic(f"{why}: rolled")
         ds.observed_generation = ds.generation
         ds.changed_at = datetime.now(UTC)
@@ -1036,7 +1236,7 @@ class Drill:
         assert gone.agent_cert is not None
         self.svc.puppet_ca.revoke(gone.agent_cert)
         self.svc.front.reload_crl()
-        self.svc.standin.nodes.pop(gone.name, None)
+        self.svc.puppetdb.deactivate(gone.name)
         self.report.decommission["decommissioned"] = self.now
         removed = frozenset({gone.name})
 
@@ -1063,6 +1263,8 @@ class Drill:
         self.finish_stage("drop-old", t0)
         if self._typhas_refuse(gone, new_fp):
             self.report.decommission["typhas_refuse"] = self.now
+        if self.renewals:
+            self.renewal_tail()
         self.report.stopped_by = min(
             (
                 k
@@ -1077,8 +1279,25 @@ class Drill:
         self.report.typha_accepted = sum(p.accepted for p in self.all_typhas)
         self.report.typha_refused = sum(p.refused for p in self.all_typhas)
         self.report.typha_processes = len(self.all_typhas)
+        self.report.fact_uploads = self.svc.puppetdb.uploads
+        self.report.puppetdb = type(self.svc.puppetdb).__name__
         self.report.wall, self.report.cpu = time.monotonic() - started, _cpu() - cpu
         return self.report
+
+    def renewal_tail(self, bound: float = 80.0) -> None:
+        """Puppet runs and reconnects go on until a leaf has been renewed by the clock,
+        at most BOUND seconds of wall time. The walk alone may end first: cfssl's
+        minute rounding puts a burst of leaves' renewal point 3 to 79 s after signing,
+        by the second of the minute they were signed."""
+        started = time.monotonic()
+        while not self.report.renewals and time.monotonic() - started < bound:
+            began = time.monotonic()
+            self.puppet_runs(self.now + self.interval / 4)
+            self.traffic("renewals")
+            # A quarter interval a second of wall time at most: a node runs every 4 s
+            # or so, well inside the 16 s its due leaf has left; waiting costs no CPU.
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
+        self.report.renewal_tail = time.monotonic() - started
 
     # --- the model's verdicts -------------------------------------------------------------
 
@@ -1125,6 +1344,9 @@ class Drill:
         ca = self.work / "new-ca.pem"
         shutil.copy(self.svc.multirootca.ca_cert(NEW_LABEL), ca)
         paths = SetPaths(node.out)
+        leaf = load_certs(paths.cert(RoleName.FELIX), "felix")[0]
+        # With brief leaves it may have expired too: then that, not only its CA, is why.
+        self.report.decommission_leaf_expired = valid_until(leaf) <= datetime.now(UTC)
         requests = [{"id": f"{h}/{d}", "addrs": [f"127.0.0.1:{p.port}"], "tries": 1, "tls": True,
                      "cert": str(paths.cert(RoleName.FELIX)), "key": str(paths.key(RoleName.FELIX)),
                      "ca": str(ca), "cn": "calico-typha"}
@@ -1137,3 +1359,4 @@ class Drill:
         for proc in self.typhas.values():
             proc.stop()
         self.api.close()
+        self.svc.puppetdb.forget([n.name for n in self.nodes])

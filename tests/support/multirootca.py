@@ -7,6 +7,10 @@ profiles `typha` (28 days, server auth) and `felix` (24 hours, client auth), as 
 fleet runs them (docs/issuance.md). Moving a cluster from one label to the other
 is the fleet's rotation of an intermediate.
 
+Each also serves `BRIEF_LABELS`, twins of the two under other labels whose profiles
+sign 96-second leaves, for the fleet drill's renewals by the clock; no other test
+uses them.
+
 `restricted_multirootca` serves the same labels with the configuration that
 docs/issuance.md recommends, read from the document itself ("A cfssl configuration
 that restricts each profile"): each profile its own auth key (`RESTRICTED_KEYS`),
@@ -56,6 +60,24 @@ CONFIG = {
     },
     "auth_keys": {"nodes": {"type": "standard", "key": AUTH_KEY_HEX}},
 }
+# Twins of LABELS for the fleet drill's renewals by the clock (tests/support/drill.py):
+# the same intermediates, served under labels of their own whose profiles sign leaves
+# that age within a test. Not in LABELS, so no other test meets them. cfssl signs from
+# now rounded to the minute, less the profile's backdate: 31 s keeps every notBefore in
+# the past; 96 s of life puts typhapki's default renewal point (two thirds of it, each
+# node spread over the next sixth) 3 to 79 s after signing, never at once.
+BRIEF_LABELS = {"cluster2025brief": "cluster2025", "cluster2026brief": "cluster2026"}
+BRIEF_EXPIRY, BRIEF_BACKDATE = "96s", "31s"
+
+
+def brief_config() -> dict[str, Any]:
+    """CONFIG with its role profiles signing BRIEF_EXPIRY leaves, backdated BRIEF_BACKDATE."""
+    config: dict[str, Any] = json.loads(json.dumps(CONFIG))
+    for profile in config["signing"]["profiles"].values():
+        profile.update(expiry=BRIEF_EXPIRY, backdate=BRIEF_BACKDATE)
+    return config
+
+
 # The restricted configuration's keys, by their name in its auth_keys.
 RESTRICTED_KEYS = {
     "typha": "1f" * 32,
@@ -150,6 +172,14 @@ class Multirootca:
             sections.append(
                 f"[ {label} ]\nprivate = file://{key_path}\n"
                 f"certificate = {self.ca_cert(label)}\nconfig = {config}\n"
+            )
+        brief = self.directory / "brief-config.json"
+        brief.write_text(json.dumps(brief_config()))
+        for twin, label in BRIEF_LABELS.items():
+            self.ca_cert(twin).write_bytes(self.ca_cert(label).read_bytes())
+            sections.append(
+                f"[ {twin} ]\nprivate = file://{self.directory / f'{label}-key.pem'}\n"
+                f"certificate = {self.ca_cert(twin)}\nconfig = {brief}\n"
             )
         roots = self.directory / "roots.conf"
         roots.write_text("\n".join(sections))
