@@ -176,9 +176,8 @@ def test_metrics_and_nagios_probe_the_tls_typha_beside_a_plain_one(
     TLS one (found from /proc: its TYPHA_SERVERPORT and TLS variables), never the plain
     one as a TLS Typha that failed."""
     from tests.support.gopeers import typha_env
-    from tests.support.processes import start_named
+    from tests.support.processes import seen_alone, start_named
     from tests.support.tlspeers import _server_context, typha_files
-    from typhapki.monitoring import processes
     from typhapki.monitoring.status import StatusRequest, collect
 
     context = _server_context(typha_files(issued))
@@ -199,18 +198,10 @@ def test_metrics_and_nagios_probe_the_tls_typha_beside_a_plain_one(
                 tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
             ),
         ]
-        pids = {p.pid for p in started}
-        real = processes.list_processes
-        monkeypatch.setattr(processes, "list_processes",
-                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
         try:
-            status = collect(StatusRequest(issued, ferm_state=False), PkiSettings)
+            with seen_alone(monkeypatch, started):
+                status = collect(StatusRequest(issued, ferm_state=False), PkiSettings)
         finally:
-            for proc in started:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.kill()
-                proc.wait()
             thread.join(5)
             for conn in held:
                 conn.close()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.gopeers import felix_env, typha_env
-from tests.support.processes import start_named
+from tests.support.processes import seen_alone, start_named
 from tests.support.tlspeers import _server_context, typha_files
 from typhapki.monitoring import processes
 from typhapki.pki.settings import PkiSettings
@@ -71,21 +71,10 @@ def test_the_fact_says_felix_on_tls_and_probes_each_tls_typha(
                 tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
             ),
         ]
-        pids = {p.pid for p in started}
-        real = processes.list_processes
-        # Only this test's processes: another job's calico-* must not enter the fact.
-        monkeypatch.setattr(processes, "list_processes",
-                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
-        try:
+        with seen_alone(monkeypatch, started):
             address = f"127.0.0.1:{port}" if asked else None
             request = FactRequest(out=issued, probe=True, probe_address=address)
             fact = gather(request, PkiSettings)["typhapki"]
-        finally:
-            for proc in started:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.kill()
-                proc.wait()
     felix = fact["felix_typha"]
     assert felix["running"] and felix["tls"] is True and felix["error"] is None
     assert set(felix["tls_env"]) == {"FELIX_TYPHACAFILE", "FELIX_TYPHACERTFILE",
@@ -124,19 +113,9 @@ def test_in_parallel_the_fact_probes_the_tls_typha_not_the_plain_one(
                 tmp_path, "calico-typha", env={**typha_env(issued), "TYPHA_SERVERPORT": str(port)}
             ),
         ]
-        pids = {p.pid for p in started}
-        real = processes.list_processes
-        monkeypatch.setattr(processes, "list_processes",
-                            lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
-        try:
+        with seen_alone(monkeypatch, started):
             request = FactRequest(out=issued, probe=True, probe_port=port)
             fact = gather(request, PkiSettings)["typhapki"]
-        finally:
-            for proc in started:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.kill()
-                proc.wait()
     assert fact["probe"]["address"] == f"127.0.0.1:{port}"
     assert fact["probe"]["accepted"] is True and fact["probe"]["policy"] is None
     plain, tls = fact["typhas"]

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,25 @@ def start_named(
     proc.kill()
     proc.wait()
     pytest.fail(f"process {proc.pid} never showed up as {name}")
+
+
+@contextlib.contextmanager
+def seen_alone(
+    monkeypatch: pytest.MonkeyPatch, started: Sequence[subprocess.Popen[bytes]]
+) -> Iterator[None]:
+    """typhapki's process table shows only `started` (another job's calico-* must not
+    enter a verdict); each is killed and reaped on the way out."""
+    from typhapki.monitoring import processes
+
+    pids = {p.pid for p in started}
+    real = processes.list_processes
+    monkeypatch.setattr(processes, "list_processes",
+                        lambda names: [p for p in real(names) if p.pid in pids])  # fmt: skip
+    try:
+        yield
+    finally:
+        for proc in started:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.kill()
+            proc.wait()
