@@ -115,6 +115,17 @@ def _set(name: str, elements: tuple[str, ...]) -> str:
     return "\n".join([*lines, "}"]) + "\n"
 
 
+def _prepared(
+    cluster: str, group: str, mode: str, ports: Sequence[int], sources: Sources, stage: str
+) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """The header, and each set's name and elements (addresses v4, v6, then ports): what
+    the whole fragment and the set update both write."""
+    checked = _ports(ports)
+    header = _header(cluster, group, mode, checked, stage, sources)
+    v4, v6 = split_sources(sources)
+    return header, ((SET_V4, v4), (SET_V6, v6), (SET_PORTS, checked))
+
+
 def render(
     *,
     cluster: str,
@@ -125,15 +136,11 @@ def render(
     stage: str = "none",
 ) -> str:
     """The fragment included inside the fleet's `table inet filter` block."""
-    checked = _ports(ports)
-    header = _header(cluster, group, mode, checked, stage, sources)
-    v4, v6 = split_sources(sources)
+    header, sets = _prepared(cluster, group, mode, ports, sources, stage)
     return (
         header
         + f"# Include inside `table {TABLE} {{ ... }}`, after its `chain {CHAIN}` (a base chain).\n"
-        + _set(SET_V4, v4)
-        + _set(SET_V6, v6)
-        + _set(SET_PORTS, checked)
+        + "".join(_set(name, elements) for name, elements in sets)
         + f"chain {CHAIN} {{\n"
         + f"\tip saddr @{SET_V4} tcp dport @{SET_PORTS} accept\n"
         + f"\tip6 saddr @{SET_V6} tcp dport @{SET_PORTS} accept\n"
@@ -151,11 +158,9 @@ def render_sets(
     stage: str = "none",
 ) -> str:
     """The set update alone (`nft -f FILE`: one transaction, no ruleset reload)."""
-    checked = _ports(ports)
-    header = _header(cluster, group, mode, checked, stage, sources)
-    v4, v6 = split_sources(sources)
+    header, sets = _prepared(cluster, group, mode, ports, sources, stage)
     lines = [f"# Apply with `nft -f`: one transaction on the sets of `table {TABLE}`."]
-    for name, elements in ((SET_V4, v4), (SET_V6, v6), (SET_PORTS, checked)):
+    for name, elements in sets:
         kind, interval = SET_TYPES[name]
         flags = " flags interval;" if interval else ""
         lines.append(f"add set {TABLE} {name} {{ type {kind};{flags} }}")
