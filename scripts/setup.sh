@@ -22,6 +22,8 @@ SYSTEM_PACKAGES=(
   faketime
   puppetserver puppet-lint puppet-strings puppet-module-puppetlabs-stdlib
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
+  # clean Debian roots from Debian's archive, for a fresh node (tests/support/cleanroot.py)
+  debootstrap
   dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
   lintian bash-completion man-db
   # kubectl 1.20 (kustomize 2.0.3): the oldest kubectl the kustomization must build with

@@ -139,6 +139,9 @@ if [[ " $LEGS " == *" debian "* ]]; then
   phase "deb: dpkg-buildpackage + lintian"
   deb=$(bash scripts/build-deb.sh dist)
   echo "built $deb"
+  # The clean-root test installs this very .deb in a fresh Debian root
+  # (tests/puppet/test_module_clean_root.py).
+  export TYPHAPKI_DEB=$deb
 
   phase "install: apt-get install ./$(basename "$deb")"
   apt_log=$(mktemp)

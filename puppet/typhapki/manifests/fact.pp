@@ -10,6 +10,11 @@
 class typhapki::fact {
   assert_private()
 
+  # Neither Debian nor Facter creates facts.d (nor /etc/facter): a fresh node converges
+  # in one run only if the module makes what it writes into.
+  $dirs = [dirname($typhapki::facts_dir), $typhapki::facts_dir]
+  ensure_resource('file', $dirs, { 'ensure' => 'directory', 'owner' => 'root', 'group' => 'root', 'mode' => '0755' })
+
   file { "${typhapki::facts_dir}/typhapki":
     ensure  => file,
     owner   => 'root',

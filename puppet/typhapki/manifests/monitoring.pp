@@ -53,7 +53,8 @@ class typhapki::monitoring (
   }
 
   if $manage_textfile_dir {
-    ensure_resource('file', $textfile_dir, { 'ensure' => 'directory' })
+    # prometheus-node-exporter makes both; on a node the module reaches first, it does.
+    ensure_resource('file', [dirname($textfile_dir), $textfile_dir], { 'ensure' => 'directory' })
   }
 
   file { "${textfile_dir}/typhapki-expected.prom":
