@@ -95,7 +95,7 @@ def build(kind: str, source: str, command: str, control: str, base: Path) -> Cas
     shown = one_line(control)
     key, value = {
         "hiera value": ("typha_cn", f"a{control}b"),
-        "hiera path": ("ferm_output", f"/etc/ferm/conf.d/10{control}typha"),
+        "hiera path": ("ferm_output", f"/etc/ferm/ferm.d/10{control}typha"),
     }.get(kind, (f"ty{control}", "x"))
     text = HIERA.format(key=json.dumps(key), value=json.dumps(value))
     where = f"{hiera}:6: kubernetes::clusters.main.prod.typha."

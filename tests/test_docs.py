@@ -152,7 +152,7 @@ class Docs:
             root = self.base / re.sub(r"[^A-Za-z0-9]+", "-", str(doc))
             for sub in (
                 "etc/puppet",
-                "etc/ferm/conf.d",
+                "etc/ferm/ferm.d",
                 "etc/facter/facts.d",
                 "var/lib",
                 "srv",

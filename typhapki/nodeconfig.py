@@ -13,7 +13,7 @@ path names it.
       role: both
     commands:              # one command only; wins over `defaults`
       ferm:
-        output: /etc/ferm/conf.d/10_calico-typha
+        output: /etc/ferm/ferm.d/10_calico-typha
 
 Keys are the option's parameter name (`ca_dir`) or its long name (`ca-dir`). A key no
 command knows, or a value the option refuses, is a one-line usage error naming the

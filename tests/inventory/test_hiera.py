@@ -75,7 +75,7 @@ def test_sample_has_groups_dual_stack_and_ipv4_only_clusters() -> None:
     # defaults from common.yaml merged, the cluster's own typha: keys win
     assert staging.typha.style == "plain"
     assert staging.typha.port == 5473
-    assert staging.typha.ferm_output == "/etc/ferm/conf.d/10_calico-typha"
+    assert staging.typha.ferm_output == "/etc/ferm/ferm.d/10_calico-typha"
     assert check_host_entries(iter_host_entries(SAMPLE)) == []
 
 

@@ -77,7 +77,7 @@ class PuppetNode:
 
     @property
     def ferm_rule(self) -> Path:
-        return self.root / "etc" / "ferm" / "conf.d" / "10_calico-typha"
+        return self.root / "etc" / "ferm" / "ferm.d" / "10_calico-typha"
 
     @property
     def state_dir(self) -> Path:

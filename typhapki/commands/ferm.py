@@ -20,6 +20,7 @@ class FermOptions(GateOptions):
 
     style: str | None = None
     templates: Path | None = None
+    ferm_conf: Path | None = None
 
 
 def ferm(opts: FermOptions) -> int:
@@ -35,10 +36,13 @@ def ferm(opts: FermOptions) -> int:
     Typha enforces mutual TLS (`_mtls_guard`); otherwise the last rule stays, exit 1.
     """
     from typhapki.firewall import ferm as rules
+    from typhapki.firewall.fermconf import check_loaded
 
     def prepare(cluster: Cluster, mode: str) -> Callable[[GatedRule], int]:
         style = opts.style or cluster.typha.style or rules.DEFAULT_STYLE
         rules.check_templates(opts.templates, style)
+        if opts.output is not None:
+            check_loaded(opts.output, opts.ferm_conf)
 
         def emit(rule: GatedRule) -> int:
             text = rules.render(

@@ -679,6 +679,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              choices=("plain", "function")),
         FW_PORT, FW_OUTPUT, FW_CHECK,
         _own("templates", "--templates", Path, "Directory of STYLE.ferm.j2 templates."),
+        _own("ferm_conf", "--ferm-conf", Path,
+             "The ferm.conf that loads the rule: an --output in its directory that it does "
+             "not include is refused (default /etc/ferm/ferm.conf)."),
         *FIREWALL_TAIL,
     )),
     Command("nft",
@@ -701,7 +704,7 @@ COMMAND = {c.name: c for c in COMMANDS}
 ADVANCED_GROUPS = frozenset({"pki", "signer", "state", "proof", "wiring", "puppetdb"})
 COMMON_SHARED = frozenset({"signer", "cfssl_url", "cfssl_auth_key", "puppetdb"})
 ADVANCED_OWN = frozenset({
-    "probe_address", "no_probe", "warning", "critical", "ferm_output", "templates",
+    "probe_address", "no_probe", "warning", "critical", "ferm_output", "templates", "ferm_conf",
     "nameserver", "timeout", "concurrency", "dns_gate", "port", "style", "max_age",
     "typha_deployment", "typha_uid", "typha_gid", "post_render", "kustomize_base",
     "context", "namespace", "identity", "fmt",

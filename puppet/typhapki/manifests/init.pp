@@ -63,7 +63,7 @@
 #   by `firewall_provider`); default: on Typha hosts (`role` typha or both) of a node
 #   with a `cluster`.
 # @param firewall_provider
-#   The firewall that carries the rule: `ferm` (a conf.d file, reloaded) or `nftables`
+#   The firewall that carries the rule: `ferm` (a file in the directory Debian's ferm.conf includes, reloaded) or `nftables`
 #   (named sets included in the fleet's `table inet filter`, refreshed in one
 #   transaction without a ruleset reload).
 # @param manage_monitoring

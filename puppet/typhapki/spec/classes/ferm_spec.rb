@@ -27,9 +27,9 @@ describe 'typhapki' do
         end
 
         it { is_expected.to contain_exec('typhapki-ferm-reload').with(command: 'systemctl reload ferm', refreshonly: true) }
-        it { is_expected.not_to contain_file('/etc/ferm/conf.d') }
-        it { expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/conf.d/10_calico-typha') }
-        it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/ferm/conf.d/10_calico-typha') }
+        it { is_expected.not_to contain_file('/etc/ferm/ferm.d') }
+        it { expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/ferm.d/10_calico-typha') }
+        it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/ferm/ferm.d/10_calico-typha') }
       end
 
       context 'relaxed, function style, DNS gate warn, own resolvers and reload' do
@@ -38,7 +38,7 @@ describe 'typhapki' do
 
         it do
           expect(node_config(catalogue)['commands']['ferm']).to eq(
-            'output' => '/etc/ferm/conf.d/10_calico-typha',
+            'output' => '/etc/ferm/ferm.d/10_calico-typha',
             'mode' => 'relaxed',
             'style' => 'function',
             'dns_gate' => 'warn',
@@ -66,7 +66,7 @@ describe 'typhapki' do
         end
 
         it 'passes no port or stage of its own: the cluster file is the one place for the stage' do
-          expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/conf.d/10_calico-typha')
+          expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/ferm.d/10_calico-typha')
           is_expected.to contain_exec('typhapki-ferm').with_command('/usr/bin/typhapki ferm')
         end
       end

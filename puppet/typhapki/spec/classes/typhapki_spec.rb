@@ -46,8 +46,8 @@ describe 'typhapki' do
               'key_group' => '10001',
             },
             'commands' => {
-              'ferm' => { 'output' => '/etc/ferm/conf.d/10_calico-typha' },
-              'facts' => { 'ferm_output' => '/etc/ferm/conf.d/10_calico-typha' },
+              'ferm' => { 'output' => '/etc/ferm/ferm.d/10_calico-typha' },
+              'facts' => { 'ferm_output' => '/etc/ferm/ferm.d/10_calico-typha' },
               'metrics' => { 'textfile_dir' => '/var/lib/prometheus/node-exporter' },
             },
           )
