@@ -200,6 +200,12 @@ def _errors_of(doc: Mapping[str, Any]) -> str:
     return "; ".join(out) or "no reason given"
 
 
+class SignerRefused(SignerError):
+    """The signer answered, and said no to this node: the front's TLS alert, HTTP 401
+    or 403, or cfssl's own refusal. Recorded (ca_cache.record_answer) for monitoring;
+    a signer that is down or slow refuses nothing."""
+
+
 class CfsslSigner:
     """A cfssl server (or multirootca) reached over its HTTP API."""
 
@@ -375,7 +381,7 @@ class CfsslSigner:
             if "ALERT_" in reason and self.config.client_cert is not None:
                 # The front said no to this node (SSLVerifyClient require, its CRL).
                 alert = reason.rsplit("ALERT_", 1)[1].lower().replace("_", " ")
-                raise SignerError(
+                raise SignerRefused(
                     f"{url}: the PKI front refused this node's client certificate "
                     f"{self.config.client_cert} (TLS alert: {alert}; revoked, or not "
                     "from the CA the front trusts?)"
@@ -456,6 +462,8 @@ class CfsslSigner:
         if not isinstance(doc, dict) or "success" not in doc:
             if status >= 500:
                 raise _Retryable(f"HTTP {status} from the server")
+            if status in (401, 403):  # the front's access rules said no to this node
+                raise SignerRefused(f"{url}: HTTP {status}, not a cfssl JSON answer")
             raise SignerError(f"{url}: HTTP {status}, not a cfssl JSON answer")
         if doc.get("success") is not True:
             reason = _errors_of(doc)
@@ -463,7 +471,7 @@ class CfsslSigner:
                 raise _Retryable(f"HTTP {status}: {reason}")
             if "token" in reason or "authentication" in reason:
                 reason += f" {auth_hint}"
-            raise SignerError(f"{url}: cfssl refused: {reason}")
+            raise SignerRefused(f"{url}: cfssl refused: {reason}")
         if not 200 <= status < 300:  # a proxy's error page in cfssl's shape, or a lie
             raise SignerError(f"{url}: HTTP {status} with success: true; not taken")
         result = doc.get("result")
@@ -497,8 +505,8 @@ class CfsslSigner:
             certs = self._certificates(url, result)
             if not is_ca(certs[0]):
                 raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
-        except SignerError as exc:
-            raise SignerError(f"{self._ca_what}: {exc}") from None
+        except SignerError as exc:  # a refusal stays one (SignerRefused)
+            raise type(exc)(f"{self._ca_what}: {exc}") from None
         expiry = parse_go_duration(result.get("expiry", ""))
         return certs[0], int(expiry.total_seconds()) if expiry is not None else None
 
@@ -571,6 +579,8 @@ class CfsslSigner:
         try:
             cert, expiry = self._fetch_ca(profile)
         except SignerError as exc:
+            if isinstance(exc, SignerRefused):
+                self._record(now, str(exc))
             if cached is None:
                 raise
             pause = ca_cache.retry_pause(self.config.ca_ttl, self.config.node_name, self.url, now)
@@ -579,7 +589,16 @@ class CfsslSigner:
         fresh = ca_cache.fresh_for(self.config.ca_ttl, self.config.node_name, self.url)
         entry = ca_cache.CachedCa(cert, now, now + fresh, now, expiry)
         ca_cache.write(path, self.url, label, entry, profile)
+        self._record(now)
         return self._entry(cert, expiry, channel)
+
+    def _record(self, now: int, refusal: str | None = None) -> None:
+        """What the signer answered this node, for monitoring (ca_cache.record_answer)."""
+        from typhapki.pki.signers import ca_cache
+        from typhapki.statedir import state_dir
+
+        path = ca_cache.answer_path(state_dir(self.config.state_dir), self.url, self.config.label)
+        ca_cache.record_answer(path, self.url, self.config.label, now, refusal)
 
     def _entry(self, cert: x509.Certificate, expiry: int | None, channel: bool) -> CurrentCa:
         return CurrentCa(
@@ -629,9 +648,14 @@ class CfsslSigner:
         )
         hint = f"(wrong or missing {flag} for profile {profile}?)"
         try:
-            return self._certificates(self.url + path, self._post(path, body, hint))
+            chain = self._certificates(self.url + path, self._post(path, body, hint))
         except SignerError as exc:
-            raise SignerError(f"{self._what(role)}: {exc}") from None
+            refused = type(exc)(f"{self._what(role)}: {exc}")
+            if isinstance(exc, SignerRefused):
+                self._record(int(time.time()), str(refused))
+            raise refused from None
+        self._record(int(time.time()))
+        return chain
 
     def clock(self, leaf: x509.Certificate) -> SignerClock | None:
         """cfssl's clock against this node's, from the answer that brought `leaf`: its
@@ -687,6 +711,17 @@ def signer(config: CfsslConfig, settings: PkiSettings, now: datetime | None) -> 
     return CfsslSigner(config)
 
 
+def _no_cache_why(answer: Any) -> str:
+    """What happened to a node without a cached CA, from its signer's last answer."""
+    if answer is None:
+        return "`check` or `issue` has had no answer from cfssl yet"
+    if answer.refused:
+        when = datetime.fromtimestamp(answer.refused_at, UTC)
+        return f"cfssl refused this node at {when:%Y-%m-%dT%H:%M:%SZ} ({answer.reason})"
+    when = datetime.fromtimestamp(answer.confirmed_at, UTC)
+    return f"the cache is gone since cfssl last confirmed this node at {when:%Y-%m-%dT%H:%M:%SZ}"
+
+
 def cached_ca(
     url: str,
     label: str,
@@ -707,7 +742,7 @@ def cached_ca(
     from datetime import datetime as dt
 
     from typhapki.errors import SignerError
-    from typhapki.pki.signers.ca_cache import cache_path, read
+    from typhapki.pki.signers.ca_cache import answer_path, cache_path, read, read_answer
 
     when = time.time() if now is None else now
     entries = {}
@@ -716,10 +751,11 @@ def cached_ca(
         path = cache_path(directory, url, label, profile)
         entry = read(path, url, label, when, profile)
         if entry is None:
+            answer = read_answer(answer_path(directory, url, label), url, label, when)
             raise SignerError(
                 f"cfssl {url}: no cached CA for profile {profile} "
                 f"({'label ' + label if label else 'the default label'}) in {directory}: "
-                "`check` or `issue` has not asked cfssl yet"
+                + _no_cache_why(answer)
             )
         entries[role] = entry
     first = entries[roles[0]]
