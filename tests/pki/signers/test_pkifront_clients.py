@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.conftest import CliResult, assert_one_line_error, run_cli
+from tests.conftest import CliResult, assert_one_line_error, require, run_cli, typhapki_cmd
 from tests.support import multirootca as multirootca_support
 from tests.support.cfssl import write_auth_key
 from tests.support.multirootca import Multirootca
@@ -191,3 +192,28 @@ def _alert_fires_for_the_refused_node(healthy: str, refused: str, tmp_path: Path
     (tmp_path / "refused.test.yml").write_text(yaml.safe_dump(tests))
     proc = _promtool("test", "rules", "refused.test.yml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_node_clock_behind_the_front_is_told_to_fix_its_time(
+    lab_ca: PuppetLikeCa, front: PkiFront, tmp_path: Path
+) -> None:
+    """Issue 39 item 6: the front's certificate is not yet valid by a node whose clock
+    runs an hour behind; the line names the clock (NTP), not --cfssl-ca-file."""
+    require("faketime")
+    key = write_auth_key(tmp_path / "auth.key")
+    cert, client_key = lab_ca.client("kubelate1.eqiad.example")
+    node = tmp_path / "kubelate1"
+    proc = subprocess.run(
+        [
+            "faketime", "-f", "-1h", *typhapki_cmd(),
+            "issue", "--out", str(node), "--role", "felix", "--signer", "cfssl",
+            "--cfssl-url", front.url, "--cfssl-auth-key", str(key), "--cfssl-label", LABEL,
+            "--cfssl-ca-file", str(front.ca.ca_cert), "--cfssl-client-cert", str(cert),
+            "--cfssl-client-key", str(client_key), "--node-name", node.name,
+        ],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    late = CliResult(proc.returncode, proc.stdout, proc.stderr)
+    assert_one_line_error(late, EXIT_SIGNER, front.url, "clock", "NTP")
+    assert "see --cfssl-ca-file" not in late.stderr
+    assert not node.exists() or not any(node.rglob("*.crt"))

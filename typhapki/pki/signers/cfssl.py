@@ -57,6 +57,7 @@ MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
 AUTH_HINT = "(wrong or missing --cfssl-auth-key for this profile?)"
 AUTH_KEY_LIMIT = 4096
 MAX_EXPIRY_SECONDS = 36500 * 86400  # a profile's expiry beyond 100 years is not taken
+X509_V_ERR_CERT_NOT_YET_VALID = 9  # OpenSSL's verify code: notBefore after this node's now
 
 SIGN = "/api/v1/cfssl/sign"
 AUTHSIGN = "/api/v1/cfssl/authsign"
@@ -373,6 +374,12 @@ class CfsslSigner:
         try:
             status, location, raw = self._exchange(path, data, deadline)
         except ssl.SSLCertVerificationError as exc:
+            if exc.verify_code == X509_V_ERR_CERT_NOT_YET_VALID:
+                raise SignerError(  # this node's clock runs behind the front's certificate
+                    f"{url}: the signer's TLS certificate is not valid yet by this node's "
+                    f"clock ({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}): this node's clock runs "
+                    "behind. Fix this node's time (NTP), not --cfssl-ca-file"
+                ) from None
             raise SignerError(
                 f"{url}: TLS certificate not trusted ({exc.verify_message}); see --cfssl-ca-file"
             ) from None
