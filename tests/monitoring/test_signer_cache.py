@@ -144,7 +144,7 @@ def test_a_refusal_shows_in_the_fact_the_metrics_and_nagios(
     fact = json.loads(run_cli("facts", "--out", issued, *cfssl_flags(listener.url)).stdout)
     signer = fact["typhapki"]["signer"]
     assert signer["refused"] is True and fact["typhapki"]["ok"] is False, fact
-    assert signer["reason"] == "TLS alert: certificate revoked\\x0asecond line", signer
+    assert signer["reason"] == "TLS alert: certificate revoked\\u000asecond line", signer
     assert signer["refused_at"] and signer["confirmed_at"] is None
     if not cached:
         assert "cfssl refused this node at" in fact["typhapki"]["error"], fact

@@ -27,7 +27,7 @@ must show in `facts`, `metrics` and `check --nagios`, cache or no cache):
 
     STATE_DIR/signer-ca/<sha256("answer", url, label)>.answer
     {"version": 1, "url": ..., "label": ..., "confirmed_at": UNIX or null,
-     "refused_at": UNIX or null, "reason": "one line" or null}
+     "refused_at": UNIX or null, "reason": "one line" or null, "refused": BOOL}
 
 `check` and `issue` write it (`record_answer`) each time the signer answers: a CA
 or a certificate confirms the node; a refusal (the front's TLS alert, HTTP 401/403,
@@ -167,13 +167,9 @@ class SignerAnswer:
     confirmed_at: int | None = None
     refused_at: int | None = None
     reason: str | None = None
-
-    @property
-    def refused(self) -> bool:
-        """Whether the signer's last word was a refusal (none confirmed since)."""
-        return self.refused_at is not None and (
-            self.confirmed_at is None or self.refused_at >= self.confirmed_at
-        )
+    # Whether the signer's last word was a refusal: kept as such, since a refusal and
+    # a confirmation can fall into the same second (one profile's CA, then a sign).
+    refused: bool = False
 
 
 def answer_path(state_dir: Path, url: str, label: str) -> Path:
@@ -182,10 +178,13 @@ def answer_path(state_dir: Path, url: str, label: str) -> Path:
 
 
 def one_line(reason: str) -> str:
-    """A refusal's reason as the record keeps it: printable, one line, bounded."""
-    from typhapki.errors import peer_text
-
-    return peer_text(reason, MAX_REASON - 3)[:MAX_REASON]  # escapes may lengthen it
+    """A refusal's reason as the record keeps it: printable, one line, bounded. The
+    signer's own words in it were escaped already (cfssl.server_text): what is not
+    printable is escaped here, and nothing twice."""
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in reason[:MAX_REASON])
+    if len(reason) > MAX_REASON or len(text) > MAX_REASON:
+        return text[: MAX_REASON - 3] + "..."
+    return text
 
 
 def _trusted_time(value: object, now: float) -> bool:
@@ -214,13 +213,18 @@ def read_answer(path: Path, url: str, label: str, now: float) -> SignerAnswer | 
         return None
     if (refused is None) != (reason is None):
         return None  # a refusal always says why; no reason without one
+    last_refused = doc.get("refused")
+    if not isinstance(last_refused, bool) or (last_refused and refused is None):
+        return None
+    if not last_refused and confirmed is None:
+        return None  # neither word: not as record_answer writes it
     if reason is not None and not (
         isinstance(reason, str) and 0 < len(reason) <= MAX_REASON and reason.isprintable()
     ):
         return None  # not as record_answer writes it: control characters, or too long
     assert confirmed is None or isinstance(confirmed, int)
     assert refused is None or isinstance(refused, int)
-    return SignerAnswer(confirmed, refused, reason)
+    return SignerAnswer(confirmed, refused, reason, last_refused)
 
 
 def record_answer(path: Path, url: str, label: str, now: int, refusal: str | None = None) -> None:
@@ -231,9 +235,9 @@ def record_answer(path: Path, url: str, label: str, now: int, refusal: str | Non
 
     last = read_answer(path, url, label, now) or SignerAnswer()
     if refusal is None:
-        answer = SignerAnswer(now, last.refused_at, last.reason)
+        answer = SignerAnswer(now, last.refused_at, last.reason, refused=False)
     else:
-        answer = SignerAnswer(last.confirmed_at, now, one_line(refusal))
+        answer = SignerAnswer(last.confirmed_at, now, one_line(refusal), refused=True)
     doc = {
         "version": ANSWER_VERSION,
         "url": url,
@@ -241,6 +245,7 @@ def record_answer(path: Path, url: str, label: str, now: int, refusal: str | Non
         "confirmed_at": answer.confirmed_at,
         "refused_at": answer.refused_at,
         "reason": answer.reason,
+        "refused": answer.refused,
     }
     try:
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)

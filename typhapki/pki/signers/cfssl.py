@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
@@ -44,6 +44,9 @@ from typhapki.pki.verify import fingerprint, is_ca
 from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular, read_secret
+
+if TYPE_CHECKING:
+    from typhapki.pki.signers.ca_cache import SignerAnswer
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
@@ -657,10 +660,10 @@ class CfsslSigner:
         try:
             chain = self._certificates(self.url + path, self._post(path, body, hint))
         except SignerError as exc:
-            refused = type(exc)(f"{self._what(role)}: {exc}")
+            wrapped = type(exc)(f"{self._what(role)}: {exc}")  # a refusal stays one
             if isinstance(exc, SignerRefused):
-                self._record(int(time.time()), str(refused))
-            raise refused from None
+                self._record(int(time.time()), str(wrapped))
+            raise wrapped from None
         self._record(int(time.time()))
         return chain
 
@@ -718,14 +721,14 @@ def signer(config: CfsslConfig, settings: PkiSettings, now: datetime | None) -> 
     return CfsslSigner(config)
 
 
-def _no_cache_why(answer: Any) -> str:
+def _no_cache_why(answer: SignerAnswer | None) -> str:
     """What happened to a node without a cached CA, from its signer's last answer."""
     if answer is None:
         return "`check` or `issue` has had no answer from cfssl yet"
-    if answer.refused:
+    if answer.refused and answer.refused_at is not None:
         when = datetime.fromtimestamp(answer.refused_at, UTC)
         return f"cfssl refused this node at {when:%Y-%m-%dT%H:%M:%SZ} ({answer.reason})"
-    when = datetime.fromtimestamp(answer.confirmed_at, UTC)
+    when = datetime.fromtimestamp(answer.confirmed_at or 0, UTC)
     return f"the cache is gone since cfssl last confirmed this node at {when:%Y-%m-%dT%H:%M:%SZ}"
 
 
