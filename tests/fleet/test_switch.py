@@ -244,6 +244,27 @@ def test_fleet_ready_switch(standin: StandIn, kube: FakeApi, kubeconfig: Path) -
     assert f"{NODES[2]}: the mTLS probe of port {PORT} failed: refused" in result.stdout
 
 
+def test_fleet_ready_switch_before_parallel_asks_for_it(
+    standin: StandIn, kube: FakeApi, kubeconfig: Path
+) -> None:
+    """Issue 39 item 6: no TLS Deployment yet is the gate holding, naming it and the
+    stage that makes it, not `HTTP 404` (exit 7)."""
+    _members(standin)
+    with kube.cluster.lock:
+        tls = kube.cluster.deployments.pop(TLS_NAME)
+    try:
+        result = _ready(standin, kubeconfig, "switch")
+    finally:
+        with kube.cluster.lock:
+            kube.cluster.deployments[TLS_NAME] = tls
+    assert result.returncode == EXIT_NEEDS_ACTION, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        f"deployment/{TLS_NAME}: no such Deployment in namespace {kube.cluster.namespace}: "
+        "is the parallel stage deployed? (tls_stage: parallel, docs/kubernetes.md)"
+    ]
+    assert "404" not in result.stdout + result.stderr
+
+
 def test_fleet_ready_retire(standin: StandIn, kube: FakeApi, kubeconfig: Path) -> None:
     _members(standin)
     assert _ready(standin, kubeconfig, "retire").returncode == EXIT_OK

@@ -97,6 +97,10 @@ def test_facts_and_metrics_never_contact_cfssl_check_does(
     checked = run_cli("check", "--out", issued, "--signer", "cfssl", "--cfssl-url", listener.url)
     assert checked.returncode == 0, checked.stderr
     assert (listener.accepted > 0) is not fresh
+    # cfssl closing every connection is down, not a refusal of this node: nothing recorded
+    state = Path(os.environ["TYPHAPKI_STATE_DIR"])
+    path = ca_cache.answer_path(state, listener.url, "")
+    assert ca_cache.read_answer(path, listener.url, "", time.time()) is None
 
 
 def test_without_a_cached_ca_facts_say_so_and_still_ask_nothing(
@@ -118,3 +122,56 @@ def test_cached_ca_holds_each_roles_profile_expiry(ca_dir: Path) -> None:
         RoleName.FELIX: timedelta(hours=24),
     }
     assert not current.confirmed and current.note and "not confirmed" in current.note
+
+
+def refuse(url: str, reason: str, at: int | None = None) -> None:
+    """A refusal as `check` records it when the PKI front says no (ca_cache.record_answer)."""
+    state = Path(os.environ["TYPHAPKI_STATE_DIR"])
+    when = int(time.time()) - 60 if at is None else at
+    ca_cache.record_answer(ca_cache.answer_path(state, url, ""), url, "", when, reason)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_refusal_shows_in_the_fact_the_metrics_and_nagios(
+    issued: Path, ca_dir: Path, listener: CountingListener, cached: bool
+) -> None:
+    """Issue 39: the front refused the node. With the CA cached the set still serves,
+    yet the fact, the metrics and nagios say the signer refused it, and why; without
+    the cache, they say so instead of "has not asked cfssl yet"."""
+    if cached:
+        cache_ca(listener.url, ca_dir / "typhaca.crt", fresh=False)
+    refuse(listener.url, "TLS alert: certificate revoked\nsecond line")
+    fact = json.loads(run_cli("facts", "--out", issued, *cfssl_flags(listener.url)).stdout)
+    signer = fact["typhapki"]["signer"]
+    assert signer["refused"] is True and fact["typhapki"]["ok"] is False, fact
+    assert signer["reason"] == "TLS alert: certificate revoked\\u000asecond line", signer
+    assert signer["refused_at"] and signer["confirmed_at"] is None
+    if not cached:
+        assert "cfssl refused this node at" in fact["typhapki"]["error"], fact
+        assert "has not" not in fact["typhapki"]["error"]
+    metrics = run_cli("metrics", "--out", issued, *cfssl_flags(listener.url))
+    assert 'typhapki_signer_refused{cluster=""} 1.0' in metrics.stdout, metrics.stdout
+    nagios = run_cli("check", "--nagios", "--out", issued, *cfssl_flags(listener.url))
+    assert nagios.returncode == 1, nagios.stdout
+    first = nagios.stdout.splitlines()[0]
+    assert first.startswith("TYPHAPKI WARNING: ") and "certificate revoked" in first, first
+    assert listener.accepted == 0  # read from the record: nothing asked cfssl
+
+
+def test_a_confirmation_after_a_refusal_clears_it(
+    issued: Path, ca_dir: Path, listener: CountingListener
+) -> None:
+    cache_ca(listener.url, ca_dir / "typhaca.crt", fresh=True)
+    refuse(listener.url, "TLS alert: certificate revoked", at=int(time.time()) - 120)
+    state = Path(os.environ["TYPHAPKI_STATE_DIR"])
+    path = ca_cache.answer_path(state, listener.url, "")
+    ca_cache.record_answer(path, listener.url, "", int(time.time()) - 60)
+    fact = json.loads(run_cli("facts", "--out", issued, *cfssl_flags(listener.url)).stdout)
+    signer = fact["typhapki"]["signer"]
+    assert signer["refused"] is False and signer["confirmed_at"], signer
+    assert fact["typhapki"]["ok"] is True, fact
+    metrics = run_cli("metrics", "--out", issued, *cfssl_flags(listener.url)).stdout
+    assert 'typhapki_signer_refused{cluster=""} 0.0' in metrics, metrics
+    assert "typhapki_signer_confirmed_timestamp_seconds" in metrics
+    nagios = run_cli("check", "--nagios", "--out", issued, *cfssl_flags(listener.url))
+    assert nagios.returncode == 0, nagios.stdout

@@ -1,7 +1,8 @@
 """The module's nftables provider under real `puppet apply`, its `nft` in a network
 namespace of our own (typhapki::nftables::nft is a wrapper that enters it).
 
-The first run writes the file while no ruleset includes it (nothing to refresh); once
+The first run removes the rule a ferm provider left (ferm reloaded once) and writes the
+file while no ruleset includes it (nothing to refresh); once
 the fleet's ruleset loads it, a moved node reaches the kernel's sets through the set
 update alone (a table the ruleset does not hold survives: no reload), a second run
 changes nothing. (A node that stops resolving fails the step as it fails ferm's:
@@ -80,10 +81,14 @@ def test_nftables_provider_refreshes_the_live_sets_without_a_reload(
 ) -> None:
     node = nft_node(tmp_path, ca_dir, netns, dnsmasq_server(RECORDS).arg)
     fragment = Path(node.data["typhapki::nftables::output"])
+    # Issue 39: the node was on the ferm provider before; its rule must not stay behind.
+    node.ferm_rule.parent.mkdir(parents=True, exist_ok=True)
+    node.ferm_rule.write_text("&R_SERVICE(tcp, 5473, (10.64.0.1));\n")
     first = node.apply()
     assert first.returncode == 2, first.stdout
     assert "the sets are not loaded yet" in first.stdout
-    assert not node.ferm_rule.exists()  # the ferm provider is not managed
+    assert not node.ferm_rule.exists()  # removed, and ferm reloaded once without it
+    assert node.log("ferm-reloads") == ["reload"]
     assert all(f"\t\t{a},\n" in fragment.read_text() for addrs in RECORDS.values() for a in addrs)
     commands = nodeconfig.load(node.config_file).commands  # the file as typhapki reads it
     assert "nft" in commands and "ferm" not in commands
@@ -108,6 +113,7 @@ def test_nftables_provider_refreshes_the_live_sets_without_a_reload(
 
     again = node.apply()
     assert again.returncode == 0, again.stdout
+    assert node.log("ferm-reloads") == ["reload"]
 
     # issue 32: the cluster's tls_stage moves to retire in hiera; the live port set
     # follows through the set update alone (the other table survives: no reload): the

@@ -89,8 +89,9 @@ def _evaluate(
 
         load_wanted_bundle(ca_dir, list(trust))  # an unreadable CA: UNKNOWN
     status = collect(request, lambda: settings)
-    if "settings" in status.errors:  # judged without the CA check would judge by
-        raise ConfigError(status.errors["settings"])
+    refused = status.signer is not None and status.signer.refused
+    if "settings" in status.errors and not refused:  # judged without the CA check uses
+        raise ConfigError(status.errors["settings"])  # a refusal is known: WARNING at least
     return evaluate(status, thresholds)
 
 

@@ -82,12 +82,21 @@ def switch_verdict(
     stage: str, nodes: list[Node], api: KubeApi, namespace: str, since: datetime | None
 ) -> Readiness:
     """The live switch's gate for STAGE (switch or retire), typhapki/fleet/switch.py."""
+    from typhapki.fleet.summary import Readiness
     from typhapki.fleet.switch import retire_gate, switch_gate
     from typhapki.kubernetes import rollout
+    from typhapki.kubernetes.eviction import KubeNotFound
     from typhapki.kubernetes.typhaports import TLS_NAME
 
     if stage == "switch":
-        deployment = rollout.deployment_status(api, namespace, TLS_NAME)
+        try:
+            deployment = rollout.deployment_status(api, namespace, TLS_NAME)
+        except KubeNotFound:  # the API answered: the gate holds, it is no API failure
+            why = (
+                f"no such Deployment in namespace {namespace}: is the parallel stage "
+                "deployed? (tls_stage: parallel, docs/kubernetes.md)"
+            )
+            return Readiness("switch", len(nodes), [(f"deployment/{TLS_NAME}", why)])
         endpoints = rollout.service_endpoints(api, namespace, TLS_NAME)
         return switch_gate(nodes, deployment, endpoints)
     return retire_gate(nodes, rollout.daemonset_status(api, namespace, "calico-node"), since)

@@ -74,6 +74,11 @@ class TyphaPod:
     typha: bool = False  # metadata.labels carries the selector's label (k8s-app=calico-typha)
 
 
+class KubeNotFound(KubeApiError):
+    """The API answered 404 to a GET: the object asked for does not exist (exit 7
+    unless a caller knows what its absence means, as `fleet ready --stage switch`)."""
+
+
 class KubeApi:
     """The two calls `restart-typha` makes, over one deadline."""
 
@@ -145,7 +150,8 @@ class KubeApi:
         for 401/403, the `right` ("get deployments") the credentials lack."""
         status, doc = self._call("GET", path, None)
         if status != 200:
-            raise KubeApiError(self._refusal(path, status, doc, right))
+            error = KubeNotFound if status == 404 else KubeApiError
+            raise error(self._refusal(path, status, doc, right))
         if not isinstance(doc, dict):
             raise KubeApiError(f"{self._url(path)}: HTTP 200 without {thing}")
         return doc

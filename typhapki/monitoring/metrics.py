@@ -91,6 +91,7 @@ def build_gauges(status: NodeStatus) -> list[Gauge]:
         errors.labels(source).set(1 if source in status.errors else 0)
 
     _set_metrics(status, gauge, cluster)
+    _signer_metrics(status, gauge, cluster)
     _restart_metrics(status, gauge, cluster)
     _probe_metrics(status, gauge, cluster)
     _ferm_metrics(status, gauge)
@@ -161,6 +162,29 @@ def _set_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None
         "-1 unknown (docs/rotation.md).",
         ("cluster",),
     ).labels(cluster).set(-1 if stage is None else stage)
+
+
+def _signer_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:
+    signer = status.signer
+    if signer is None:  # the local CA: no remote signer to answer
+        return
+    # The reason is in `typhapki facts` and `check --nagios`: a label would be unbounded.
+    gauge(
+        "signer_refused",
+        "1 when the remote signer's (cfssl's, or its PKI front's) last answer refused "
+        "this node, else 0.",
+        ("cluster",),
+    ).labels(cluster).set(1 if signer.refused else 0)
+    gauge(
+        "signer_confirmed_timestamp_seconds",
+        "When the remote signer last confirmed this node (gave its CA or a certificate); 0 never.",
+        ("cluster",),
+    ).labels(cluster).set(signer.confirmed_at or 0)
+    gauge(
+        "signer_refused_timestamp_seconds",
+        "When the remote signer last refused this node; 0 never.",
+        ("cluster",),
+    ).labels(cluster).set(signer.refused_at or 0)
 
 
 def _restart_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> None:

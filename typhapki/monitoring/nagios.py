@@ -2,8 +2,9 @@
 
 One line, ``TYPHAPKI STATUS: text | perfdata``, then one line per problem (the
 plugins' long output). Exit 0 OK, 1 WARNING (renewal overdue; Felix still on the old
-files), 2 CRITICAL (under a tenth of the lifetime left, expired, invalid or missing;
-Typha serves a stale certificate), 3 UNKNOWN (the check itself could not run).
+files; the signer refused this node, so its next renewal will fail), 2 CRITICAL
+(under a tenth of the lifetime left, expired, invalid or missing; Typha serves a stale
+certificate), 3 UNKNOWN (the check itself could not run).
 
 The thresholds are relative to each certificate's own lifetime and renewal moment, as
 the alert rules in contrib/prometheus/typhapki.rules.yml are, so a 24-hour leaf and a
@@ -117,6 +118,7 @@ def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> Nagios
     if report is None:
         return unknown(status.errors.get("set", "the set could not be read"))
     details = [p.line() for p in report.problems]
+    refusal = status.signer.refusal() if status.signer is not None else None
     crit_problems = [p for p in report.problems if not _renewal_only(p)]
     crit: list[str] = []
     warn: list[str] = []
@@ -154,6 +156,8 @@ def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> Nagios
         )
     if overdue:
         warn.append(f"renewal overdue for {', '.join(sorted(overdue))}")
+    if refusal is not None:  # the set still serves; its renewal will not come
+        warn.append(refusal)
 
     typha = status.restarts.get(Component.TYPHA)
     if status.probe is not None:

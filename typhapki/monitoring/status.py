@@ -2,9 +2,11 @@
 
 The set is judged exactly as `check` judges it (same options, same report); on top
 come what only monitoring asks: whether the running Typha and Felix use the live
-files (restart pending, from /proc), what Typha actually serves (the probe), and the
-ferm state file. Whatever cannot be read becomes an entry in `errors`, keyed by its
-source, so `metrics` can turn it into a series instead of failing.
+files (restart pending, from /proc), what Typha actually serves (the probe), the
+ferm state file, and in cfssl mode what the signer last answered this node (`signer`:
+when it last confirmed the node, whether it refused it and why). Whatever cannot be
+read becomes an entry in `errors`, keyed by its source, so `metrics` can turn it into
+a series instead of failing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from typhapki.monitoring.probe import ProbeResult
+    from typhapki.pki.signers.ca_cache import SignerAnswer
     from typhapki.settings.signer import SignerOptions
 
 # The sources an error can come from: the `source` label of typhapki_collect_error.
@@ -88,10 +91,61 @@ class NodeStatus:
         self.ferm: StateRead | None = None
         self.errors: dict[str, str] = {}
         self.cluster = ""
+        self.signer: SignerStatus | None = None  # cfssl mode only
 
     def error(self, source: str, message: str) -> None:
         assert source in SOURCES
         self.errors[source] = "; ".join(filter(None, (self.errors.get(source), message)))
+
+
+class SignerStatus:
+    """What a remote signer last answered this node, as `check` and `issue` recorded it
+    (typhapki/pki/signers/ca_cache.py `record_answer`): the one reading behind the fact,
+    the metrics and `check --nagios`."""
+
+    def __init__(self, url: str, label: str, answer: SignerAnswer | None) -> None:
+        self.url = url
+        self.label = label
+        self.confirmed_at = answer.confirmed_at if answer is not None else None
+        self.refused_at = answer.refused_at if answer is not None else None
+        self.reason = answer.reason if answer is not None else None
+        self.refused = answer is not None and answer.refused
+
+    def refusal(self) -> str | None:
+        """One line naming the signer, when it refused this node and why; None if not."""
+        if not self.refused or self.refused_at is None:
+            return None
+        when = datetime.fromtimestamp(self.refused_at, UTC)
+        return f"cfssl {self.url} refused this node at {when:%Y-%m-%dT%H:%M:%SZ}: {self.reason}"
+
+    def as_fact(self) -> dict[str, Any]:
+        """Timestamps, not ages: the fact changes when the signer answers, not with time."""
+
+        def iso(when: int | None) -> str | None:
+            return (
+                None if when is None else f"{datetime.fromtimestamp(when, UTC):%Y-%m-%dT%H:%M:%SZ}"
+            )
+
+        return {
+            "url": self.url,
+            "label": self.label,
+            "confirmed_at": iso(self.confirmed_at),
+            "refused": self.refused,
+            "refused_at": iso(self.refused_at),
+            "reason": self.reason,
+        }
+
+
+def signer_status(
+    signer: SignerOptions | None, state_dir: Path | None, now: datetime
+) -> SignerStatus | None:
+    """The signer's last answer to this node; None unless a remote signer whose CA is
+    cached (cfssl). Never asks the signer. Options that `check` refuses raise as there."""
+    if signer is None or not signer.caches_ca:
+        return None
+    from typhapki.settings.signer import signer_answer
+
+    return SignerStatus(*signer_answer(signer, state_dir, now.timestamp()))
 
 
 def message(exc: BaseException) -> str:
@@ -119,6 +173,13 @@ def collect(
     else:
         status = NodeStatus(now, request.out, settings)
     _collect_set(status, request)
+    try:
+        status.signer = signer_status(request.signer, request.state_dir, now)
+    except Exception as exc:
+        from typhapki.errors import TyphapkiError
+
+        if not isinstance(exc, TyphapkiError) or "settings" not in status.errors:
+            status.error("settings", message(exc))  # else judge_set said it already
     try:
         # /proc read once, through the module (as restart_statuses reads it).
         running = processes.list_processes(processes.PROCESS_NAMES.values())

@@ -270,6 +270,21 @@ def _set_fact(
     }
 
 
+def _signer_fact(request: FactRequest, now: datetime, errors: list[str]) -> dict[str, Any] | None:
+    """cfssl mode: when the signer last confirmed this node, whether it refused it and
+    why, as `metrics` and `check --nagios` read it (typhapki/monitoring/status.py)."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.monitoring.status import signer_status
+
+    try:
+        status = signer_status(request.signer, request.state_dir, now)
+    except TyphapkiError as exc:
+        if str(exc) not in errors:  # judge_set refused the same options already
+            errors.append(str(exc))
+        return None
+    return status.as_fact() if status is not None else None
+
+
 def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]) -> dict[str, Any]:
     """Restart pending per component (/proc) and what the local Typha serves (probe)."""
     from typhapki.monitoring.processes import (
@@ -353,6 +368,9 @@ def gather(
         else:
             fact["set"] = _set_fact(request, settings, now, errors)
             fact["trust"] = trust_fact(fact["set"])
+            signer = _signer_fact(request, now, errors)
+            if signer is not None:
+                fact["signer"] = signer
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
@@ -361,6 +379,7 @@ def gather(
             fact["ferm_gate"] = gate
     except Exception as exc:  # the fact must never crash the Facter run
         errors.append(f"{type(exc).__name__}: {exc}")
-    fact["ok"] = not errors and bool(fact.get("set", {}).get("valid"))
+    refused = bool(fact.get("signer", {}).get("refused"))  # the next renewal will fail
+    fact["ok"] = not errors and not refused and bool(fact.get("set", {}).get("valid"))
     fact["error"] = "; ".join(errors) if errors else None
     return {FACT_NAME: fact}

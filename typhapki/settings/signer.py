@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from typhapki.pki.settings import RoleName
     from typhapki.pki.signers import CurrentCa
+    from typhapki.pki.signers.ca_cache import SignerAnswer
     from typhapki.pki.signers.factory import Kind, SignerConfig
 
 # --signer's choices: the kinds of typhapki/pki/signers/factory.py SIGNERS, which says
@@ -270,6 +271,25 @@ def cached_ca(
     }
     directory = default_state_dir(state_dir)
     return cfssl.cached_ca(url, opts.cfssl_label or "", profiles, directory, roles, now)
+
+
+def signer_answer(
+    opts: SignerOptions, state_dir: Path | None = None, now: float | None = None
+) -> tuple[str, str, SignerAnswer | None]:
+    """(url, label, what cfssl last answered this node) as `check` and `issue` recorded
+    it next to the CA cache, without asking cfssl (typhapki/pki/signers/ca_cache.py)."""
+    import time
+
+    from typhapki.pki.signers import ca_cache, cfssl
+    from typhapki.statedir import state_dir as default_state_dir
+
+    if not opts.cfssl_url:
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    url = cfssl.validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
+    label = opts.cfssl_label or ""
+    path = ca_cache.answer_path(default_state_dir(state_dir), url, label)
+    when = time.time() if now is None else now
+    return url, label, ca_cache.read_answer(path, url, label, when)
 
 
 def _client_identity(opts: SignerOptions) -> tuple[Path | None, Path | None, Path | None]:

@@ -23,6 +23,11 @@
 # naming it and writes nothing: the resource fails, the run reports it, and the last
 # good file and the live sets stay as they were.
 #
+# A node moved from ferm (firewall_provider) loses the ferm rule typhapki::ferm wrote
+# (`typhapki::ferm::output`), and ferm, where it is still installed, is reloaded once
+# without it. The reverse move leaves this class's file: the fleet's ruleset names it
+# in an `include`, which must go first (docs/nftables.md).
+#
 # @example Move a Typha host from ferm to nftables
 #   # hiera, at the level of the hosts being moved:
 #   typhapki::firewall_provider: nftables
@@ -88,6 +93,23 @@ class typhapki::nftables (
       group  => 'root',
       mode   => '0755',
       before => Exec['typhapki-nft'],
+    }
+  }
+
+  $ferm_output = lookup('typhapki::ferm::output', Stdlib::Absolutepath)
+  if $ferm_output != $output {
+    file { $ferm_output:
+      ensure => absent,
+      backup => false,
+      notify => Exec['typhapki-ferm-retired'],
+    }
+    exec { 'typhapki-ferm-retired':
+      command     => lookup('typhapki::ferm::reload_command', String[1]),
+      onlyif      => 'command -v ferm',
+      refreshonly => true,
+      provider    => shell,
+      path        => $typhapki::exec_path,
+      logoutput   => true,
     }
   }
 

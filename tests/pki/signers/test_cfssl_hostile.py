@@ -8,6 +8,7 @@ attempt and per run, and never a traceback, a hang or a followed redirect.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,8 @@ from tests.support.hostile_cfssl import Answer, HostileCfssl, cfssl_json, nested
 from typhapki.deadline import MAX_JSON_DEPTH
 from typhapki.errors import EXIT_SIGNER, EXIT_USAGE, SignerError, UsageError
 from typhapki.pki.profiles import build_ca, cert_pem
+from typhapki.pki.settings import RoleName
+from typhapki.pki.signers import ca_cache
 from typhapki.pki.signers.cfssl import (
     MAX_ANSWER,
     CfsslConfig,
@@ -214,3 +217,36 @@ def test_cli_one_line_exit_5_and_nothing_written(
     assert_one_line_error(result, EXIT_SIGNER, server.url)
     assert "\x1b" not in result.stderr
     assert not out.exists() or not any(out.rglob("*.crt"))
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refused"),
+    [
+        (403, b"<html>Forbidden</html>", True),  # the front's access rules
+        (401, b"", True),
+        (400, cfssl_json(False, messages=("label not allowed\n\x1b[2Jok",)), True),
+        (404, b"<html>Not Found</html>", False),  # a wrong URL: no word on this node
+        (503, b"", False),  # down
+    ],
+)
+def test_only_a_refusal_is_recorded_and_an_answer_clears_it(
+    hostile_cfssl: Start, tmp_path: Path, status: int, body: bytes, refused: bool
+) -> None:
+    """Issue 39: what monitoring reads (typhapki/pki/signers/ca_cache.py). A refusal is
+    recorded as one printable line; a signer that is down or misaddressed refuses
+    nothing; the next CA it gives confirms the node."""
+    answers = [Answer(status, body), Answer(body=GOOD)]
+    server = hostile_cfssl(lambda _p, _b: answers[0] if len(answers) == 1 else answers.pop(0))
+    client = signer(server.url, attempts=1, state_dir=tmp_path, roles=(RoleName.FELIX,))
+    with pytest.raises(SignerError):
+        client.current_ca()
+    path = ca_cache.answer_path(tmp_path, server.url, "")
+    answer = ca_cache.read_answer(path, server.url, "", time.time())
+    if not refused:
+        assert answer is None
+    else:
+        assert answer is not None and answer.refused and answer.reason is not None
+        assert answer.reason.isprintable() and server.url in answer.reason, answer
+    signer(server.url, attempts=1, state_dir=tmp_path, roles=(RoleName.FELIX,)).current_ca()
+    answer = ca_cache.read_answer(path, server.url, "", time.time())
+    assert answer is not None and not answer.refused and answer.confirmed_at is not None

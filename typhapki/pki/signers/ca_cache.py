@@ -20,6 +20,21 @@ long whatever is asked: the leaf lifetime in cfssl mode, typhapki/pki/plan.py).
 
 An entry that does not parse, names another signer, or whose times are impossible
 (in the future, out of order) is ignored: the CA is asked for again.
+
+Next to the entries, one record per signer URL and label says what the signer last
+answered this node, whatever the cache holds (issue 39: a front that refuses a node
+must show in `facts`, `metrics` and `check --nagios`, cache or no cache):
+
+    STATE_DIR/signer-ca/<sha256("answer", url, label)>.answer
+    {"version": 1, "url": ..., "label": ..., "confirmed_at": UNIX or null,
+     "refused_at": UNIX or null, "reason": "one line" or null, "refused": BOOL}
+
+`check` and `issue` write it (`record_answer`) each time the signer answers: a CA
+or a certificate confirms the node; a refusal (the front's TLS alert, HTTP 401/403,
+cfssl's own "no") records when and why. A signer that is down refuses nothing and
+changes nothing here. A record that does not parse, names another signer, holds an
+impossible time or a reason that is not one short printable line is not trusted:
+it reads as no record at all.
 """
 
 from __future__ import annotations
@@ -44,6 +59,9 @@ FRESH_JITTER = 0.2  # share of the TTL a node's entry may expire early
 RETRY_SHARE = 0.25  # share of the TTL across which nodes retry after a failure
 MAX_EXPIRY = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 CLOCK_SLACK = 300  # seconds a timestamp may lie ahead (clock steps) before it is corrupt
+ANSWER_VERSION = 1
+ANSWER_SUFFIX = ".answer"  # not *.json: the entries alone are the CA cache
+MAX_REASON = 300  # characters of a refusal's reason kept: one line in a fact or a status
 
 
 @record(frozen=True)
@@ -139,3 +157,98 @@ def write(path: Path, url: str, label: str, entry: CachedCa, profile: str = "") 
         write_file_atomic(path, json.dumps(doc, indent=1).encode(), 0o644, durable=False)
     except (OSError, TyphapkiError):
         pass  # the next run asks cfssl again; `check` must not fail on a cache
+
+
+@record(frozen=True)
+class SignerAnswer:
+    """What the signer last said to this node: when it last confirmed it (a CA or a
+    certificate came back), when it last refused it, and why (one printable line)."""
+
+    confirmed_at: int | None = None
+    refused_at: int | None = None
+    reason: str | None = None
+    # Whether the signer's last word was a refusal: kept as such, since a refusal and
+    # a confirmation can fall into the same second (one profile's CA, then a sign).
+    refused: bool = False
+
+
+def answer_path(state_dir: Path, url: str, label: str) -> Path:
+    digest = hashlib.sha256(f"answer\0{url}\0{label}".encode()).hexdigest()[:32]
+    return state_dir / SUBDIR / f"{digest}{ANSWER_SUFFIX}"
+
+
+def one_line(reason: str) -> str:
+    """A refusal's reason as the record keeps it: printable, one line, bounded. The
+    signer's own words in it were escaped already (cfssl.server_text): what is not
+    printable is escaped here, and nothing twice."""
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in reason[:MAX_REASON])
+    if len(reason) > MAX_REASON or len(text) > MAX_REASON:
+        return text[: MAX_REASON - 3] + "..."
+    return text
+
+
+def _trusted_time(value: object, now: float) -> bool:
+    if value is None:
+        return True
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= now + CLOCK_SLACK
+    )
+
+
+def read_answer(path: Path, url: str, label: str, now: float) -> SignerAnswer | None:
+    """The signer's last answer to this node, or None: no record, or none to trust."""
+    from typhapki.safeio import read_regular
+
+    try:
+        raw = read_regular(path, "signer answer record", MAX_BYTES)
+        doc = json.loads(raw)
+    except (ConfigError, OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != ANSWER_VERSION:
+        return None
+    if doc.get("url") != url or doc.get("label") != label:
+        return None
+    confirmed, refused, reason = (doc.get(k) for k in ("confirmed_at", "refused_at", "reason"))
+    if not (_trusted_time(confirmed, now) and _trusted_time(refused, now)):
+        return None
+    if (refused is None) != (reason is None):
+        return None  # a refusal always says why; no reason without one
+    last_refused = doc.get("refused")
+    if not isinstance(last_refused, bool) or (last_refused and refused is None):
+        return None
+    if not last_refused and confirmed is None:
+        return None  # neither word: not as record_answer writes it
+    if reason is not None and not (
+        isinstance(reason, str) and 0 < len(reason) <= MAX_REASON and reason.isprintable()
+    ):
+        return None  # not as record_answer writes it: control characters, or too long
+    assert confirmed is None or isinstance(confirmed, int)
+    assert refused is None or isinstance(refused, int)
+    return SignerAnswer(confirmed, refused, reason, last_refused)
+
+
+def record_answer(path: Path, url: str, label: str, now: int, refusal: str | None = None) -> None:
+    """Record that the signer confirmed this node at `now`, or refused it (`refusal`:
+    why). Atomic; the other half of the last record is kept. A record that cannot be
+    written is no error: it never stops `check` or `issue`."""
+    from typhapki.pki.store import write_file_atomic
+
+    last = read_answer(path, url, label, now) or SignerAnswer()
+    if refusal is None:
+        answer = SignerAnswer(now, last.refused_at, last.reason, refused=False)
+    else:
+        answer = SignerAnswer(last.confirmed_at, now, one_line(refusal), refused=True)
+    doc = {
+        "version": ANSWER_VERSION,
+        "url": url,
+        "label": label,
+        "confirmed_at": answer.confirmed_at,
+        "refused_at": answer.refused_at,
+        "reason": answer.reason,
+        "refused": answer.refused,
+    }
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        write_file_atomic(path, json.dumps(doc, indent=1).encode(), 0o644, durable=False)
+    except (OSError, TyphapkiError):
+        pass

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
@@ -45,6 +45,9 @@ from typhapki.pki.x509compat import valid_from
 from typhapki.record import field, record, replace
 from typhapki.safeio import read_regular, read_secret
 
+if TYPE_CHECKING:
+    from typhapki.pki.signers.ca_cache import SignerAnswer
+
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
 RETRY_PAUSE = 1.0  # seconds before the second attempt, doubled after that
@@ -57,6 +60,7 @@ MAX_SERVER_TEXT = 200  # characters of a server's message quoted back
 AUTH_HINT = "(wrong or missing --cfssl-auth-key for this profile?)"
 AUTH_KEY_LIMIT = 4096
 MAX_EXPIRY_SECONDS = 36500 * 86400  # a profile's expiry beyond 100 years is not taken
+X509_V_ERR_CERT_NOT_YET_VALID = 9  # OpenSSL's verify code: notBefore after this node's now
 
 SIGN = "/api/v1/cfssl/sign"
 AUTHSIGN = "/api/v1/cfssl/authsign"
@@ -198,6 +202,12 @@ def _errors_of(doc: Mapping[str, Any]) -> str:
             if isinstance(err, dict) and isinstance(err.get("message"), str):
                 out.append(server_text(err["message"]))
     return "; ".join(out) or "no reason given"
+
+
+class SignerRefused(SignerError):
+    """The signer answered, and said no to this node: the front's TLS alert, HTTP 401
+    or 403, or cfssl's own refusal. Recorded (ca_cache.record_answer) for monitoring;
+    a signer that is down or slow refuses nothing."""
 
 
 class CfsslSigner:
@@ -367,6 +377,12 @@ class CfsslSigner:
         try:
             status, location, raw = self._exchange(path, data, deadline)
         except ssl.SSLCertVerificationError as exc:
+            if exc.verify_code == X509_V_ERR_CERT_NOT_YET_VALID:
+                raise SignerError(  # this node's clock runs behind the front's certificate
+                    f"{url}: the signer's TLS certificate is not valid yet by this node's "
+                    f"clock ({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}): this node's clock runs "
+                    "behind. Fix this node's time (NTP), not --cfssl-ca-file"
+                ) from None
             raise SignerError(
                 f"{url}: TLS certificate not trusted ({exc.verify_message}); see --cfssl-ca-file"
             ) from None
@@ -375,7 +391,7 @@ class CfsslSigner:
             if "ALERT_" in reason and self.config.client_cert is not None:
                 # The front said no to this node (SSLVerifyClient require, its CRL).
                 alert = reason.rsplit("ALERT_", 1)[1].lower().replace("_", " ")
-                raise SignerError(
+                raise SignerRefused(
                     f"{url}: the PKI front refused this node's client certificate "
                     f"{self.config.client_cert} (TLS alert: {alert}; revoked, or not "
                     "from the CA the front trusts?)"
@@ -456,6 +472,8 @@ class CfsslSigner:
         if not isinstance(doc, dict) or "success" not in doc:
             if status >= 500:
                 raise _Retryable(f"HTTP {status} from the server")
+            if status in (401, 403):  # the front's access rules said no to this node
+                raise SignerRefused(f"{url}: HTTP {status}, not a cfssl JSON answer")
             raise SignerError(f"{url}: HTTP {status}, not a cfssl JSON answer")
         if doc.get("success") is not True:
             reason = _errors_of(doc)
@@ -463,7 +481,7 @@ class CfsslSigner:
                 raise _Retryable(f"HTTP {status}: {reason}")
             if "token" in reason or "authentication" in reason:
                 reason += f" {auth_hint}"
-            raise SignerError(f"{url}: cfssl refused: {reason}")
+            raise SignerRefused(f"{url}: cfssl refused: {reason}")
         if not 200 <= status < 300:  # a proxy's error page in cfssl's shape, or a lie
             raise SignerError(f"{url}: HTTP {status} with success: true; not taken")
         result = doc.get("result")
@@ -497,8 +515,8 @@ class CfsslSigner:
             certs = self._certificates(url, result)
             if not is_ca(certs[0]):
                 raise SignerError(f"{url}: the info API's certificate is not a CA certificate")
-        except SignerError as exc:
-            raise SignerError(f"{self._ca_what}: {exc}") from None
+        except SignerError as exc:  # a refusal stays one (SignerRefused)
+            raise type(exc)(f"{self._ca_what}: {exc}") from None
         expiry = parse_go_duration(result.get("expiry", ""))
         return certs[0], int(expiry.total_seconds()) if expiry is not None else None
 
@@ -571,6 +589,8 @@ class CfsslSigner:
         try:
             cert, expiry = self._fetch_ca(profile)
         except SignerError as exc:
+            if isinstance(exc, SignerRefused):
+                self._record(now, str(exc))
             if cached is None:
                 raise
             pause = ca_cache.retry_pause(self.config.ca_ttl, self.config.node_name, self.url, now)
@@ -579,7 +599,16 @@ class CfsslSigner:
         fresh = ca_cache.fresh_for(self.config.ca_ttl, self.config.node_name, self.url)
         entry = ca_cache.CachedCa(cert, now, now + fresh, now, expiry)
         ca_cache.write(path, self.url, label, entry, profile)
+        self._record(now)
         return self._entry(cert, expiry, channel)
+
+    def _record(self, now: int, refusal: str | None = None) -> None:
+        """What the signer answered this node, for monitoring (ca_cache.record_answer)."""
+        from typhapki.pki.signers import ca_cache
+        from typhapki.statedir import state_dir
+
+        path = ca_cache.answer_path(state_dir(self.config.state_dir), self.url, self.config.label)
+        ca_cache.record_answer(path, self.url, self.config.label, now, refusal)
 
     def _entry(self, cert: x509.Certificate, expiry: int | None, channel: bool) -> CurrentCa:
         return CurrentCa(
@@ -629,9 +658,14 @@ class CfsslSigner:
         )
         hint = f"(wrong or missing {flag} for profile {profile}?)"
         try:
-            return self._certificates(self.url + path, self._post(path, body, hint))
+            chain = self._certificates(self.url + path, self._post(path, body, hint))
         except SignerError as exc:
-            raise SignerError(f"{self._what(role)}: {exc}") from None
+            wrapped = type(exc)(f"{self._what(role)}: {exc}")  # a refusal stays one
+            if isinstance(exc, SignerRefused):
+                self._record(int(time.time()), str(wrapped))
+            raise wrapped from None
+        self._record(int(time.time()))
+        return chain
 
     def clock(self, leaf: x509.Certificate) -> SignerClock | None:
         """cfssl's clock against this node's, from the answer that brought `leaf`: its
@@ -687,6 +721,17 @@ def signer(config: CfsslConfig, settings: PkiSettings, now: datetime | None) -> 
     return CfsslSigner(config)
 
 
+def _no_cache_why(answer: SignerAnswer | None) -> str:
+    """What happened to a node without a cached CA, from its signer's last answer."""
+    if answer is None:
+        return "`check` or `issue` has had no answer from cfssl yet"
+    if answer.refused and answer.refused_at is not None:
+        when = datetime.fromtimestamp(answer.refused_at, UTC)
+        return f"cfssl refused this node at {when:%Y-%m-%dT%H:%M:%SZ} ({answer.reason})"
+    when = datetime.fromtimestamp(answer.confirmed_at or 0, UTC)
+    return f"the cache is gone since cfssl last confirmed this node at {when:%Y-%m-%dT%H:%M:%SZ}"
+
+
 def cached_ca(
     url: str,
     label: str,
@@ -707,7 +752,7 @@ def cached_ca(
     from datetime import datetime as dt
 
     from typhapki.errors import SignerError
-    from typhapki.pki.signers.ca_cache import cache_path, read
+    from typhapki.pki.signers.ca_cache import answer_path, cache_path, read, read_answer
 
     when = time.time() if now is None else now
     entries = {}
@@ -716,10 +761,11 @@ def cached_ca(
         path = cache_path(directory, url, label, profile)
         entry = read(path, url, label, when, profile)
         if entry is None:
+            answer = read_answer(answer_path(directory, url, label), url, label, when)
             raise SignerError(
                 f"cfssl {url}: no cached CA for profile {profile} "
                 f"({'label ' + label if label else 'the default label'}) in {directory}: "
-                "`check` or `issue` has not asked cfssl yet"
+                + _no_cache_why(answer)
             )
         entries[role] = entry
     first = entries[roles[0]]

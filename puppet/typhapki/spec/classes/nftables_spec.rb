@@ -41,6 +41,15 @@ describe 'typhapki' do
         end
 
         it { is_expected.not_to contain_file('/etc/nftables.d') }
+
+        it 'removes the rule a ferm provider left behind, and reloads ferm once without it (issue 39)' do
+          is_expected.to contain_file('/etc/ferm/conf.d/10_calico-typha').with(ensure: 'absent', backup: false)
+            .that_notifies('Exec[typhapki-ferm-retired]')
+          is_expected.to contain_exec('typhapki-ferm-retired').with(
+            command: 'systemctl reload ferm', onlyif: 'command -v ferm', refreshonly: true, provider: 'shell',
+          )
+        end
+
         it { expect(node_config(catalogue)['commands']['nft']).to eq('output' => '/etc/nftables.d/calico-typha.nft') }
         it { expect(node_config(catalogue)['commands']).not_to have_key('ferm') }
         it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/nftables.d/calico-typha.nft') }
