@@ -540,3 +540,33 @@ def test_a_strict_rule_that_cannot_be_built_leaves_the_relaxed_one(
     assert got[seen % "plain_tcp"] == state(lab)["mtls_negative_at"] > 0
     assert got[seen % "no_certificate"] == got[seen % "other_ca"] == 0
     assert got['typhapki_ferm_mtls_proof_expiry_timestamp_seconds{cluster="lab"}'] == 0
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "127.0.0.2:5473"])
+def test_at_retire_a_typha_on_the_plain_port_proves_nothing(
+    issued: Path, lab: Path, address: str
+) -> None:
+    """issue 38: at retire the relaxed rule opens the TLS Typha's port, 5474. A Typha that
+    enforces mTLS on 5473 at the configured address proves nothing for it: an address
+    without a port is probed on 5474 (it was on 5473, parse_address's default), and one
+    that names 5473 is refused. Nothing answers on 5474: no proof, the rule stays."""
+    with socket.socket() as held, socket.socket() as plain:
+        try:
+            held.bind(("127.0.0.1", TLS_PORTS.server))  # nothing answers locally on 5474
+            plain.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as s_server does
+            plain.bind(("127.0.0.2", 5473))
+        except OSError:
+            pytest.skip("127.0.0.1:5474 or 127.0.0.2:5473 is taken on this machine")
+        plain.close()
+        staged(lab, "retire")
+        verify = ("-Verify", "1", "-verify_return_error")
+        with openssl_typha(issued, *verify, host="127.0.0.2", port=5473):
+            result = ferm(lab, issued, 5473, "--typha-address", address)
+    assert result.returncode == 1, result
+    assert (lab / "rule").read_bytes() == OLD_RULE
+    assert "no fresh proof" in result.stderr and "enforces mTLS" not in result.stderr
+    if ":" in address:
+        assert "tcp/5473 is the plain Typha's port" in result.stderr, result.stderr
+    else:
+        assert f"127.0.0.2:{TLS_PORTS.server}" in result.stderr, result.stderr
+    assert state(lab)["mtls_verdict"] == "unknown"

@@ -222,7 +222,9 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
         # The one place a relaxed rule is decided: written, kept, refused, or replaced
         # by the strict rule. Tried before the gate's verdict: a Typha that takes what
         # it must refuse needs the strict rule even while a node does not resolve.
-        decision = _mtls_guard(opts, cluster, proof_port)
+        # At retire the plain Typha's port is no longer the rule's: never proof of it.
+        moved = port if proof_port != port else None
+        decision = _mtls_guard(opts, cluster, proof_port, moved)
     negative = decision is not None and decision.negative
     if negative:
         # A definitive negative proof: the subnets must close now, behind the same gate.
@@ -318,14 +320,17 @@ def _check_proof_options(opts: GateOptions) -> None:
             )
 
 
-def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
+def _mtls_guard(
+    opts: GateOptions, cluster: Cluster, port: int, plain_port: int | None = None
+) -> Decision:
     """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
 
     The target is the local Typha when one listens on `port` (the port the relaxed rule
     opens: the TLS Typha's at tls_stage retire), else --typha-address (a flag, or the
     node configuration's), else the cluster's hiera typha.typha_address, which must then
-    name that Typha too. One replica stands for the cluster: Typha's TLS settings are
-    the Deployment's.
+    name that Typha too: an address without a port gets `port`, and one that names
+    `plain_port` (the plain Typha's, given at retire) is no proof of the TLS Typha. One
+    replica stands for the cluster: Typha's TLS settings are the Deployment's.
     """
     import time
 
@@ -349,10 +354,16 @@ def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
     # The flag (or the node configuration's typha_address), else the cluster's hiera.
     address = opts.typha_address or cluster.typha.typha_address
     configured = [address] if address else []
-    target = mtls_probe.probe_target(local, configured, timeout)
+    target = mtls_probe.probe_target(local, configured, timeout, port)
     if target is None:
         proof = mtls_probe.unreachable(
             local, f"nothing listens on {local}, and no --typha-address (or hiera typha_address)"
+        )
+    elif plain_port is not None and mtls_probe.port_of(target) == plain_port:
+        proof = mtls_probe.unreachable(
+            target,
+            f"tcp/{plain_port} is the plain Typha's port, and the relaxed rule opens the TLS "
+            f"Typha's, tcp/{port}: give --typha-address (or typha_address) HOST:{port} or HOST",
         )
     else:
         proof = mtls_probe.prove(target, opts.out, identity, timeout)
