@@ -249,9 +249,11 @@ def test_facts_show_the_gate_state_bounded(
     assert gate["dns_gate"] == "warn" and gate["hosts_failed"] == 1 and gate["cluster"] == "fixed"
     assert gate["last_success"].endswith("Z")
     assert set(gate) == {"cluster", "dns_gate", "hosts_failed", "last_success", "mtls_enforced",
-                         "mtls_proof_skipped"}  # fmt: skip
-    # Printed, not written: no proof was needed, none was skipped, none is known.
+                         "mtls_proof_skipped", "rule", "mtls_negative_reason"}  # fmt: skip
+    # Printed, not written: no proof was needed, none was skipped, none is known, and no
+    # rule is in force.
     assert gate["mtls_enforced"] == "unknown" and gate["mtls_proof_skipped"] is False
+    assert gate["rule"] is None and gate["mtls_negative_reason"] is None
     (state / "ferm.json").write_text('{"version": 1, "cluster": [')
     assert "corrupt" in _facts(state)["ferm_gate"]["error"]
 

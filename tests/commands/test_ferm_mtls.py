@@ -1,6 +1,7 @@
 """`typhapki ferm` writes a relaxed rule only where Typha is proven to enforce mTLS
-(issue 20, docs/ferm.md "The mTLS proof"), against real Typhas: the Go peer in its
-three modes, openssl s_server, nothing listening and a handshake that hangs."""
+(issue 20, docs/ferm.md "The mTLS proof"), and the strict rule where Typha is proven
+not to (issue 37), against real Typhas: the Go peer in its three modes, openssl
+s_server, nothing listening and a handshake that hangs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import CliResult, assert_one_line_error, run_cli
+from tests.monitoring.test_metrics import promtool_check, series
+from tests.support.dns import Dnsmasq, dnsmasq_server
 from tests.support.gopeers import GoPeers, go_peers
 from tests.support.mtlspeers import (
     closed_port,
@@ -25,7 +28,7 @@ from tests.support.mtlspeers import (
 )
 from typhapki.kubernetes.typhaports import TLS_PORTS
 
-__all__ = ["go_peers"]
+__all__ = ["dnsmasq_server", "go_peers"]
 
 HIERA = """\
 kubernetes::clusters:
@@ -67,6 +70,16 @@ def facts(lab: Path) -> dict[str, Any]:
     return gate
 
 
+def strict(rule: bytes) -> bool:
+    """The strict rule of HIERA: its node addresses, not its networks."""
+    return (
+        b"mode strict" in rule
+        and b"10.250.1.1" in rule
+        and b"10.250.2.2" in rule
+        and b"10.250.0.0/16" not in rule
+    )
+
+
 def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
@@ -78,42 +91,60 @@ def nothing(peers: GoPeers, out: Path) -> Iterator[str]:
 
 
 Server = Callable[[GoPeers, Path], AbstractContextManager[str]]
-# name: (server as the local Typha, written?, words of the one line when refused)
-CASES: dict[str, tuple[Server, bool, str]] = {
-    "go verify": (lambda p, o: go_typha(p, o, "verify"), True, ""),
+RELAXED, STRICT, KEPT = "relaxed", "strict", "kept"
+# name: (server as the local Typha, the rule it gets, words of the one line, the reason
+# of a negative proof). RELAXED: proven; STRICT: proven not to enforce mTLS, so the
+# strict rule replaces the relaxed one at once; KEPT: no proof either way, the last rule
+# stays.
+CASES: dict[str, tuple[Server, str, str, str | None]] = {
+    "go verify": (lambda p, o: go_typha(p, o, "verify"), RELAXED, "", None),
     "go no-client-cert": (
         lambda p, o: go_typha(p, o, "no-client-cert"),
-        False,
+        STRICT,
         "accepted a TLS client without a certificate",
+        "no_certificate",
     ),
-    "go plain": (lambda p, o: go_typha(p, o, "plain"), False, "speaks plain TCP"),
+    "go plain": (lambda p, o: go_typha(p, o, "plain"), STRICT, "speaks plain TCP", "plain_tcp"),
     "openssl -Verify": (
         lambda p, o: openssl_typha(o, "-Verify", "1", "-verify_return_error"),
-        True,
+        RELAXED,
         "",
+        None,
     ),
     "openssl -verify": (
         lambda p, o: openssl_typha(o, "-verify", "1", "-verify_return_error"),
-        False,
+        STRICT,
         "accepted a TLS client without a certificate",
+        "no_certificate",
     ),
-    "nothing listening": (nothing, False, "no fresh proof"),
+    "openssl -Verify, errors ignored": (
+        lambda p, o: openssl_typha(o, "-Verify", "1"),
+        STRICT,
+        "accepted a client certificate from another CA",
+        "other_ca",
+    ),
+    "nothing listening": (nothing, KEPT, "no fresh proof", None),
+    # A listener that never answers is no proof either way: not a definitive negative.
+    "silent listener": (lambda p, o: hanging_typha(), KEPT, "no answer", None),
     # TLS 1.3 only (TLS_MIN_VERSION=1.3): proven under TLS 1.3, so the relaxed rule is open
     # to it; one that takes a client without a certificate under TLS 1.3 is not.
     "go verify, TLS 1.3 only": (
         lambda p, o: go_typha(p, o, "verify", TLS_MIN_VERSION="1.3"),
-        True,
+        RELAXED,
         "",
+        None,
     ),
     "openssl -Verify, TLS 1.3 only": (
         lambda p, o: openssl_typha(o, "-tls1_3", "-Verify", "1", "-verify_return_error"),
-        True,
+        RELAXED,
         "",
+        None,
     ),
     "go no-client-cert, TLS 1.3 only": (
         lambda p, o: go_typha(p, o, "no-client-cert", TLS_MIN_VERSION="1.3"),
-        False,
+        STRICT,
         "accepted a TLS client without a certificate under TLS 1.3",
+        "no_certificate",
     ),
 }
 
@@ -122,26 +153,40 @@ CASES: dict[str, tuple[Server, bool, str]] = {
 def test_each_typha_gets_the_rule_it_should(
     go_peers: GoPeers, issued: Path, lab: Path, name: str
 ) -> None:
-    server, written, words = CASES[name]
+    server, outcome, words, reason = CASES[name]
     with server(go_peers, issued) as address:
-        result = ferm(lab, issued, port_of(address))
+        quick = ("--proof-timeout", "1") if name == "silent listener" else ()
+        result = ferm(lab, issued, port_of(address), *quick)
     rule = (lab / "rule").read_bytes()
     recorded = state(lab)
-    if written:
+    assert (recorded["mtls_negative_reason"], recorded["rule"]) == (
+        reason,
+        None if outcome == KEPT else outcome,
+    )
+    if outcome == RELAXED:
         assert result.returncode == 0, result.stderr
         assert b"mode relaxed" in rule and b"10.250.0.0/16" in rule
         assert recorded["mtls_verdict"] == "enforced"
         assert recorded["mtls_proof_expires"] == recorded["mtls_proven_at"] + 21600
         return
+    lines = result.stderr.splitlines()
+    assert recorded["mtls_proven_at"] is None
+    if outcome == STRICT:
+        # Exit 0: Puppet's exec then notifies the reload, and the kernel follows.
+        assert result.returncode == 0, result
+        assert strict(rule), rule
+        assert len(lines) == 1 and lines[0].startswith("typhapki: warning: mTLS proof: "), lines
+        assert words in lines[0] and lines[0].endswith("the strict rule replaces the relaxed one")
+        assert recorded["mtls_verdict"] == "not_enforced"
+        assert recorded["mtls_negative_at"] >= recorded["last_attempt"] - 60
+        assert facts(lab)["mtls_negative_reason"] == reason
+        return
     assert result.returncode == 1, result
     assert rule == OLD_RULE  # byte for byte
-    lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("typhapki: mTLS proof: "), lines
     assert words in lines[0] and "the last rule stays" in lines[0]
-    assert recorded["mtls_proven_at"] is None and recorded["last_success"] is None
-    assert recorded["mtls_verdict"] == (
-        "unknown" if name == "nothing listening" else "not_enforced"
-    )
+    assert recorded["last_success"] is None and recorded["mtls_verdict"] == "unknown"
+    assert recorded["mtls_negative_at"] is None
 
 
 def test_a_proof_outlives_a_typha_restart_but_not_its_lifetime(
@@ -184,11 +229,34 @@ def test_a_proof_outlives_a_typha_restart_but_not_its_lifetime(
         assert (lab / "rule").read_bytes() == rule
         with go_typha(go_peers, issued, "no-client-cert") as address:
             dropped = ferm(lab, issued, local, "--typha-address", address, "--check")
-        assert dropped.returncode == 1 and "without a certificate" in dropped.stderr
-        assert state(lab)["mtls_verdict"] == "not_enforced"
-        assert state(lab)["mtls_proven_at"] is None
+            # --check (Puppet's `unless`) finds the relaxed rule out of date...
+            assert dropped.returncode == 1 and "without a certificate" in dropped.stderr
+            assert "out of date" in dropped.stdout
+            assert state(lab)["mtls_verdict"] == "not_enforced"
+            assert state(lab)["mtls_proven_at"] is None
+            assert (lab / "rule").read_bytes() == rule
+            assert facts(lab)["mtls_enforced"] is False
+            assert facts(lab)["rule"] == "relaxed"  # still: nothing was written
+            # ...and the run rewrites the strict rule at once, exit 0.
+            closed = ferm(lab, issued, local, "--typha-address", address)
+        assert closed.returncode == 0, closed.stderr
+        assert strict((lab / "rule").read_bytes())
+        gate = facts(lab)
+        assert (gate["rule"], gate["mtls_enforced"], gate["mtls_negative_reason"]) == (
+            "strict",
+            False,
+            "no_certificate",
+        )
+        # Typha enforces mTLS again: proven, the relaxed rule comes back.
+        with go_typha(go_peers, issued, "verify") as address:
+            assert ferm(lab, issued, local, "--typha-address", address).returncode == 0
         assert (lab / "rule").read_bytes() == rule
-        assert facts(lab)["mtls_enforced"] is False
+        gate = facts(lab)
+        assert (gate["rule"], gate["mtls_enforced"], gate["mtls_negative_reason"]) == (
+            "relaxed",
+            True,
+            None,
+        )
 
 
 def test_the_cluster_typha_from_hiera(go_peers: GoPeers, issued: Path, lab: Path) -> None:
@@ -196,8 +264,8 @@ def test_the_cluster_typha_from_hiera(go_peers: GoPeers, issued: Path, lab: Path
     with closed_port() as local, go_typha(go_peers, issued, "plain") as address:
         hiera.write_text(HIERA + f"        typha_address: '{address}'\n")
         result = ferm(lab, issued, local)
-    assert result.returncode == 1 and f"Typha at {address} speaks plain TCP" in result.stderr
-    assert (lab / "rule").read_bytes() == OLD_RULE
+    assert result.returncode == 0 and f"Typha at {address} speaks plain TCP" in result.stderr
+    assert strict((lab / "rule").read_bytes())
     hiera.write_text(HIERA + "        typha_address: 'a b:1'\n")
     assert_one_line_error(ferm(lab, issued, 5473), 2, "typha.typha_address", "HOST:PORT")
 
@@ -264,14 +332,17 @@ def test_nft_takes_the_same_proof(go_peers: GoPeers, issued: Path, lab: Path, mo
             "--proof-timeout", "2",
         )  # fmt: skip
     rule = (lab / "rule").read_bytes()
+    assert b"calico_typha_v4" in rule
     if mode == "verify":
         assert result.returncode == 0, result.stderr
-        assert b"10.250.0.0/16" in rule and b"calico_typha_v4" in rule
+        assert b"10.250.0.0/16" in rule
         assert state(lab)["mtls_verdict"] == "enforced"
     else:
-        assert result.returncode == 1, result
+        # The same pipeline: the strict sets, the node addresses alone.
+        assert result.returncode == 0, result
         assert "accepted a TLS client without a certificate" in result.stderr
-        assert rule == OLD_RULE  # byte for byte
+        assert b"10.250.1.1" in rule and b"10.250.0.0/16" not in rule
+        assert state(lab)["rule"] == "strict"
 
 
 def test_a_typha_open_under_tls13_voids_the_proof_for_good(
@@ -291,17 +362,18 @@ def test_a_typha_open_under_tls13_voids_the_proof_for_good(
         strict12 = openssl_typha(issued, "-Verify", "1", "-verify_return_error", "-tls1_2")
         with strict12 as old, open13 as new, split_typha(old, new) as address:
             seen = ferm(lab, issued, local, "--typha-address", address)
-        assert seen.returncode == 1, seen
+        assert seen.returncode == 0, seen
         lines = seen.stderr.splitlines()
         assert len(lines) == 1 and "without a certificate under TLS 1.3" in lines[0], lines
-        assert (lab / "rule").read_bytes() == OLD_RULE
+        rule = (lab / "rule").read_bytes()
+        assert strict(rule)
         assert state(lab)["mtls_verdict"] == "not_enforced"
         assert state(lab)["mtls_proven_at"] is None
         assert facts(lab)["mtls_enforced"] is False
 
         gone = ferm(lab, issued, local)  # nothing listens, no --typha-address
         assert gone.returncode == 1 and "no fresh proof" in gone.stderr, gone
-        assert (lab / "rule").read_bytes() == OLD_RULE
+        assert (lab / "rule").read_bytes() == rule
 
 
 def staged(lab: Path, stage: str, more: str = "") -> None:
@@ -326,7 +398,7 @@ def test_retire_proves_the_tls_typha_and_opens_only_its_port(
             refused = ferm(lab, issued, port_of(plain), "--typha-address", tls)
             staged(lab, "retire")
             retired = ferm(lab, issued, port_of(plain), "--typha-address", tls)
-    assert refused.returncode == 1 and "speaks plain TCP" in refused.stderr, refused
+    assert refused.returncode == 0 and "speaks plain TCP" in refused.stderr, refused
     assert retired.returncode == 0, retired.stderr
     assert state(lab)["mtls_verdict"] == "enforced"
     rule = (lab / "rule").read_text()
@@ -397,3 +469,105 @@ def test_a_proof_of_another_port_proves_nothing_at_retire(
     assert "holds until" not in retired.stderr
     assert (lab / "rule").read_bytes() == rule
     assert state(lab)["mtls_proven_port"] == TLS_PORTS.server
+
+
+def metrics(lab: Path) -> dict[str, float]:
+    """The ferm series of `typhapki metrics`: what Prometheus sees of the rule."""
+    result = run_cli("metrics", "--out", lab / "none", "--state-dir", lab / "state", "--no-probe")
+    assert result.returncode == 0, result.stderr
+    promtool_check(result.stdout)
+    return {k: v for k, v in series(result.stdout).items() if k.startswith("typhapki_ferm_")}
+
+
+@pytest.mark.parametrize("why", ["dns_gate warn", "dns_gate enforce", "no cluster_nodes"])
+def test_a_strict_rule_that_cannot_be_built_leaves_the_relaxed_one(
+    go_peers: GoPeers,
+    issued: Path,
+    lab: Path,
+    dnsmasq_server: Callable[..., Dnsmasq],
+    why: str,
+) -> None:
+    """Proven, the relaxed rule written; then Typha speaks plain TCP while a node does
+    not resolve (or hiera lists none): the strict rule cannot be built, so the relaxed
+    one stays byte for byte, exit 1, and one line says so and why. The fact and the
+    metrics say the relaxed rule is in force on a negative proof."""
+    dns = dnsmasq_server({"n1.lab.test": ["10.250.1.1"], "n2.lab.test": ["10.250.2.2"]})
+    gate = why.split()[-1] if why.startswith("dns_gate") else "enforce"
+    hiera = HIERA.replace("[10.250.1.1, 10.250.2.2]", "[n1.lab.test, n2.lab.test]")
+    (lab / "hiera.yaml").write_text(hiera + f"        dns_gate: {gate}\n")
+    args = ("--nameserver", dns.arg)
+    with closed_port() as local:
+        with go_typha(go_peers, issued, "verify") as address:
+            proven = ferm(lab, issued, local, "--typha-address", address, *args)
+        assert proven.returncode == 0, proven.stderr
+        relaxed = (lab / "rule").read_bytes()
+        assert b"mode relaxed" in relaxed
+        if why == "no cluster_nodes":
+            (lab / "hiera.yaml").write_text(
+                hiera.replace("      cluster_nodes: [n1.lab.test, n2.lab.test]\n", "")
+            )
+        else:
+            (lab / "hiera.yaml").write_text(
+                hiera.replace("n2.lab.test]", "n2.lab.test, gone.lab.test]")
+                + f"        dns_gate: {gate}\n"
+            )
+        with go_typha(go_peers, issued, "plain") as address:
+            blocked = ferm(lab, issued, local, "--typha-address", address, *args)
+    assert blocked.returncode == 1, blocked
+    assert (lab / "rule").read_bytes() == relaxed
+    *gate_lines, line = blocked.stderr.splitlines()
+    assert line.startswith(f"typhapki: mTLS proof: Typha at {address} speaks plain TCP"), line
+    because = (
+        "hiera.yaml:4: kubernetes::clusters.main.lab has no cluster_nodes to list"
+        if why == "no cluster_nodes"
+        else "1 of 3 cluster_nodes failed the DNS gate: gone.lab.test"
+    )
+    assert line.endswith(f"{because}): the relaxed rule stays in place"), line
+    assert "; the strict rule cannot be built (" in line
+    assert [g.split(": ")[1] for g in gate_lines] == (
+        [] if why == "no cluster_nodes" else ["DNS gate"]
+    ), gate_lines
+    assert all("gone.lab.test" in g for g in gate_lines)
+    fact = facts(lab)
+    assert (fact["rule"], fact["mtls_enforced"], fact["mtls_negative_reason"]) == (
+        "relaxed",
+        False,
+        "plain_tcp",
+    )
+    got = metrics(lab)
+    assert got['typhapki_ferm_rule{cluster="lab",rule="relaxed"}'] == 1
+    assert got['typhapki_ferm_rule{cluster="lab",rule="strict"}'] == 0
+    seen = 'typhapki_ferm_mtls_negative_proof_timestamp_seconds{cluster="lab",reason="%s"}'
+    assert got[seen % "plain_tcp"] == state(lab)["mtls_negative_at"] > 0
+    assert got[seen % "no_certificate"] == got[seen % "other_ca"] == 0
+    assert got['typhapki_ferm_mtls_proof_expiry_timestamp_seconds{cluster="lab"}'] == 0
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "127.0.0.2:5473"])
+def test_at_retire_a_typha_on_the_plain_port_proves_nothing(
+    issued: Path, lab: Path, address: str
+) -> None:
+    """issue 38: at retire the relaxed rule opens the TLS Typha's port, 5474. A Typha that
+    enforces mTLS on 5473 at the configured address proves nothing for it: an address
+    without a port is probed on 5474 (it was on 5473, parse_address's default), and one
+    that names 5473 is refused. Nothing answers on 5474: no proof, the rule stays."""
+    with socket.socket() as held, socket.socket() as plain:
+        try:
+            held.bind(("127.0.0.1", TLS_PORTS.server))  # nothing answers locally on 5474
+            plain.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as s_server does
+            plain.bind(("127.0.0.2", 5473))
+        except OSError:
+            pytest.skip("127.0.0.1:5474 or 127.0.0.2:5473 is taken on this machine")
+        plain.close()
+        staged(lab, "retire")
+        verify = ("-Verify", "1", "-verify_return_error")
+        with openssl_typha(issued, *verify, host="127.0.0.2", port=5473):
+            result = ferm(lab, issued, 5473, "--typha-address", address)
+    assert result.returncode == 1, result
+    assert (lab / "rule").read_bytes() == OLD_RULE
+    assert "no fresh proof" in result.stderr and "enforces mTLS" not in result.stderr
+    if ":" in address:
+        assert "tcp/5473 is the plain Typha's port" in result.stderr, result.stderr
+    else:
+        assert f"127.0.0.2:{TLS_PORTS.server}" in result.stderr, result.stderr
+    assert state(lab)["mtls_verdict"] == "unknown"

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import require, require_root, run_cli
+from tests.conftest import CliResult, require, require_root, run_cli, typhapki_cmd
 from tests.firewall.test_ferm import FERM_DEFS
 from tests.support.dns import Dnsmasq, dnsmasq_server
 from typhapki.kubernetes.typhaports import TLS_PORTS
@@ -201,12 +201,15 @@ def lab() -> Iterator[Lab]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-def apply_ferm(lab: Lab, rule: str, tmp_path: Path) -> str:
-    """ferm applies `rule` inside the server namespace, both Typha ports dropped after it."""
+def apply_ferm(lab: Lab, rule: str, tmp_path: Path, loopback: bool = False) -> str:
+    """ferm applies `rule` inside the server namespace, both Typha ports dropped after it;
+    `loopback`: accept anything on lo first, as a host's ferm.conf does (the mTLS proof
+    of a typhapki run on the server reaches its Typha there)."""
     conf = tmp_path / "ferm.conf"
     conf.write_text(
         FERM_DEFS
         + "domain (ip ip6) table filter chain INPUT policy ACCEPT;\n"
+        + ("domain (ip ip6) table filter chain INPUT interface lo ACCEPT;\n" if loopback else "")
         + rule
         + f"domain (ip ip6) table filter chain INPUT proto tcp dport ({PORT} {TLS_PORT}) DROP;\n"
     )
@@ -459,3 +462,63 @@ def test_each_tls_stage_opens_its_ports_to_listed_nodes_only(
     reached = lab.reaches({PORT, TLS_PORT})
     assert reached[lab.allowed] == {(family, p) for family in (4, 6) for p in ports}
     assert reached[lab.blocked] == set()
+
+
+def on_the_server(lab: Lab, *args: str | Path) -> CliResult:
+    """typhapki run inside the server namespace, where its Typha listens on loopback."""
+    proc = subprocess.run(
+        ["ip", "netns", "exec", lab.server, *typhapki_cmd(), *map(str, args)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_a_negative_proof_closes_the_subnets_in_the_kernel(
+    lab: Lab, issued: Path, tmp_path: Path
+) -> None:
+    """issue 37: a relaxed rule is in the kernel, both clients of the subnets reach Typha.
+    Then the Typha on the server is plain TCP (the lab's listener: a chart upgrade that
+    dropped the TLS variables). `typhapki ferm --check`, Puppet's `unless`, finds the
+    relaxed rule out of date; `typhapki ferm` writes the strict rule, exit 0, so Puppet's
+    notify reloads ferm; the kernel then lets the listed node in and the other out. The
+    next run changes nothing. (Any tls_stage: the same pipeline, the port the relaxed
+    rule opens; tests/commands/test_ferm_mtls.py.)"""
+    port = PORT
+    v4, v6 = lab.addresses[lab.allowed]
+    hiera = tmp_path / "hiera.yaml"
+    typha = "      typha:\n        mode: relaxed\n"
+    typha += '        networks: ["10.250.0.0/16", "fd00:5473::/32"]\n'
+    hiera.write_text(
+        f"kubernetes::clusters:\n  lab:\n    netns:\n      cluster_nodes: [{v4}, '{v6}']\n{typha}"
+    )
+    out = tmp_path / "10_calico-typha"
+    args = ("ferm", "--hiera", hiera, "--cluster", "netns", "--output", out, "--out", issued,
+            "--state-dir", tmp_path / "state", "--proof-timeout", "2")  # fmt: skip
+    # The relaxed rule as a proof left it (the proof itself: tests/commands/test_ferm_mtls.py).
+    assert run_cli(*args, "--skip-mtls-proof").returncode == 0
+    relaxed = out.read_text()
+    assert "10.250.0.0/16" in relaxed
+    apply_ferm(lab, relaxed, tmp_path, loopback=True)
+    assert lab.reaches({port}) == {c: {(4, port), (6, port)} for c in (lab.allowed, lab.blocked)}
+
+    check = on_the_server(lab, *args, "--check")
+    assert check.returncode == 1 and "out of date" in check.stdout, check
+    assert out.read_text() == relaxed
+    closed = on_the_server(lab, *args)
+    assert closed.returncode == 0, closed
+    assert f"Typha at 127.0.0.1:{port} speaks plain TCP" in closed.stderr
+    assert closed.stderr.rstrip().endswith("the strict rule replaces the relaxed one")
+    strict = out.read_text()
+    assert "mode strict" in strict
+    assert "10.250.0.0/16" not in strict
+
+    saved = apply_ferm(lab, strict, tmp_path, loopback=True)  # the reload Puppet notifies
+    accepted = re.findall(r"-A INPUT -s (\S+) -p tcp -m tcp --dport (\d+) -j ACCEPT", saved)
+    assert sorted(accepted) == sorted([(f"{v4}/32", str(port)), (f"{v6}/128", str(port))])
+    reached = lab.reaches({port})
+    assert reached == {lab.allowed: {(4, port), (6, port)}, lab.blocked: set()}
+
+    again = on_the_server(lab, *args)  # idempotent: nothing to reload
+    assert again.returncode == 0 and "unchanged" in again.stdout, again
+    state = json.loads((tmp_path / "state" / "ferm.json").read_text())
+    assert (state["rule"], state["mtls_negative_reason"]) == ("strict", "plain_tcp")

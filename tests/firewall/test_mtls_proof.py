@@ -14,8 +14,12 @@ from typhapki.firewall.mtls_proof import (
     ACCEPTED,
     ENFORCED,
     INCONCLUSIVE,
+    NEGATIVE_REASONS,
+    NO_CERTIFICATE,
     NOT_ENFORCED,
+    OTHER_CA,
     PLAIN,
+    PLAIN_TCP,
     REFUSED,
     SILENT,
     UNKNOWN,
@@ -39,9 +43,16 @@ records = st.builds(
     st.none() | st.sampled_from(VERDICTS),
     st.booleans(),
     st.none() | st.integers(1, 65535),
+    st.none() | st.integers(NOW - 10**6, NOW),
+    st.none() | st.sampled_from(NEGATIVE_REASONS),
 )
 proofs = st.builds(
-    Proof, st.just("127.0.0.1:5473"), st.sampled_from(VERDICTS), st.text("abc :.", max_size=10)
+    lambda verdict, line, reason: Proof(
+        "127.0.0.1:5473", verdict, line, reason if verdict == NOT_ENFORCED else None
+    ),
+    st.sampled_from(VERDICTS),
+    st.text("abc :.", max_size=10),
+    st.sampled_from(NEGATIVE_REASONS),
 )
 
 
@@ -64,8 +75,14 @@ def test_enforced_only_when_both_strangers_are_refused_and_felix_accepted(
     if first is not None and first.outcome in (ACCEPTED, PLAIN):
         assert proof.verdict == NOT_ENFORCED
         assert ("accepted" if first.outcome == ACCEPTED else "plain TCP") in proof.line
+        # The reason the fact and the metrics show: what Typha took.
+        reason = PLAIN_TCP if first.outcome == PLAIN else OTHER_CA if first is other_ca else (
+            NO_CERTIFICATE)  # fmt: skip
+        assert proof.reason == reason
     elif proof.verdict == NOT_ENFORCED:
         raise AssertionError(proof)  # never "not enforced" without Typha accepting
+    else:
+        assert proof.reason is None
     assert "\n" not in proof.line and proof.line.startswith("Typha at a:1")
 
 
@@ -74,13 +91,20 @@ def test_a_relaxed_rule_is_never_written_unproven(
     previous: ProofRecord, proof: Proof, lifetime: int
 ) -> None:
     decision = decide(previous, proof, now=NOW, lifetime=lifetime, skipped=False)
+    # Only a definitive negative proof replaces the relaxed rule by the strict one.
+    assert decision.negative == (proof.verdict == NOT_ENFORCED)
     if proof.verdict == ENFORCED:
         assert decision.allowed and not decision.warning
+        # Proven again: the last negative proof no longer stands either.
         assert decision.record == ProofRecord(NOW, NOW + lifetime, ENFORCED, False)
     elif proof.verdict == NOT_ENFORCED:
         # Typha accepted what it must refuse: no proof, however fresh, writes the rule.
         assert not decision.allowed and decision.record.enforced(NOW) is False
         assert decision.record.proven_at is None
+        assert (decision.record.negative_at, decision.record.negative_reason) == (
+            NOW,
+            proof.reason,
+        )
     else:
         # No answer either way: a fresh proof keeps the rule (a Typha restart must not
         # drop it back), and only a fresh one.
@@ -90,6 +114,11 @@ def test_a_relaxed_rule_is_never_written_unproven(
         assert (decision.record.proven_at, decision.record.expires) == (
             previous.proven_at,
             previous.expires,
+        )
+        # So does the last negative proof: no answer does not undo what was seen.
+        assert (decision.record.negative_at, decision.record.negative_reason) == (
+            previous.negative_at,
+            previous.negative_reason,
         )
         assert decision.warning == decision.allowed
     assert not decision.allowed or decision.record.fresh(NOW) or decision.record.skipped

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from ipaddress import ip_network
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, example, given, settings
@@ -24,6 +25,7 @@ from tests.firewall.test_ferm_netns import (
     TLS_PORT,
     Lab,
     lab,
+    on_the_server,
     stage_dns,
     stage_hiera,
 )
@@ -224,3 +226,38 @@ def test_each_tls_stage_reaches_the_kernel_through_the_set_update(
         assert nft_cli(stage, False, update, "--sets-only") == 0
         nft(lab, "-f", update)
         holds(stage)
+
+
+def test_a_negative_proof_reaches_the_kernel_through_the_set_update(
+    lab: Lab, issued: Path, tmp_path: Path
+) -> None:
+    """issue 37, as typhapki::nftables runs it: a relaxed fragment is loaded, both clients
+    of the subnets reach Typha. The Typha on the server is then plain TCP (the lab's
+    listener): `nft --check` finds the fragment out of date, `nft` writes the strict one,
+    exit 0, and the set update the module then applies (`--sets-only`, `nft -f`: the same
+    pipeline, proving again) leaves the listed node in and the other out."""
+    v4, v6 = lab.addresses[lab.allowed]
+    hiera = tmp_path / "hiera.yaml"
+    hiera.write_text(
+        f"kubernetes::clusters:\n  lab:\n    netns:\n      cluster_nodes: [{v4}, '{v6}']\n"
+        "      typha:\n        mode: relaxed\n"
+        '        networks: ["10.250.0.0/16", "fd00:5473::/32"]\n'
+    )
+    fragment, update = tmp_path / "typha.nft", tmp_path / "sets.nft"
+    common = ("nft", "--hiera", hiera, "--cluster", "netns", "--out", issued,
+              "--state-dir", tmp_path / "state", "--proof-timeout", "2")  # fmt: skip
+    # The relaxed fragment as a proof left it (the proof: tests/commands/test_ferm_mtls.py).
+    assert run_cli(*common, "--output", fragment, "--skip-mtls-proof").returncode == 0
+    load_fleet_ruleset(lab, fragment, tmp_path)
+    assert kernel_set(lab.server, "calico_typha_v4") == [ip_network("10.250.0.0/16")]
+    assert lab.reaches({PORT}) == {c: {(4, PORT), (6, PORT)} for c in (lab.allowed, lab.blocked)}
+
+    check = on_the_server(lab, *common, "--output", fragment, "--check")
+    assert check.returncode == 1 and "out of date" in check.stdout, check
+    closed = on_the_server(lab, *common, "--output", fragment)
+    assert closed.returncode == 0 and "speaks plain TCP" in closed.stderr, closed
+    sets = on_the_server(lab, *common, "--output", update, "--sets-only")
+    assert sets.returncode == 0, sets
+    nft(lab, "-f", update)
+    assert kernel_set(lab.server, "calico_typha_v4") == [ip_network(f"{v4}/32")]
+    assert lab.reaches({PORT}) == {lab.allowed: {(4, PORT), (6, PORT)}, lab.blocked: set()}

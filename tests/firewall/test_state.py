@@ -48,6 +48,9 @@ DOCS = st.one_of(
             "mtls_proof_expires": st.one_of(st.none(), st.integers(0, 2**32)),
             "mtls_verdict": st.sampled_from([None, "enforced", "not_enforced", "unknown", "yes"]),
             "mtls_proof_skipped": st.one_of(st.booleans(), st.none(), st.integers(0, 1)),
+            "rule": st.sampled_from([None, "strict", "relaxed", "open", 1]),
+            "mtls_negative_at": st.one_of(st.none(), st.integers(-1, 2**40), st.text(max_size=2)),
+            "mtls_negative_reason": st.sampled_from([None, "plain_tcp", "other_ca", "plain"]),
         },
     ).map(lambda d: json.dumps(d).encode()),
 )
@@ -84,6 +87,22 @@ def test_what_record_run_writes_reads_back(tmp_path: Path) -> None:
     assert state is not None
     assert (state.cluster, state.last_success, state.hosts_failed) == ("c", 1795000000, 2)
     assert state.failed_hosts == ("a", "b")
+    assert state.rule is None  # nothing written yet
+
+
+def test_the_rule_in_force_is_kept_by_runs_that_write_nothing(tmp_path: Path) -> None:
+    """`rule` changes only with a rule written or found up to date (a mode given), not
+    with a run that wrote nothing, nor with another cluster's record."""
+    for rule, cluster, expected in (
+        ("relaxed", "c", "relaxed"),
+        (None, "c", "relaxed"),  # the DNS gate failed, or the proof refused the rule
+        ("strict", "c", "strict"),  # a negative proof wrote the strict rule
+        (None, "c", "strict"),
+        (None, "d", None),  # another cluster: nothing known of its rule
+    ):
+        record_run(tmp_path, cluster=cluster, mode="relaxed", dns_gate="enforce",
+                   succeeded=rule is not None, failed_hosts=[], output=None, rule=rule)  # fmt: skip
+        assert read_state(tmp_path).rule == expected
 
 
 NOW = 1_800_000_000
@@ -187,6 +206,9 @@ EVENTS = st.lists(
 )
 
 
+NEGATIVE = {"not_enforced": "no_certificate"}  # what Typha took, as judge names it
+
+
 def _run(directory: Path, event: str, now: int) -> bool:
     """One `ferm` run as typhapki/firewall/pipeline.py does it: the recorded proof, this
     run's decision, the record; whether a relaxed rule was allowed."""
@@ -204,7 +226,7 @@ def _run(directory: Path, event: str, now: int) -> bool:
     verdict = {"enforced": "enforced", "not_enforced": "not_enforced"}.get(event, "unknown")
     decision = decide(
         previous,
-        None if event == "skipped" else Proof("a:1", verdict, "line"),
+        None if event == "skipped" else Proof("a:1", verdict, "line", NEGATIVE.get(verdict)),
         now=now,
         lifetime=DEFAULT_LIFETIME,
         skipped=event == "skipped",
@@ -227,13 +249,17 @@ def test_after_a_void_no_relaxed_rule_rests_on_an_earlier_proof(
     directory = tmp_path_factory.mktemp("state")
     now = int(time.time()) - sum(step for _, step in events) - 10
     proven_at: int | None = None  # the last proof since the last void
+    negative_at: int | None = None  # the last void since the last proof
     for event, step in events:
         now += step
         allowed = _run(directory, event, now)
         if event == "enforced":
-            proven_at = now
+            proven_at, negative_at = now, None
         elif event == "not_enforced":
-            proven_at = None
+            proven_at, negative_at = None, now
+        state = read_state(directory)
+        assert state.mtls_negative_at == negative_at  # what the metrics show
+        assert state.mtls_negative_reason == (None if negative_at is None else "no_certificate")
         if event == "unknown":
             assert allowed == (proven_at is not None and now < proven_at + DEFAULT_LIFETIME)
         elif event != "skipped":
@@ -291,7 +317,7 @@ def test_a_void_that_cannot_be_written_removes_the_earlier_proof(tmp_path: Path)
         from typhapki.firewall.state import recorded_proof
 
         previous = recorded_proof(read_state(directory), "c")
-        void = decide(previous, Proof("a:1", "not_enforced", "l"), now=now + 1,
+        void = decide(previous, Proof("a:1", "not_enforced", "l", "plain_tcp"), now=now + 1,
                       lifetime=DEFAULT_LIFETIME, skipped=False)  # fmt: skip
         warning = record_run(directory, cluster="c", mode="relaxed", dns_gate="enforce",
                              succeeded=False, failed_hosts=[], output=None, now=now + 1,

@@ -148,6 +148,9 @@ FERM_STATES = st.one_of(
             "mtls_proof_expires": st.one_of(st.none(), st.integers(0, 2**32)),
             "mtls_verdict": st.sampled_from([None, "enforced", "not_enforced", "unknown", "yes"]),
             "mtls_proof_skipped": st.one_of(st.booleans(), st.none(), st.integers(0, 1)),
+            "rule": st.sampled_from([None, "strict", "relaxed", "open"]),
+            "mtls_negative_at": st.one_of(st.none(), st.integers(-1, 2**32)),
+            "mtls_negative_reason": st.sampled_from([None, "plain_tcp", "no_certificate", "x"]),
         },
     ).map(lambda d: json.dumps(d).encode()),
 )

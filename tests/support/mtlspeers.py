@@ -42,14 +42,16 @@ def go_typha(peers: GoPeers, out: Path, mode: str, **env: str) -> Iterator[str]:
 
 
 @contextmanager
-def openssl_typha(out: Path, *flags: str) -> Iterator[str]:
+def openssl_typha(out: Path, *flags: str, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """`port` 0: a free one."""
     require("openssl")
     paths = SetPaths(out)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    if not port:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        ["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-naccept", str(CONNECTIONS),
+        ["openssl", "s_server", "-accept", f"{host}:{port}", "-naccept", str(CONNECTIONS),
          "-cert", str(paths.cert(RoleName.TYPHA)), "-key", str(paths.key(RoleName.TYPHA)),
          "-CAfile", str(paths.bundle), *flags],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -60,7 +62,7 @@ def openssl_typha(out: Path, *flags: str) -> Iterator[str]:
         while line and not line.startswith("ACCEPT"):  # "ACCEPT" once it listens
             line = proc.stdout.readline()
         assert line, "openssl s_server did not start"
-        yield f"127.0.0.1:{port}"
+        yield f"{host}:{port}"
     finally:
         proc.kill()
         proc.communicate()

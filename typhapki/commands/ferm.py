@@ -33,7 +33,9 @@ def ferm(opts: FermOptions) -> int:
     ``warn`` asked for a rule built from node addresses.
 
     A relaxed rule is written (or --check'ed) only while a proof says the cluster's
-    Typha enforces mutual TLS (`_mtls_guard`); otherwise the last rule stays, exit 1.
+    Typha enforces mutual TLS (`_mtls_guard`). A proof that it does not writes the
+    strict rule instead, exit 0 (exit 1, the rule left as it is, when the strict rule
+    cannot be built); no proof either way leaves the last rule, exit 1.
     """
     from typhapki.firewall import ferm as rules
     from typhapki.firewall.fermconf import check_loaded

@@ -57,6 +57,11 @@ def _split(address: str) -> tuple[str, int]:
     return parse_address(address)
 
 
+def port_of(address: str) -> int:
+    """The port `address` names (Typha's 5473 when it names none)."""
+    return _split(address)[1]
+
+
 def unreachable(address: str, why: str) -> Proof:
     """The verdict when no Typha could be probed at all."""
     return judge(address, Attempt(UNREACHABLE, why), None, None)

@@ -51,6 +51,14 @@ UNREACHABLE = "unreachable"  # nothing listens, or no TCP connection within the 
 INCONCLUSIVE = "inconclusive"  # TLS, but no judgement of the certificate was seen
 SILENT = "silent"  # no answer to a ClientHello, or a handshake that hung: no proof either
 
+# Why a proof is negative: what Typha was seen accepting. Only these three are
+# definitive (Typha answered, and took what it must refuse); every other failure
+# (nothing listens, a silence, a refusal of this node's Felix) proves nothing.
+PLAIN_TCP = "plain_tcp"  # it spoke plain TCP to a TLS ClientHello
+NO_CERTIFICATE = "no_certificate"  # it took a TLS client without a certificate
+OTHER_CA = "other_ca"  # it took a client certificate from another CA
+NEGATIVE_REASONS = (PLAIN_TCP, NO_CERTIFICATE, OTHER_CA)
+
 
 @record(frozen=True)
 class Attempt:
@@ -68,6 +76,7 @@ class Proof:
     address: str
     verdict: str
     line: str
+    reason: str | None = None  # NOT_ENFORCED: one of NEGATIVE_REASONS
 
 
 @record(frozen=True)
@@ -81,6 +90,10 @@ class ProofRecord:
     # The port the relaxed rule opened (the Typha proven); None: recorded before ports
     # were, when the only port was Typha's default 5473.
     port: int | None = None
+    # The last negative proof (Typha took what it must refuse): when, and what it took
+    # (NEGATIVE_REASONS). Kept until a proof that Typha enforces mTLS again.
+    negative_at: int | None = None
+    negative_reason: str | None = None
 
     def proves_port(self, port: int) -> bool:
         """Whether this record is about the Typha on `port`: a proof of the plain Typha
@@ -113,25 +126,28 @@ class Decision:
     record: ProofRecord
     line: str
     warning: bool = False  # allowed, but say so on stderr
+    # A definitive negative proof: Typha does not enforce mTLS, so the strict rule
+    # replaces the relaxed one (typhapki/firewall/pipeline.py `gated_rule`).
+    negative: bool = False
 
 
 def judge(address: str, no_cert: Attempt, other_ca: Attempt | None, felix: Attempt | None) -> Proof:
     """The verdict of the probes, in the order they run (a later one is None when an
     earlier one already decided)."""
     where = f"Typha at {address}"
-    for attempt, what in ((no_cert, "a TLS client without a certificate"),
-                          (other_ca, "a client certificate from another CA")):  # fmt: skip
+    for attempt, what, reason in (
+        (no_cert, "a TLS client without a certificate", NO_CERTIFICATE),
+        (other_ca, "a client certificate from another CA", OTHER_CA),
+    ):
         if attempt is None:
             break
         if attempt.outcome == ACCEPTED:
             under = f" under {attempt.version} ({attempt.detail})" if attempt.version else ""
-            return Proof(
-                address, NOT_ENFORCED, f"{where} accepted {what}{under}: mTLS is not enforced"
-            )
+            line = f"{where} accepted {what}{under}: mTLS is not enforced"
+            return Proof(address, NOT_ENFORCED, line, reason)
         if attempt.outcome == PLAIN:
-            return Proof(
-                address, NOT_ENFORCED, f"{where} speaks plain TCP, not TLS: {attempt.detail}"
-            )
+            line = f"{where} speaks plain TCP, not TLS: {attempt.detail}"
+            return Proof(address, NOT_ENFORCED, line, PLAIN_TCP)
         if attempt.outcome != REFUSED:
             return Proof(address, UNKNOWN, f"{where}: no proof: {attempt.detail}")
     if other_ca is None or felix is None:
@@ -161,8 +177,9 @@ def decide(
 
     - skipped (the flag): written, recorded as skipped, the last proof kept as it was;
     - proven now: written, a new proof until now + lifetime;
-    - Typha accepted what it must refuse: never written, the last proof is void (its
-      time too: the alert reads the expiry);
+    - Typha accepted what it must refuse (a definitive negative proof): never written,
+      the last proof is void (its time too: the alert reads the expiry), and the
+      decision is `negative`: the caller writes the strict rule instead;
     - no answer either way: written while the last proof is fresh (a Typha restart
       must not drop a proven rule back), else the last rule stays.
     """
@@ -177,11 +194,9 @@ def decide(
     if proof.verdict == ENFORCED:
         return Decision(True, ProofRecord(now, now + lifetime, ENFORCED, False), proof.line)
     if proof.verdict == NOT_ENFORCED:
-        return Decision(
-            False,
-            ProofRecord(None, None, NOT_ENFORCED, False),
-            f"{proof.line}; no relaxed rule, the last rule stays",
-        )
+        void = ProofRecord(None, None, NOT_ENFORCED, False, negative_at=now,
+                           negative_reason=proof.reason)  # fmt: skip
+        return Decision(False, void, proof.line, negative=True)
     record = replace(previous, verdict=UNKNOWN, skipped=False)
     if previous.fresh(now):
         assert previous.proven_at is not None and previous.expires is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from typhapki.record import record
 from typhapki.settings.wiring import Stage
 
 if TYPE_CHECKING:
+    from typhapki.firewall.dnsgate import HostFailure
     from typhapki.firewall.ferm import Sources
     from typhapki.firewall.mtls_proof import Decision, ProofRecord
     from typhapki.inventory.hiera import Cluster
@@ -197,23 +198,57 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     failed_hosts = sorted({host for host, _ in problems})
     succeeded = False
     proof: ProofRecord | None = None  # None: keep the recorded one
+    in_force: str | None = None  # the rule now in --output; None: as recorded
+    requested_mode = mode  # the state's mode: hiera's, even when a negative proof overrides it
 
     def record() -> None:
         warning = record_run(
             state_dir(opts.state_dir),
             cluster=cluster.name,
-            mode=mode,
+            mode=requested_mode,
             dns_gate=dns_gate,
             succeeded=succeeded,
             failed_hosts=failed_hosts,
             output=opts.output,
             proof=proof,
+            rule=in_force,
         )
         if warning is not None:
             print(warning, file=sys.stderr)
 
     total = len(cluster.cluster_nodes)
-    if problems and dns_gate == "enforce":
+    decision: Decision | None = None
+    if mode == "relaxed" and opts.output is not None:
+        # The one place a relaxed rule is decided: written, kept, refused, or replaced
+        # by the strict rule. Tried before the gate's verdict: a Typha that takes what
+        # it must refuse needs the strict rule even while a node does not resolve.
+        # At retire the plain Typha's port is no longer the rule's: never proof of it.
+        moved = port if proof_port != port else None
+        decision = _mtls_guard(opts, cluster, proof_port, moved)
+    negative = decision is not None and decision.negative
+    if negative:
+        # A definitive negative proof: the subnets must close now, behind the same gate.
+        assert decision is not None
+        proof = decision.record
+        blocked = _strict_blocked(cluster, gate.failures.values())
+        if blocked is not None:
+            for failure in sorted(gate.failures.values(), key=lambda f: f.host):
+                print(f"typhapki: DNS gate: {failure.line()}", file=sys.stderr)
+            print(
+                f"typhapki: mTLS proof: {decision.line}; the strict rule cannot be built "
+                f"({blocked}): {_rule_in_force(opts, cluster)} stays in place",
+                file=sys.stderr,
+            )
+            record()
+            return EXIT_NEEDS_ACTION
+        print(
+            f"typhapki: warning: mTLS proof: {decision.line}; the strict rule replaces "
+            "the relaxed one",
+            file=sys.stderr,
+        )
+        mode = "strict"
+        failed_hosts = []  # every node resolved; hiera's networks no longer matter
+    elif problems and dns_gate == "enforce":
         for _, line in problems:
             print(f"typhapki: DNS gate: {line}", file=sys.stderr)
         print(
@@ -223,7 +258,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
         )
         record()
         return EXIT_NEEDS_ACTION
-    if problems:
+    elif problems:
         for _, line in problems:
             print(f"typhapki: DNS gate (warn): {line}", file=sys.stderr)
         print(
@@ -232,9 +267,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             file=sys.stderr,
         )
 
-    if mode == "relaxed" and opts.output is not None:
-        # The one place a relaxed rule is decided: written, kept or refused.
-        decision = _mtls_guard(opts, cluster, proof_port)
+    if decision is not None and not negative:
         proof = decision.record
         if not decision.allowed:
             print(f"typhapki: mTLS proof: {decision.line}", file=sys.stderr)
@@ -258,6 +291,8 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
             )
         code = emit(GatedRule(cluster, mode, ports, sources, stage))
         succeeded = True  # rendered, and written, unchanged, printed or compared
+        if opts.output is not None and code == EXIT_OK:
+            in_force = mode  # written, unchanged, or (--check) up to date
     finally:
         record()
     return code
@@ -285,14 +320,17 @@ def _check_proof_options(opts: GateOptions) -> None:
             )
 
 
-def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
+def _mtls_guard(
+    opts: GateOptions, cluster: Cluster, port: int, plain_port: int | None = None
+) -> Decision:
     """Prove (or take the recorded proof) that the cluster's Typha enforces mTLS.
 
     The target is the local Typha when one listens on `port` (the port the relaxed rule
     opens: the TLS Typha's at tls_stage retire), else --typha-address (a flag, or the
     node configuration's), else the cluster's hiera typha.typha_address, which must then
-    name that Typha too. One replica stands for the cluster: Typha's TLS settings are
-    the Deployment's.
+    name that Typha too: an address without a port gets `port`, and one that names
+    `plain_port` (the plain Typha's, given at retire) is no proof of the TLS Typha. One
+    replica stands for the cluster: Typha's TLS settings are the Deployment's.
     """
     import time
 
@@ -316,14 +354,47 @@ def _mtls_guard(opts: GateOptions, cluster: Cluster, port: int) -> Decision:
     # The flag (or the node configuration's typha_address), else the cluster's hiera.
     address = opts.typha_address or cluster.typha.typha_address
     configured = [address] if address else []
-    target = mtls_probe.probe_target(local, configured, timeout)
+    target = mtls_probe.probe_target(local, configured, timeout, port)
     if target is None:
         proof = mtls_probe.unreachable(
             local, f"nothing listens on {local}, and no --typha-address (or hiera typha_address)"
         )
+    elif plain_port is not None and mtls_probe.port_of(target) == plain_port:
+        proof = mtls_probe.unreachable(
+            target,
+            f"tcp/{plain_port} is the plain Typha's port, and the relaxed rule opens the TLS "
+            f"Typha's, tcp/{port}: give --typha-address (or typha_address) HOST:{port} or HOST",
+        )
     else:
         proof = mtls_probe.prove(target, opts.out, identity, timeout)
     return _on_port(decide(previous, proof, now=now, lifetime=lifetime, skipped=False), port)
+
+
+def _strict_blocked(cluster: Cluster, failures: Iterable[HostFailure]) -> str | None:
+    """Why the strict rule cannot be built now (None: it can): it lists every address of
+    every cluster node, so no node may fail the DNS gate, whatever dns_gate says."""
+    failed = sorted({f.host for f in failures})
+    if not cluster.cluster_nodes:
+        return f"{cluster.where} has no cluster_nodes to list"
+    if failed:
+        return (
+            f"{len(failed)} of {len(cluster.cluster_nodes)} cluster_nodes failed the DNS "
+            f"gate: {', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''}"
+        )
+    return None
+
+
+def _rule_in_force(opts: GateOptions, cluster: Cluster) -> str:
+    """The rule the state says is in --output, in words ("the relaxed rule")."""
+    from typhapki.firewall.state import StateError, read_state, state_dir
+
+    try:
+        state = read_state(state_dir(opts.state_dir))
+    except StateError:
+        return "the last rule"
+    if state.cluster != cluster.name or state.rule is None:
+        return "the last rule"
+    return f"the {state.rule} rule"
 
 
 def _on_port(decision: Decision, port: int) -> Decision:

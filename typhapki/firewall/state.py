@@ -7,7 +7,9 @@ Every `ferm` run that reaches the DNS gate records, in ``STATE_DIR/ferm.json``::
      "failed_hosts": ["name", ... at most 50], "output": "PATH"|null,
      "mtls_proven_at": UNIX|null, "mtls_proof_expires": UNIX|null,
      "mtls_verdict": "enforced|not_enforced|unknown"|null, "mtls_proof_skipped": BOOL,
-     "mtls_proven_port": PORT|null}
+     "mtls_proven_port": PORT|null, "rule": "strict|relaxed"|null,
+     "mtls_negative_at": UNIX|null,
+     "mtls_negative_reason": "plain_tcp|no_certificate|other_ca"|null}
 
 ``last_success`` is the last run that rendered a rule (written, unchanged, printed or
 compared); a failed run keeps the previous value. Facts and metrics read it, so a
@@ -31,7 +33,13 @@ same time); a void that cannot be written removes the old file with its proof.
 ``mtls_proven_port`` is the port the proven Typha serves (the port the relaxed rule
 opens): during the live switch the plain and the TLS Typha listen side by side, and a
 proof of one says nothing of the other. A file without it was written when 5473 was
-the only port.
+the only port. ``mtls_negative_at`` and ``mtls_negative_reason`` are the last negative
+proof (Typha took plain TCP, a client without a certificate or one from another CA),
+kept until Typha is proven to enforce mTLS again.
+
+``rule`` is the rule in force in ``output``: the mode of the last rule a run wrote or
+found up to date there (a negative proof makes it strict whatever hiera's mode says);
+null until a run did. A run that writes nothing keeps the recorded one.
 """
 
 from __future__ import annotations
@@ -45,7 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.firewall.mtls_proof import ENFORCED, NOT_ENFORCED, VERDICTS, ProofRecord
+from typhapki.firewall.mtls_proof import (
+    ENFORCED,
+    NEGATIVE_REASONS,
+    NOT_ENFORCED,
+    VERDICTS,
+    ProofRecord,
+)
 from typhapki.record import fields, record, replace
 from typhapki.statedir import DEFAULT_STATE_DIR as DEFAULT_STATE_DIR
 from typhapki.statedir import STATE_ENV as STATE_ENV
@@ -88,6 +102,9 @@ class FermState:
     mtls_verdict: str | None = None
     mtls_proof_skipped: bool = False
     mtls_proven_port: int | None = None
+    rule: str | None = None
+    mtls_negative_at: int | None = None
+    mtls_negative_reason: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -158,6 +175,9 @@ def parse_state(data: object, now: float | None = None) -> FermState:
         mtls_verdict=_verdict(data),
         mtls_proof_skipped=_bool(data, "mtls_proof_skipped"),
         mtls_proven_port=_port(data, "mtls_proven_port"),
+        rule=_choice(data, "rule", MODES),
+        mtls_negative_at=_int(data, "mtls_negative_at", nullable=True),
+        mtls_negative_reason=_choice(data, "mtls_negative_reason", NEGATIVE_REASONS),
     )
     _check_possible(state, now)
     return state
@@ -170,6 +190,13 @@ def _verdict(data: dict[str, Any]) -> str | None:
     if isinstance(value, str) and value in VERDICTS:
         return value
     raise StateError(f"mtls_verdict: expected one of {', '.join(VERDICTS)}, got {value!r:.40}")
+
+
+def _choice(data: dict[str, Any], key: str, allowed: Sequence[str]) -> str | None:
+    value = data.get(key)
+    if value is None or (isinstance(value, str) and value in allowed):
+        return value
+    raise StateError(f"{key}: expected one of {', '.join(allowed)} or null, got {value!r:.40}")
 
 
 def _port(data: dict[str, Any], key: str) -> int | None:
@@ -209,6 +236,10 @@ def _check_possible(state: FermState, now: float | None) -> None:
         )
     if state.mtls_proven_at is not None:  # a proof made in the future would never age
         sane_timestamp(state.mtls_proven_at, "mtls_proven_at", now)
+    if (state.mtls_negative_at is None) != (state.mtls_negative_reason is None):
+        raise StateError("mtls_negative_at and mtls_negative_reason: both or neither")
+    if state.mtls_negative_at is not None:
+        sane_timestamp(state.mtls_negative_at, "mtls_negative_at", now)
 
 
 def read_state(directory: Path, now: float | None = None) -> FermState:
@@ -238,6 +269,8 @@ def recorded_proof(state: FermState, cluster: str) -> ProofRecord:
         state.mtls_verdict,
         state.mtls_proof_skipped,
         state.mtls_proven_port,
+        state.mtls_negative_at,
+        state.mtls_negative_reason,
     )
 
 
@@ -271,12 +304,15 @@ def record_run(
     output: Path | None,
     now: float | None = None,
     proof: ProofRecord | None = None,
+    rule: str | None = None,
 ) -> str | None:
     """Write the state of this run; None, or a warning line when it could not be written.
 
     A state file that cannot be written never fails the run itself: the rule is what
     matters, and the warning says facts and metrics will not see this run. `proof`:
     the mTLS proof to record; None keeps the recorded one (a strict run proves nothing).
+    `rule`: the mode of the rule this run wrote or found up to date in `output`; None
+    keeps the recorded one (nothing written, or only printed).
     """
     now_int = int(time.time() if now is None else now)
     previous: int | None = None
@@ -285,6 +321,8 @@ def record_run(
         current = read_state(directory)
         previous = current.last_success
         on_disk = recorded_proof(current, cluster)
+        if rule is None and current.cluster == cluster:
+            rule = current.rule
         if proof is None:
             proof = on_disk
         elif proof.proven_at is not None and (proof.verdict != ENFORCED or proof.skipped):
@@ -299,7 +337,13 @@ def record_run(
         ):
             # Proven by this run, but a run that saw Typha accept what it must refuse
             # recorded that after this proof was made: the void stands.
-            proof = ProofRecord(None, None, NOT_ENFORCED, proof.skipped)
+            proof = ProofRecord(None, None, NOT_ENFORCED, proof.skipped,
+                                negative_at=on_disk.negative_at,
+                                negative_reason=on_disk.negative_reason)  # fmt: skip
+        if proof.verdict != ENFORCED and (on_disk.negative_at or 0) > (proof.negative_at or 0):
+            # A negative proof recorded meanwhile by a run at the same time stays seen.
+            proof = replace(proof, negative_at=on_disk.negative_at,
+                            negative_reason=on_disk.negative_reason)  # fmt: skip
     if proof is None:
         proof = ProofRecord()
     failed = sorted(set(failed_hosts))
@@ -318,6 +362,9 @@ def record_run(
         mtls_verdict=proof.verdict,
         mtls_proof_skipped=proof.skipped,
         mtls_proven_port=proof.port,
+        rule=rule,
+        mtls_negative_at=proof.negative_at,
+        mtls_negative_reason=proof.negative_reason,
     )
     content = (json.dumps(state.as_json(), sort_keys=True) + "\n").encode()
     path = directory / STATE_FILE

@@ -18,6 +18,8 @@ from typing import Any
 
 from typhapki import __version__
 from typhapki.errors import StoreError
+from typhapki.firewall.mtls_proof import NEGATIVE_REASONS
+from typhapki.firewall.state import MODES as FERM_RULES
 from typhapki.monitoring.exposition import exposition, gauge_family
 from typhapki.monitoring.status import SOURCES, NodeStatus, rotation_stage
 from typhapki.pki.verify import renewal_due_at
@@ -292,6 +294,25 @@ def _ferm_metrics(status: NodeStatus, gauge: _GaugeFactory) -> None:
         "The ferm rule's mode and DNS gate policy, always 1.",
         ("cluster", "mode", "dns_gate"),
     ).labels(cluster, state.mode, state.dns_gate).set(1)
+    # The rule in force and the proof it stands on (docs/ferm.md): a negative proof
+    # makes it strict whatever `mode` says, unless the strict rule cannot be built.
+    in_force = gauge(
+        "ferm_rule",
+        "The rule in force in the output, strict or relaxed: 1 for it, 0 for the other "
+        "(both 0 until a run wrote one).",
+        ("cluster", "rule"),
+    )
+    for rule in FERM_RULES:
+        in_force.labels(cluster, rule).set(1 if state.rule == rule else 0)
+    negative = gauge(
+        "ferm_mtls_negative_proof_timestamp_seconds",
+        "When `typhapki ferm` last saw the cluster's Typha take what it must refuse, by "
+        "what it took (plain_tcp, no_certificate, other_ca); 0 never, or proven since.",
+        ("cluster", "reason"),
+    )
+    for reason in NEGATIVE_REASONS:
+        seen = state.mtls_negative_at if state.mtls_negative_reason == reason else None
+        negative.labels(cluster, reason).set(seen or 0)
 
 
 def render(status: NodeStatus) -> bytes:

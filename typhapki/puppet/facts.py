@@ -177,7 +177,10 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
 
     ``mtls_enforced``: true while a proof that the cluster's Typha enforces mTLS is
     fresh, false when Typha was last seen accepting a client it must refuse, else
-    "unknown" (never proven, expired, or no answer since).
+    "unknown" (never proven, expired, or no answer since). ``rule``: the rule in force
+    in the output, strict or relaxed (null until a run wrote one), and
+    ``mtls_negative_reason`` what Typha was last seen taking (plain_tcp, no_certificate,
+    other_ca; null when proven since, or never seen).
 
     None when there is no state file and the node is not known to manage the rule
     (most nodes: they have no Typha rule at all); otherwise the state, or its error.
@@ -205,6 +208,9 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
         "last_success": _iso(datetime.fromtimestamp(last, UTC)) if last is not None else None,
         "mtls_enforced": "unknown" if enforced is None else enforced,
         "mtls_proof_skipped": state.mtls_proof_skipped,
+        "rule": state.rule,
+        # Its reason, not its time: a Typha that stays plain is seen again every run.
+        "mtls_negative_reason": state.mtls_negative_reason,
     }
 
 
