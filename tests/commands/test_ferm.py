@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -337,3 +338,34 @@ def test_hiera_directory_is_accepted(tmp_path: Path, lab_dns: Dnsmasq) -> None:
     (tmp_path / "h" / "a.yaml").write_text(HIERA)
     result = ferm(tmp_path / "h", "lab", lab_dns)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("gate", ["passes", "fails"])
+def test_a_preview_records_nothing_and_another_clusters_state_is_flagged(
+    gate: str, hiera: Path, lab_dns: Dnsmasq, tmp_path: Path
+) -> None:
+    """A stdout preview, of the node's own cluster or another, leaves ferm.json byte for
+    byte; a state that a run with --output for another cluster left names that cluster
+    in the node's fact as an error, never as the node's own gate."""
+    state = tmp_path / "state"
+    out = tmp_path / "10_calico-typha"
+    assert ferm(hiera, "lab", lab_dns, "--output", out, "--state-dir", state).returncode == 0
+    recorded = (state / "ferm.json").read_bytes()
+    # A resolver that never answers: the gate fails, and still nothing is recorded.
+    dns = lab_dns.arg if gate == "passes" else "127.0.0.1:9"
+    for cluster in ("lab", "lab4"):
+        preview = run_cli(
+            "ferm", "--hiera", hiera, "--cluster", cluster, "--nameserver", dns,
+            "--timeout", "0.2", "--state-dir", state,
+        )  # fmt: skip
+        assert preview.returncode == (1 if gate == "fails" else 0), preview.stderr
+        assert (state / "ferm.json").read_bytes() == recorded
+    other = tmp_path / "other"
+    args = ("--output", other, "--mode", "strict", "--state-dir", state)
+    assert ferm(hiera, "lab4", lab_dns, *args).returncode == 0
+    fact = run_cli(
+        "facts", "--state-dir", state, "--ferm-output", out, "--cluster", "lab", "--no-probe"
+    )
+    gate_fact = json.loads(fact.stdout)["typhapki"]["ferm_gate"]
+    assert gate_fact["cluster"] == "lab4"
+    assert "not this node's cluster lab" in gate_fact["error"]

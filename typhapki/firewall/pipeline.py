@@ -202,6 +202,10 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     requested_mode = mode  # the state's mode: hiera's, even when a negative proof overrides it
 
     def record() -> None:
+        # Only a run about the node's own rule file (written or --check'ed) is the
+        # node's state: a stdout preview, of this cluster or another, records nothing.
+        if opts.output is None:
+            return
         warning = record_run(
             state_dir(opts.state_dir),
             cluster=cluster.name,

@@ -172,7 +172,9 @@ def file_state(path: Path) -> dict[str, Any]:
     return fact
 
 
-def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | None:
+def ferm_gate_fact(
+    state_dir: Path | None, wanted: bool, cluster: str | None = None
+) -> dict[str, Any] | None:
     """The last `typhapki ferm` runs, from ferm.json: small and bounded (no host list).
 
     ``mtls_enforced``: true while a proof that the cluster's Typha enforces mTLS is
@@ -184,6 +186,8 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
 
     None when there is no state file and the node is not known to manage the rule
     (most nodes: they have no Typha rule at all); otherwise the state, or its error.
+    A state of another cluster than the node's `cluster` is flagged as an error: it
+    says nothing of this node's rule.
     """
     import time
 
@@ -197,6 +201,13 @@ def ferm_gate_fact(state_dir: Path | None, wanted: bool) -> dict[str, Any] | Non
         return None if not wanted else {"error": str(exc)}
     except StateError as exc:
         return {"error": str(exc)}
+    if cluster is not None and state.cluster != cluster:
+        return {
+            "cluster": state.cluster,
+            "error": f"{directory / 'ferm.json'}: the last run recorded was for cluster "
+            f"{state.cluster}, not this node's cluster {cluster}: run typhapki ferm for "
+            f"{cluster} (with its --output) to record this node's rule",
+        }
     last = state.last_success
     # No proof's timestamps: they would change the fact (and PuppetDB) on every run.
     enforced = recorded_proof(state, state.cluster).enforced(int(time.time()))
@@ -380,7 +391,8 @@ def gather(
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
-        gate = ferm_gate_fact(request.state_dir, wanted=request.ferm_output is not None)
+        wanted = request.ferm_output is not None
+        gate = ferm_gate_fact(request.state_dir, wanted, request.cluster)
         if gate is not None:
             fact["ferm_gate"] = gate
     except Exception as exc:  # the fact must never crash the Facter run
