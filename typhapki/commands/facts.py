@@ -34,14 +34,11 @@ class RawFactOptions:
 
 
 def _days(value: str | None, source: str) -> int | None:
+    from typhapki.numbers import whole_number
+
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(
-            f"days {value!r} (from {source}): expected a whole number of days"
-        ) from None
+    return whole_number(value, low=0, high=10**6, what=f"days (from {source})", error=UsageError)
 
 
 def _signer_options(raw: RawFactOptions) -> SignerOptions:
@@ -131,6 +128,17 @@ def facts(raw: RawFactOptions) -> int:
         errors.append(str(exc))
         wiring = WiringSettings()
 
+    from typhapki.monitoring.request import parse_typha_uid
+    from typhapki.settings.options import DEFAULT_TYPHA_UID
+
+    typha_uid = DEFAULT_TYPHA_UID
+    if raw.get("typha_uid") is not None:
+        try:
+            typha_uid = parse_typha_uid(raw.get("typha_uid"))
+        except UsageError as exc:  # said in the fact; Typha judged by the default uid
+            source = raw.sources.get("typha_uid", "--typha-uid")
+            errors.append(f"{exc} (from {source})")
+
     request = FactRequest(
         out=Path(raw.get("out")) if raw.get("out") else None,
         roles=roles,
@@ -146,6 +154,7 @@ def facts(raw: RawFactOptions) -> int:
         cluster=raw.get("cluster") or None,
         signer=observed.signer,
         trusted=observed.trusted,
+        typha_uid=typha_uid,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK
