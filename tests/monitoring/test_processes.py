@@ -19,6 +19,7 @@ from tests.support.issuing import ensure_local
 from tests.support.processes import (
     OTHER_UID,
     ROOT,
+    SHAPED,
     TYPHA_UID,
     private_process_table,
     start_named,
@@ -311,15 +312,6 @@ def test_in_parallel_only_the_tls_typha_waits_for_a_restart(
 # --- every Calico release's process shapes (typhapki/calico.py) ----------------------
 
 
-def _shapes() -> list[Release]:
-    """One release per pair of process shapes, named by the releases that share it."""
-    found: dict[object, Release] = {}
-    for release in RELEASES:
-        found.setdefault((release.typha, release.felix), release)
-    return list(found.values())
-
-
-SHAPED = [pytest.param(r, id=f"calico-{r.version}-shape") for r in _shapes()]
 OTHERS = [("calico", "component", "cni", "install"), ("calico", "component", "node", "init"),
           ("calico", "component", "kube-controllers"), ("calico", "component"),
           ("calico", "typha"), ("calico-node", "-confd"), ("calico-node", "-bird")]  # fmt: skip

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,17 @@ def stop_all(started: Sequence[subprocess.Popen[bytes]]) -> None:
         proc.stdin.close()
         proc.kill()
         proc.wait()
+
+
+def _release_shapes() -> list[Any]:
+    """One release per pair of process shapes (typhapki/calico.py `RELEASES`): the
+    tests of the fact and restart drift run over each shape, not each release."""
+    from typhapki.calico import RELEASES
+
+    found: dict[object, Any] = {}
+    for release in RELEASES:
+        found.setdefault((release.typha, release.felix), release)
+    return [pytest.param(r, id=f"calico-{r.version}-shape") for r in found.values()]
+
+
+SHAPED = _release_shapes()
