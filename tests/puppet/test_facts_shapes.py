@@ -5,7 +5,6 @@ Typha, in the run's private PID namespace (scripts/test.sh)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,37 +20,13 @@ from tests.support.processes import (
     ROOT,
     SHAPED,
     TYPHA_UID,
-    shared_bin_dir,
-    start_shaped,
-    stop_all,
+    Node,
 )
 from typhapki.calico import Release
-from typhapki.monitoring import processes
 from typhapki.pki.issuance import load_issuer
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 
 HOSTILE_PORTS = ["5\u00b2", "9" * 5000]
-
-
-class Node:
-    """This test's processes: only they are in typhapki's process table."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.directory = shared_bin_dir()
-        self.started: list[subprocess.Popen[bytes]] = []
-        real = processes.list_processes
-        monkeypatch.setattr(processes, "list_processes", lambda names: [
-            p for p in real(names) if p.pid in {s.pid for s in self.started}])  # fmt: skip
-
-    def start(self, argv: tuple[str, ...], env: dict[str, str], uid: int) -> int:
-        proc = start_shaped(self.directory, argv, {"PATH": "/bin", **env}, uid)
-        self.started.append(proc)
-        return proc.pid
-
-    def stop(self, pid: int) -> None:
-        (proc,) = [p for p in self.started if p.pid == pid]
-        stop_all([proc])
-        self.started.remove(proc)
 
 
 @pytest.fixture
@@ -59,10 +34,11 @@ def node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     require_root()
     found = Node(monkeypatch)
     yield found
-    stop_all(found.started)
+    found.close()
 
 
 def _fact(out: Path, *more: str) -> dict[str, Any]:
+    """`typhapki facts` as Facter runs it (no probe: no Typha listens here)."""
     result = run_cli("facts", "--out", out, "--no-probe", *more)
     assert result.returncode == 0, result.stderr
     fact: dict[str, Any] = json.loads(result.stdout)["typhapki"]

@@ -172,3 +172,32 @@ def _release_shapes() -> list[Any]:
 
 
 SHAPED = _release_shapes()
+
+
+class Node:
+    """A node's Calico processes, started by a test: only they are in typhapki's
+    process table while it lives (`close()` at the end)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.directory = shared_bin_dir()
+        self.started: list[subprocess.Popen[bytes]] = []
+        from typhapki.monitoring import processes
+
+        real = processes.list_processes
+        monkeypatch.setattr(processes, "list_processes", lambda names: [
+            p for p in real(names) if p.pid in {s.pid for s in self.started}])  # fmt: skip
+
+    def start(self, argv: tuple[str, ...], env: dict[str, str], uid: int) -> int:
+        proc = start_shaped(self.directory, argv, {"PATH": "/bin", **env}, uid)
+        self.started.append(proc)
+        return proc.pid
+
+    def stop(self, pid: int) -> None:
+        (proc,) = [p for p in self.started if p.pid == pid]
+        stop_all([proc])
+        self.started.remove(proc)
+
+    def close(self) -> None:
+        stop_all(self.started)
+        self.started.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
