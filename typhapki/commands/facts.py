@@ -44,6 +44,7 @@ def _days(value: str | None, source: str) -> int | None:
 def _signer_options(raw: RawFactOptions) -> SignerOptions:
     """The signer options from their text, converted as their flags convert them; a
     value that does not convert is a usage error naming it and where it came from."""
+    from typhapki.numbers import seconds
     from typhapki.settings import options
     from typhapki.settings.signer import OPTION_NAMES, SignerOptions
 
@@ -53,9 +54,9 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
         if value is None or kind in (str, bool):
             given[name] = value
         elif kind is float:
-            try:
-                given[name] = float(value)
-            except ValueError:
+            try:  # plain decimal digits (typhapki/numbers.py); the range is checked later
+                given[name] = seconds(value, low=0, high=1e12, what=name)
+            except ConfigError:
                 source = raw.sources.get(name, options.BY_NAME[name].flag)
                 raise UsageError(f"{name} {value!r} (from {source}): expected seconds") from None
         else:

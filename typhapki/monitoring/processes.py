@@ -117,7 +117,11 @@ def _boot_time() -> float:
 def _boot_second(proc: Path) -> int | None:
     for line in (_read(f"{proc}/stat") or b"").splitlines():
         if line.startswith(b"btime "):
-            return int(line.split()[1])
+            try:
+                text = line.split()[1].decode("ascii")
+                return whole_number(text, low=0, high=2**63 - 1, what=f"{proc}/stat: btime")
+            except (IndexError, UnicodeDecodeError, ConfigError):
+                return None
     return None
 
 
@@ -166,8 +170,10 @@ def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Pro
         # ends comm, which may itself hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
         try:
-            state, since_boot = fields[0], int(fields[19])
-        except (IndexError, ValueError):
+            state = fields[0]
+            since_boot = whole_number(fields[19].decode("ascii"), low=0, high=2**63 - 1,
+                                      what=f"{base}/stat: starttime")  # fmt: skip
+        except (IndexError, UnicodeDecodeError, ConfigError):
             continue
         if state in (b"Z", b"X"):
             continue  # exited, not reaped yet: it holds no certificate any more
