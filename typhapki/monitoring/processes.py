@@ -8,7 +8,8 @@ Processes are found through /proc, so this sees pods' processes too when it runs
 host; what Typha's and Felix's processes look like, in every Calico release, is
 `SHAPES` in typhapki/calico.py.
 
-Only a process whose owner can be trusted counts (docs/security.md, "Processes"): Felix
+Only a process whose owner can be trusted counts (docs/security.md, "Processes named
+like Calico"): Felix
 owned by root, Typha by root or the Typha uid (`--typha-uid`). Another user's process of
 the same shape is listed as ignored, never taken for Typha or Felix. A process whose
 environment cannot be judged (a hostile TYPHA_SERVERPORT) says why in its own row.
