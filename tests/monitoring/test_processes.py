@@ -467,3 +467,36 @@ def test_a_hostile_typha_is_one_row_that_says_why(
         assert restart_statuses(Path("/nonexistent"), found)[Component.TYPHA].running
     finally:
         stop_all(started)
+
+
+RAW = st.binary(min_size=1, max_size=64).map(lambda b: os.fsdecode(b.replace(b"\0", b"\xff")))
+
+
+@settings(max_examples=8, deadline=None)
+@given(args=st.lists(RAW, max_size=3), values=st.lists(RAW, min_size=1, max_size=3),
+       one_binary=st.booleans())  # fmt: skip
+def test_hostile_argv_and_environment_bytes_break_nothing(
+    args: list[str], values: list[str], one_binary: bool
+) -> None:
+    """Bytes that are not text in a Typha's and a Felix's argv and environment (names
+    and values, TYPHA_SERVERPORT among them): each is still found and judged, and
+    nothing raises."""
+    from tests.support.processes import shared_bin_dir, start_shaped, stop_all
+
+    release = RELEASES[-1] if one_binary else RELEASES[0]
+    names = ["TYPHA_SERVERPORT", "FELIX_TYPHACAFILE", "X" + values[0].replace("=", "")]
+    env = dict(zip(names, values, strict=False))
+    directory = shared_bin_dir()
+    started = [start_shaped(directory, (*release.typha.argv, *args), env),
+               start_shaped(directory, (*release.felix.argv, *args), env)]  # fmt: skip
+    try:
+        found = _mine({p.pid for p in started})
+        assert [p.pid for p in component_processes(Component.TYPHA, found)] == [started[0].pid]
+        assert [p.pid for p in component_processes(Component.FELIX, found)] == [started[1].pid]
+        (typha,) = typha_listeners(found)
+        assert typha.tls is not None or "TYPHA_SERVERPORT" in (typha.error or "")
+        assert felix_tls(found).tls is ("FELIX_TYPHACAFILE" in env)
+        json.dumps([typha.as_dict(), felix_tls(found).as_dict()])
+        assert restart_statuses(Path("/nonexistent"), found)[Component.FELIX].running
+    finally:
+        stop_all(started)
