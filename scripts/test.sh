@@ -66,7 +66,7 @@ NARGS=$#
 # (it reaps what the tests' servers leave behind and passes signals on). Restart status
 # reads /proc: a calico-typha or calico-node that anything else on this machine runs
 # must not enter a test's verdict, and two runs on one machine must not see each other.
-# Two such decoys run outside for the whole run; tests/conftest.py fails a test that
+# Such decoys, of every Calico shape, run outside for the whole run; tests/conftest.py fails a test that
 # reads a table open to them, and tests/monitoring/test_processes.py checks that none
 # of them is seen. As root, as CI runs; a user's run goes without.
 in_own_pid_namespace() {
@@ -84,6 +84,15 @@ start_decoys() {
   for name in calico-typha calico-node; do
     cp "$(command -v sleep)" "$dir/$name"
     "$dir/$name" 86400 &
+    DECOYS+=("$!")
+  done
+  # Calico 3.33's shapes (typhapki/calico.py): `calico component typha|felix`, a copy of
+  # bash running the script `component`, whose builtin read waits on a FIFO.
+  cp "$(command -v bash)" "$dir/calico"
+  mkfifo "$dir/wait"
+  echo 'read -r -t 86400 <> "$PWD/wait"' > "$dir/component"
+  for name in typha felix; do
+    (cd "$dir" && exec -a calico ./calico component "$name") &
     DECOYS+=("$!")
   done
 }

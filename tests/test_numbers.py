@@ -57,3 +57,61 @@ def test_seconds_take_only_finite_plain_values_in_range(value: object) -> None:
 def test_seconds_refuse_what_float_would_take(value: object) -> None:
     with pytest.raises(ConfigError):
         seconds(value, low=0.001, high=3600, what="kube_timeout")
+
+
+# --- its readers: every number typhapki reads from text goes through it ---------------
+
+# What int() takes or chokes on, and what Calico's strconv.Atoi never would.
+HOSTILE = st.sampled_from(["5\u00b2", "\u0665\u0664\u0667\u0663", "9" * 5000, "-1", "5_473",
+                           " 5473", "0x1571", "+5", "\uff15\uff14\uff17\uff13", "1e3", "nan",
+                           "65536"]) | st.text(max_size=12)  # fmt: skip
+
+
+def _plain_port(text: str, low: int = 0) -> int | None:
+    digits = text.isascii() and text.isdigit() and len(text) < 6
+    return int(text) if digits and low <= int(text) <= 65535 else None
+
+
+@given(text=HOSTILE)
+def test_the_charts_port_env_is_a_port_or_one_line(text: str) -> None:
+    """Typha's TYPHA_SERVERPORT in a chart (typhapki/kubernetes/typhaports.py)."""
+    from typhapki.kubernetes.typhaports import int_port, typha_ports
+
+    container = {"name": "calico-typha", "env": [{"name": "TYPHA_SERVERPORT", "value": text}]}
+    expected = _plain_port(text)
+    if expected is None:
+        with pytest.raises(ConfigError, match="Deployment calico-typha: env TYPHA_SERVERPORT"):
+            typha_ports(container, "Deployment calico-typha")
+    else:
+        assert typha_ports(container, "Deployment calico-typha").server == (expected or 5473)
+    assert int_port(text) == expected
+
+
+@given(text=HOSTILE, v6=st.booleans())
+def test_address_and_nameserver_ports_are_ports_or_one_line(text: str, v6: bool) -> None:
+    """--address (probe) and --nameserver: a usage error naming the flag, never int()'s."""
+    from typhapki.firewall.dnsgate import parse_nameserver
+    from typhapki.inventory.hostnames import parse_address
+
+    host = "[2001:db8::1]" if v6 else "192.0.2.1"
+    expected = _plain_port(text, low=1)
+    if expected is None:
+        with pytest.raises(UsageError, match="--address"):
+            parse_address(f"{host}:{text}")
+        with pytest.raises(UsageError, match="--nameserver"):
+            parse_nameserver(f"{host}:{text}")
+    else:
+        assert parse_address(f"{host}:{text}")[1] == expected
+        assert parse_nameserver(f"{host}:{text}")[1] == expected
+
+
+@given(text=HOSTILE)
+def test_a_lifetime_in_days_is_plain_or_one_line(text: str) -> None:
+    """--typha-lifetime 30d (typhapki/settings/pki.py): never int()'s ValueError."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.settings.pki import _lifetime
+
+    try:
+        _lifetime(f"{text}d", "--typha-lifetime")
+    except TyphapkiError as exc:
+        assert "--typha-lifetime" in str(exc) and "\n" not in str(exc)

@@ -157,6 +157,7 @@ def check_body(
     nagios: bool,
     probe_address: str | None,
     no_probe: bool,
+    typha_uid: int | None,
     warning: str | None,
     critical: str | None,
     source: Path | None,
@@ -183,6 +184,7 @@ def check_body(
                 critical,
                 signer,
                 state_dir,
+                typha_uid,
             )
         )
     if warning is not None or critical is not None:
@@ -230,6 +232,7 @@ def metrics_body(
     state_dir: Path | None,
     probe_address: str | None,
     no_probe: bool,
+    typha_uid: int | None,
     pki: PkiOptions,
     signer: SignerOptions,
 ) -> int:
@@ -250,6 +253,7 @@ def metrics_body(
             probe_address,
             no_probe,
             signer,
+            typha_uid,
         )
     )
 

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from tests.conftest import CI, RUN_STARTED_AT
 from tests.monitoring.conftest import ProcessFactory
 from tests.support.issuing import ensure_local
-from tests.support.processes import private_process_table, start_named
+from tests.support.processes import (
+    OTHER_UID,
+    ROOT,
+    SHAPED,
+    TYPHA_UID,
+    private_process_table,
+    start_named,
+)
+from typhapki.calico import RELEASES, ProcessShape, Release
 from typhapki.monitoring import processes
 from typhapki.monitoring.processes import (
     FELIX_TLS_ENV,
@@ -25,6 +33,7 @@ from typhapki.monitoring.processes import (
     TlsEnv,
     component_processes,
     felix_tls,
+    ignored_processes,
     restart_status,
     restart_statuses,
     typha_listeners,
@@ -46,7 +55,7 @@ def _reissue(out: Path, ca_dir: Path, role: RoleName) -> None:
 def _mine(pids: set[int]) -> list:  # type: ignore[type-arg]
     # Only this test's processes: another calico-* process on the machine must not count.
     # Through the module, as restart_statuses calls it (tests/conftest.py records each read).
-    return [p for p in processes.list_processes(["calico-typha", "calico-node"]) if p.pid in pids]
+    return [p for p in processes.list_processes(PROCESS_NAMES) if p.pid in pids]
 
 
 def test_started_before_and_after_a_publish(
@@ -181,7 +190,7 @@ def test_no_process_from_before_this_run_is_seen() -> None:
     if private_process_table() is not None:
         pytest.skip("the machine's process table is open to this run")
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
-    seen = processes.list_processes(PROCESS_NAMES.values())
+    seen = processes.list_processes(PROCESS_NAMES)
     older = [p for p in seen if p.started_at + tick < RUN_STARTED_AT]
     assert older == []
 
@@ -264,7 +273,7 @@ def test_an_unreadable_environment_is_unknown_not_plain(tmp_path: Path) -> None:
     proc_dir = tmp_path / "proc"
     (proc_dir / "4242").mkdir(parents=True)
     (proc_dir / "4242" / "environ").mkdir()  # reading a directory fails: EISDIR
-    felix = processes.Process(4242, "calico-node", ("calico-node", "-felix"), 0.0, 0)
+    felix = processes.Process(4242, "calico-node", ("calico-node", "-felix"), 0.0, 0, (0, 0, 0, 0))
     found = felix_tls([felix], proc_dir)
     assert found.running and found.tls is None and found.error
     assert "4242/environ" in found.error
@@ -298,3 +307,196 @@ def test_in_parallel_only_the_tls_typha_waits_for_a_restart(
             _stop(new_tls)
     finally:
         _stop(plain, tls)
+
+
+# --- every Calico release's process shapes (typhapki/calico.py) ----------------------
+
+
+OTHERS = [("calico", "component", "cni", "install"), ("calico", "component", "node", "init"),
+          ("calico", "component", "kube-controllers"), ("calico", "component"),
+          ("calico", "typha"), ("calico-node", "-confd"), ("calico-node", "-bird")]  # fmt: skip
+
+
+def _gone(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait()  # reaped: no longer in /proc
+
+
+def _argv(shape: ProcessShape, path: bool) -> tuple[str, ...]:
+    # 3.33's binary at an image's path, or as runit starts it.
+    argv = shape.argv
+    return (f"/usr/local/bin/{argv[0]}", *argv[1:]) if path else argv
+
+
+@pytest.mark.parametrize("release", SHAPED)
+def test_restart_drift_in_each_release_shape(
+    release: Release, issued: Path, ca_dir: Path, shaped_process: ProcessFactory
+) -> None:
+    """Typha and Felix are found by what they are in every release; Calico's other
+    components in the same binary are never taken for either. A reissue leaves Typha
+    pending, a restart clears it."""
+    typha = shaped_process(*_argv(release.typha, True))
+    felix = shaped_process(*_argv(release.felix, False))
+    others = [shaped_process(*argv) for argv in OTHERS if argv[0] == release.felix.name]
+    pids = {typha.pid, felix.pid, *(o.pid for o in others)}
+    found = _mine(pids)
+    assert [p.pid for p in component_processes(Component.TYPHA, found)] == [typha.pid]
+    assert [p.pid for p in component_processes(Component.FELIX, found)] == [felix.pid]
+    assert ignored_processes(found) == []
+    assert not restart_status(issued, Component.TYPHA, found).pending
+
+    time.sleep(0.05)
+    _reissue(issued, ca_dir, RoleName.TYPHA)
+    assert restart_status(issued, Component.TYPHA, _mine(pids)).pending
+    _gone(typha)
+    time.sleep(0.05)
+    new = shaped_process(*_argv(release.typha, False))
+    status = restart_status(issued, Component.TYPHA, _mine(pids | {new.pid}))
+    assert status.running and not status.pending
+
+
+def test_only_other_components_is_nothing_running(shaped_process: ProcessFactory) -> None:
+    """A 3.33 node whose Typha and Felix are not running: `calico component cni` and
+    `node init` do not stand in for them (only 3.32's calico-node processes do)."""
+    started = [shaped_process(*argv) for argv in OTHERS if argv[0] == "calico"]
+    found = _mine({p.pid for p in started})
+    assert len(found) == len(started)
+    for component in Component:
+        assert component_processes(component, found) == []
+    assert felix_tls(found) == TlsEnv(False, None)
+
+
+def test_a_pending_restart_lasts_across_an_upgrade_until_a_new_start(
+    issued: Path, ca_dir: Path, shaped_process: ProcessFactory
+) -> None:
+    """3.32's Typha rolled to 3.33's (maxSurge: the new pod starts beside the old one).
+    Pending stays pending until a Typha, of either shape, started after the publish."""
+    split, one = RELEASES[0], RELEASES[-1]
+    assert (split.one_binary, one.one_binary) == (False, True)
+    old = shaped_process(*split.typha.argv)
+    early = shaped_process(*one.typha.argv)  # the 3.33 pod, started before the reissue
+    time.sleep(0.05)
+    _reissue(issued, ca_dir, RoleName.TYPHA)
+    assert restart_status(issued, Component.TYPHA, _mine({old.pid, early.pid})).pending
+    _gone(old)  # the old pod goes: the 3.33 Typha still holds the previous files
+    assert restart_status(issued, Component.TYPHA, _mine({old.pid, early.pid})).pending
+    time.sleep(0.05)
+    late = shaped_process(*one.typha.argv)
+    _gone(early)
+    status = restart_status(issued, Component.TYPHA, _mine({early.pid, late.pid}))
+    assert status.running and not status.pending
+    # And back (a rollback to 3.32): a restart in the old shape clears it just as well.
+    time.sleep(0.05)
+    changes = ensure_local(issued, load_issuer(ca_dir), PkiSettings(), [RoleName.TYPHA])
+    assert [c.action for c in changes] == ["reissued"]  # back to the default key type
+    assert restart_status(issued, Component.TYPHA, _mine({late.pid})).pending
+    time.sleep(0.05)
+    back = shaped_process(*split.typha.argv)
+    _gone(late)
+    assert not restart_status(issued, Component.TYPHA, _mine({late.pid, back.pid})).pending
+
+
+OWNERS = [pytest.param(u, id=n) for u, n in ((ROOT, "root"), (TYPHA_UID, "typha-uid"),
+                                              (OTHER_UID, "other-uid"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("uid", OWNERS)
+@pytest.mark.parametrize("release", SHAPED)
+def test_only_a_trusted_owner_counts(
+    release: Release, uid: int, shaped_process: ProcessFactory
+) -> None:
+    """Felix counts when root owns it; Typha when root or the Typha uid (--typha-uid)
+    does. Any other owner's process of their shape is listed as ignored."""
+    from tests.conftest import require_root
+
+    require_root()
+    typha = shaped_process(*release.typha.argv, uid=uid)
+    felix = shaped_process(*release.felix.argv, uid=uid)
+    found = _mine({typha.pid, felix.pid})
+    assert {p.uids for p in found} == {(uid,) * 4}
+    typhas = [p.pid for p in component_processes(Component.TYPHA, found)]
+    felixes = [p.pid for p in component_processes(Component.FELIX, found)]
+    assert typhas == ([typha.pid] if uid in (ROOT, TYPHA_UID) else [])
+    assert felixes == ([felix.pid] if uid == ROOT else [])
+    ignored = {(i.pid, i.component) for i in ignored_processes(found)}
+    expected = {(typha.pid, Component.TYPHA)} if not typhas else set()
+    expected |= {(felix.pid, Component.FELIX)} if not felixes else set()
+    assert ignored == expected
+    assert all(f"uid {uid}/" in i.why for i in ignored_processes(found))
+    # Another --typha-uid trusts that user's Typha instead; never its Felix.
+    other = component_processes(Component.TYPHA, found, typha_uid=uid) if uid else []
+    assert [p.pid for p in other] == ([typha.pid] if uid else [])
+    assert component_processes(Component.FELIX, found, typha_uid=uid) == (
+        [p for p in found if p.pid == felix.pid] if uid == ROOT else []
+    )
+
+
+HOSTILE_PORTS = st.sampled_from(["5\u00b2", "\u0665\u0664\u0667\u0663", "9" * 5000, "-1",
+                                 "65536", " 5473", "5473 ", "0x1571", "+5473", "5_473",
+                                 "\u00a05473"]) | st.text(min_size=1, max_size=30).filter(
+    lambda t: not t.isascii() or not t.isdigit() or int(t) > 65535)  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None)
+@given(port=HOSTILE_PORTS, one_binary=st.booleans())
+def test_a_hostile_typha_is_one_row_that_says_why(
+    tmp_path_factory: pytest.TempPathFactory, port: str, one_binary: bool
+) -> None:
+    """A second Typha with a TYPHA_SERVERPORT no Typha could listen on cannot be judged:
+    its row says so in one line, naming the variable; the other Typha, Felix and the
+    restart verdict stand."""
+    from tests.support.processes import shared_bin_dir, start_shaped, stop_all
+
+    release = RELEASES[-1] if one_binary else RELEASES[0]
+    directory = shared_bin_dir()
+    good_env = {"TYPHA_SERVERPORT": "5474", "TYPHA_CAFILE": "/ca.crt"}
+    bad_env = {"TYPHA_CAFILE": "/ca.crt", "TYPHA_SERVERPORT": port.replace("\0", "")}
+    felix_env = {"FELIX_TYPHACAFILE": "/ca.crt"}
+    started = [start_shaped(directory, release.typha.argv, good_env),
+               start_shaped(directory, release.typha.argv, bad_env),
+               start_shaped(directory, release.felix.argv, felix_env)]  # fmt: skip
+    try:
+        found = _mine({p.pid for p in started})
+        good, bad = typha_listeners(found)
+        assert (good.port, good.tls, good.error) == (5474, True, None)
+        assert bad.tls is None and bad.port is None and bad.error is not None
+        assert "TYPHA_SERVERPORT" in bad.error and f"process {started[1].pid}" in bad.error
+        assert "\n" not in bad.error and len(bad.error) < 200
+        assert processes.local_typha_address(found) == "127.0.0.1:5474"
+        assert felix_tls(found).tls is True
+        assert restart_statuses(Path("/nonexistent"), found)[Component.TYPHA].running
+    finally:
+        stop_all(started)
+
+
+RAW = st.binary(min_size=1, max_size=64).map(lambda b: os.fsdecode(b.replace(b"\0", b"\xff")))
+
+
+@settings(max_examples=8, deadline=None)
+@given(args=st.lists(RAW, max_size=3), values=st.lists(RAW, min_size=1, max_size=3),
+       one_binary=st.booleans())  # fmt: skip
+def test_hostile_argv_and_environment_bytes_break_nothing(
+    args: list[str], values: list[str], one_binary: bool
+) -> None:
+    """Bytes that are not text in a Typha's and a Felix's argv and environment (names
+    and values, TYPHA_SERVERPORT among them): each is still found and judged, and
+    nothing raises."""
+    from tests.support.processes import shared_bin_dir, start_shaped, stop_all
+
+    release = RELEASES[-1] if one_binary else RELEASES[0]
+    names = ["TYPHA_SERVERPORT", "FELIX_TYPHACAFILE", "X" + values[0].replace("=", "")]
+    env = dict(zip(names, values, strict=False))
+    directory = shared_bin_dir()
+    started = [start_shaped(directory, (*release.typha.argv, *args), env),
+               start_shaped(directory, (*release.felix.argv, *args), env)]  # fmt: skip
+    try:
+        found = _mine({p.pid for p in started})
+        assert [p.pid for p in component_processes(Component.TYPHA, found)] == [started[0].pid]
+        assert [p.pid for p in component_processes(Component.FELIX, found)] == [started[1].pid]
+        (typha,) = typha_listeners(found)
+        assert typha.tls is not None or "TYPHA_SERVERPORT" in (typha.error or "")
+        assert felix_tls(found).tls is ("FELIX_TYPHACAFILE" in env)
+        json.dumps([typha.as_dict(), felix_tls(found).as_dict()])
+        assert restart_statuses(Path("/nonexistent"), found)[Component.FELIX].running
+    finally:
+        stop_all(started)

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +92,112 @@ def seen_alone(
             proc.stdin.close()
             proc.kill()
             proc.wait()
+
+
+# The owners a test's Calico-shaped processes run as: root, tigera-operator's Typha uid
+# (typhapki's default --typha-uid) and any other user (never trusted).
+ROOT, TYPHA_UID, OTHER_UID = 0, 10001, 4242
+
+
+def shared_bin_dir() -> Path:
+    """A directory every uid can enter and execute from (pytest's own are 0700)."""
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="typhapki-calico-"))
+    directory.chmod(0o755)
+    return directory
+
+
+def start_shaped(
+    directory: Path,
+    argv: Sequence[str],
+    env: dict[str, str] | dict[bytes, bytes] | None = None,
+    uid: int = ROOT,
+) -> subprocess.Popen[bytes]:
+    """A real process whose comm is argv[0]'s base name and whose argv is exactly
+    `argv` (`calico component typha`, `/usr/bin/calico component felix`), owned by
+    `uid`, returned once /proc shows it. A copy of bash runs the script named argv[1]
+    from `directory` (its cwd): a builtin `read` that waits, no child process. An
+    argv whose argv[1] is an option (`calico-node -felix`) or that is argv[0] alone
+    is started by `start_named` (its argv then carries bash's `-c` script first)."""
+    name = os.path.basename(argv[0])
+    if len(argv) < 2 or argv[1].startswith("-"):
+        exe_args: list[str] = ["-c", "read -t 600", name, *argv[1:]]
+        args, cwd = [str(directory / name), *exe_args], None
+    else:
+        script = directory / argv[1]
+        if not script.exists():  # never rewritten: another process may be reading it
+            staged = directory / f".{argv[1]}.new"
+            staged.write_text("read -t 600\n")
+            staged.chmod(0o644)
+            staged.rename(script)
+        args, cwd = list(argv), directory
+    exe = directory / name
+    if not exe.exists():
+        shutil.copy(shutil.which("bash") or "/bin/bash", exe)
+        exe.chmod(0o755)
+    proc = subprocess.Popen(
+        args, executable=exe, stdin=subprocess.PIPE, env=env, cwd=cwd,
+        user=uid if uid != os.geteuid() else None,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
+                return proc
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"process {proc.pid} never showed up as {name}")
+
+
+def stop_all(started: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Kill and reap each of `started`."""
+    for proc in started:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.kill()
+        proc.wait()
+
+
+def _release_shapes() -> list[Any]:
+    """One release per pair of process shapes (typhapki/calico.py `RELEASES`): the
+    tests of the fact and restart drift run over each shape, not each release."""
+    from typhapki.calico import RELEASES
+
+    found: dict[object, Any] = {}
+    for release in RELEASES:
+        found.setdefault((release.typha, release.felix), release)
+    return [pytest.param(r, id=f"calico-{r.version}-shape") for r in found.values()]
+
+
+SHAPED = _release_shapes()
+
+
+class Node:
+    """A node's Calico processes, started by a test: only they are in typhapki's
+    process table while it lives (`close()` at the end)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.directory = shared_bin_dir()
+        self.started: list[subprocess.Popen[bytes]] = []
+        from typhapki.monitoring import processes
+
+        real = processes.list_processes
+        monkeypatch.setattr(processes, "list_processes", lambda names: [
+            p for p in real(names) if p.pid in {s.pid for s in self.started}])  # fmt: skip
+
+    def start(self, argv: tuple[str, ...], env: dict[str, str], uid: int) -> int:
+        proc = start_shaped(self.directory, argv, {"PATH": "/bin", **env}, uid)
+        self.started.append(proc)
+        return proc.pid
+
+    def stop(self, pid: int) -> None:
+        (proc,) = [p for p in self.started if p.pid == pid]
+        stop_all([proc])
+        self.started.remove(proc)
+
+    def close(self) -> None:
+        stop_all(self.started)
+        self.started.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)

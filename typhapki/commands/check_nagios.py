@@ -23,6 +23,7 @@ def check_nagios(
     critical: str | None = None,
     signer: SignerOptions | None = None,
     state_dir: Path | None = None,
+    typha_uid: int | None = None,
 ) -> int:
     """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3.
 
@@ -46,6 +47,7 @@ def check_nagios(
             critical,
             signer,
             state_dir,
+            typha_uid,
         )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
         result = unknown(str(exc))
@@ -69,6 +71,7 @@ def _evaluate(
     critical: str | None,
     signer: SignerOptions | None = None,
     state_dir: Path | None = None,
+    typha_uid: int | None = None,
 ) -> NagiosResult:
     from typhapki.errors import ConfigError
     from typhapki.monitoring.nagios import Thresholds, evaluate
@@ -79,7 +82,7 @@ def _evaluate(
 
     observed, request = observed_request(
         out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
-        ferm_state=False, state_dir=state_dir,
+        ferm_state=False, state_dir=state_dir, typha_uid=typha_uid,
     )  # fmt: skip
     if observed.errors:
         raise observed.errors[0]  # a bad hiera: UNKNOWN, not a guess

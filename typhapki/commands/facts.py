@@ -34,19 +34,17 @@ class RawFactOptions:
 
 
 def _days(value: str | None, source: str) -> int | None:
+    from typhapki.numbers import whole_number
+
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(
-            f"days {value!r} (from {source}): expected a whole number of days"
-        ) from None
+    return whole_number(value, low=0, high=10**6, what=f"days (from {source})", error=UsageError)
 
 
 def _signer_options(raw: RawFactOptions) -> SignerOptions:
     """The signer options from their text, converted as their flags convert them; a
     value that does not convert is a usage error naming it and where it came from."""
+    from typhapki.numbers import seconds
     from typhapki.settings import options
     from typhapki.settings.signer import OPTION_NAMES, SignerOptions
 
@@ -56,9 +54,9 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
         if value is None or kind in (str, bool):
             given[name] = value
         elif kind is float:
-            try:
-                given[name] = float(value)
-            except ValueError:
+            try:  # plain decimal digits (typhapki/numbers.py); the range is checked later
+                given[name] = seconds(value, low=0, high=1e12, what=name)
+            except ConfigError:
                 source = raw.sources.get(name, options.BY_NAME[name].flag)
                 raise UsageError(f"{name} {value!r} (from {source}): expected seconds") from None
         else:
@@ -131,6 +129,17 @@ def facts(raw: RawFactOptions) -> int:
         errors.append(str(exc))
         wiring = WiringSettings()
 
+    from typhapki.monitoring.request import parse_typha_uid
+    from typhapki.settings.options import DEFAULT_TYPHA_UID
+
+    typha_uid = DEFAULT_TYPHA_UID
+    if raw.get("typha_uid") is not None:
+        try:
+            typha_uid = parse_typha_uid(raw.get("typha_uid"))
+        except UsageError as exc:  # said in the fact; Typha judged by the default uid
+            source = raw.sources.get("typha_uid", "--typha-uid")
+            errors.append(f"{exc} (from {source})")
+
     request = FactRequest(
         out=Path(raw.get("out")) if raw.get("out") else None,
         roles=roles,
@@ -146,6 +155,7 @@ def facts(raw: RawFactOptions) -> int:
         cluster=raw.get("cluster") or None,
         signer=observed.signer,
         trusted=observed.trusted,
+        typha_uid=typha_uid,
     )
     print(json.dumps(gather(request, settings), indent=2, sort_keys=True))
     return EXIT_OK

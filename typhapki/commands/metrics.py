@@ -23,6 +23,7 @@ def metrics(
     probe_address: str | None,
     no_probe: bool,
     signer: SignerOptions | None = None,
+    typha_uid: int | None = None,
 ) -> int:
     """Write (or print) the node's metrics; a broken set is reported in them, not raised.
 
@@ -34,7 +35,7 @@ def metrics(
     # What fails to resolve is the settings' error series, and the set is still judged.
     observed, request = observed_request(
         out, role, pki, signer, ca_dir, trust, hiera, cluster, probe_address, no_probe,
-        state_dir=state_dir,
+        state_dir=state_dir, typha_uid=typha_uid,
     )  # fmt: skip
     status = collect(request, observed.built_settings)
     for exc in observed.errors:

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from typhapki.errors import UsageError
 from typhapki.inventory.hostnames import not_a_node, parse_ip, validate_host
+from typhapki.numbers import whole_number
 from typhapki.record import field, record
 
 # Where --nameserver is not given: lets a pre-commit hook point at a resolver.
@@ -113,9 +114,8 @@ def parse_nameserver(value: str) -> Nameserver:
         raise UsageError(f"--nameserver: {value!r} is not IP, IP:PORT or [IPv6]:PORT")
     port = DEFAULT_PORT
     if port_text or text.endswith(":"):
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise UsageError(f"--nameserver: {value!r}: port must be 1-65535")
-        port = int(port_text)
+        port = whole_number(port_text, low=1, high=65535, error=UsageError,
+                            what=f"--nameserver: {value!r}: port")  # fmt: skip
     return (str(address), port)
 
 

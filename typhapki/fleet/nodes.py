@@ -236,15 +236,21 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
         given = _null(felix.get("tls"))
         tls = None if given is None else _bool(given, "felix_typha.tls")
         error = _text(felix.get("error"), "felix_typha.error")
-        why = "" if tls is not None else (error or "calico-node -felix is not running")
+        # Felix of any Calico release's shape (typhapki/calico.py).
+        why = "" if tls is not None else (error or "Felix is not running")
         if not running:
-            tls, why = None, "calico-node -felix is not running"
+            tls, why = None, "Felix is not running"
     typhas = fact.get("typhas", [])
     if not isinstance(typhas, list) or len(typhas) > MAX_TYPHAS:
         raise BrokenFact(f"typhas: expected a list of at most {MAX_TYPHAS}")
     found = []
     for typha in typhas:
         typha = _mapping(typha, "typhas[]")
+        if _null(typha.get("tls")) is None:
+            # A Typha the node could not judge (an unreadable environment, a hostile
+            # TYPHA_SERVERPORT: its row's error): evidence of nothing, for or against.
+            # The switch gate still wants a probed TLS Typha on each endpoint's port.
+            continue
         port = typha.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise BrokenFact("typhas[].port: expected a port number")

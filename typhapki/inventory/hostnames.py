@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 
 from typhapki.errors import ConfigError, UsageError
+from typhapki.numbers import whole_number
 
 MAX_NAME_LENGTH = 253
 TYPHA_PORT = 5473
@@ -195,16 +196,21 @@ def validate_port(value: object, where: str = "") -> int:
 
 
 _ADDRESS = re.compile(
-    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
+    r"\[(?P<v6>[0-9A-Fa-f:.%\w]+)\](?::(?P<p6>[^\]]+))?|(?P<host>[^:\[\]]+)(?::(?P<port>.+))?"
 )
 
 
 def parse_address(address: str) -> tuple[str, int]:
     """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
+    refused = UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
     match = _ADDRESS.fullmatch(address.strip())
-    port = int((match["p6"] or match["port"] or TYPHA_PORT) if match else 0)
-    if match is None or not 0 < port < 65536:
-        raise UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
+    if match is None:
+        raise refused
+    try:  # plain ASCII digits in range (typhapki/numbers.py)
+        port = whole_number(match["p6"] or match["port"] or TYPHA_PORT, low=1, high=65535,
+                            what="--address: port")  # fmt: skip
+    except ConfigError:
+        raise refused from None
     return match["v6"] or match["host"], port
 
 

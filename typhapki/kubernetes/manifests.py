@@ -39,6 +39,7 @@ from typhapki.pki.profiles import key_type_of
 from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
 from typhapki.record import record
+from typhapki.settings.options import DEFAULT_TYPHA_UID as DEFAULT_TYPHA_UID
 
 
 class ManifestFormat(StrEnum):
@@ -96,7 +97,7 @@ TYPHA_NODE_LABEL_VALUE = "true"
 # namespace the container's uid is the host's: whoever is 999 there could read Typha's
 # key. tigera-operator runs the same image as 10001:10001, clear of Debian's system and
 # user ranges; the wiring pins it, and the key is issued to it (--key-owner/--key-group).
-DEFAULT_TYPHA_UID = 10001
+# The uid's one place is the option table (--typha-uid).
 DEFAULT_TYPHA_GID = 10001
 _MAX_ID = 4294967294  # what the kernel allows as a uid/gid (-1 means "unchanged")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from typhapki.errors import ConfigError
+from typhapki.numbers import whole_number
 from typhapki.record import record
 
 TLS_NAME = "calico-typha-tls"
@@ -97,18 +98,19 @@ def typha_ports(container: dict[Any, Any], what: str) -> Ports:
         if text is None:
             found[field] = default
             continue
-        if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
-            raise ConfigError(f"{what}: env {name}: {text!r} is not a port")
-        found[field] = int(text) or (default if field == "server" else 0)
+        # Plain digits, as Calico's strconv.Atoi takes them (typhapki/numbers.py).
+        port = whole_number(text, low=0, high=65535, what=f"{what}: env {name}: not a port")
+        found[field] = port or (default if field == "server" else 0)
     return Ports(**found)
 
 
 def int_port(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    """A container or Service port given as a number or its digits; None otherwise
+    (a named port, or text that is no port)."""
+    try:
+        return whole_number(value, low=0, high=65535, what="port")
+    except ConfigError:
+        return None
 
 
 def selector_keys(selector: Any) -> set[str]:

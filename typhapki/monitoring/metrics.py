@@ -194,9 +194,17 @@ def _restart_metrics(status: NodeStatus, gauge: _GaugeFactory, cluster: str) -> 
         return
     running = gauge(
         "component_running",
-        "1 when the component's process (calico-typha, calico-node) runs on this node.",
+        "1 when the component's process (of any Calico release's shape) runs on this node.",
         ("component", "cluster"),
     )
+    ignored = gauge(
+        "component_ignored_processes",
+        "Processes shaped like the component that do not count: another user owns them.",
+        ("component", "cluster"),
+    )
+    for component in status.restarts:
+        found = sum(1 for i in status.ignored if i.component is component)
+        ignored.labels(component.value, cluster).set(found)
     started = gauge(
         "component_start_timestamp_seconds",
         "When the component's (oldest) process started.",

@@ -170,6 +170,7 @@ def evaluate(status: NodeStatus, thresholds: Thresholds | None = None) -> Nagios
     for source, message in sorted(status.errors.items()):
         if source in ("settings", "processes", "probe"):
             details.append(f"{source}: {message}")
+    details += [f"ignored process {i.pid} ({i.name}): {i.why}" for i in status.ignored]
 
     summaries: list[str]
     if crit:

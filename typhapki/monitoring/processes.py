@@ -2,10 +2,17 @@
 
 Typha reads its certificate, key and CA bundle once, at start: a Typha process that
 started before the live generation of its files was published still uses the previous
-ones. Felix (the `calico-node -felix` process) reads its own on every reconnect, so it
-is never pending: which scope needs a restart of which component is decided once, by
-`READERS` in typhapki/pki/restarts.py. Processes are found through /proc, so this sees pods'
-processes too when it runs on the host.
+ones. Felix reads its own on every reconnect, so it is never pending: which scope needs
+a restart of which component is decided once, by `READERS` in typhapki/pki/restarts.py.
+Processes are found through /proc, so this sees pods' processes too when it runs on the
+host; what Typha's and Felix's processes look like, in every Calico release, is
+`SHAPES` in typhapki/calico.py.
+
+Only a process whose owner can be trusted counts (docs/security.md, "Processes named
+like Calico"): Felix
+owned by root, Typha by root or the Typha uid (`--typha-uid`). Another user's process of
+the same shape is listed as ignored, never taken for Typha or Felix. A process whose
+environment cannot be judged (a hostile TYPHA_SERVERPORT) says why in its own row.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 
+from typhapki.calico import PROCESS_NAMES, SHAPES, Component, shape_of
 from typhapki.errors import ConfigError
+from typhapki.numbers import whole_number
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.restarts import READERS
 from typhapki.pki.restarts import Component as Reader
@@ -25,16 +33,13 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, generation_published_at, previous_generation
 from typhapki.record import record
 from typhapki.safeio import read_regular
+from typhapki.settings.options import DEFAULT_TYPHA_UID
 
+__all__ = ["PROCESS_NAMES", "Component"]  # their one place is typhapki/calico.py
 
-class Component(StrEnum):
-    TYPHA = "typha"
-    FELIX = "felix"
-
-
-# The process names (comm, and argv[0]'s base name) and the files each one reads.
-PROCESS_NAMES = {Component.TYPHA: "calico-typha", Component.FELIX: "calico-node"}
+# The files each component reads.
 COMPONENT_ROLE = {Component.TYPHA: RoleName.TYPHA, Component.FELIX: RoleName.FELIX}
+MAX_UID = 4294967294  # the kernel's largest uid (-1 means "unchanged")
 
 
 @record(frozen=True)
@@ -46,6 +51,24 @@ class Process:
     argv: tuple[str, ...]
     started_at: float  # Unix time, to the clock tick: for comparisons
     started_second: int  # Unix time from the kernel's integer boot time: stable across reads
+    # Real, effective, saved and filesystem uid (/proc/PID/status); () when unreadable.
+    uids: tuple[int, ...] = ()
+
+
+@record(frozen=True)
+class Ignored:
+    """A process shaped like Typha or Felix that is not taken for it: its owner is not
+    one the component may have."""
+
+    pid: int
+    name: str
+    component: Component
+    uids: tuple[int, ...]
+    why: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"pid": self.pid, "name": self.name, "component": self.component.value,
+                "uid": self.uids[0] if self.uids else None, "why": self.why}  # fmt: skip
 
 
 @record(frozen=True)
@@ -95,8 +118,25 @@ def _boot_time() -> float:
 def _boot_second(proc: Path) -> int | None:
     for line in (_read(f"{proc}/stat") or b"").splitlines():
         if line.startswith(b"btime "):
-            return int(line.split()[1])
+            try:
+                text = line.split()[1].decode("ascii")
+                return whole_number(text, low=0, high=2**63 - 1, what=f"{proc}/stat: btime")
+            except (IndexError, UnicodeDecodeError, ConfigError):
+                return None
     return None
+
+
+def _uids(status: bytes | None, pid: str) -> tuple[int, ...]:
+    """The four uids of /proc/PID/status's `Uid:` line; () when it cannot be read."""
+    what = f"process {pid}: uid"
+    for line in (status or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            try:
+                text = line.decode("ascii").split()[1:]
+                return tuple(whole_number(u, low=0, high=MAX_UID, what=what) for u in text)
+            except (UnicodeDecodeError, ConfigError):
+                return ()
+    return ()
 
 
 def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Process]:
@@ -131,28 +171,63 @@ def list_processes(names: Iterable[str], proc: Path = Path("/proc")) -> list[Pro
         # ends comm, which may itself hold spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
         try:
-            state, since_boot = fields[0], int(fields[19])
-        except (IndexError, ValueError):
+            state = fields[0]
+            since_boot = whole_number(fields[19].decode("ascii"), low=0, high=2**63 - 1,
+                                      what=f"{base}/stat: starttime")  # fmt: skip
+        except (IndexError, UnicodeDecodeError, ConfigError):
             continue
         if state in (b"Z", b"X"):
             continue  # exited, not reaped yet: it holds no certificate any more
         started = boot + since_boot / ticks
         second = boot_second + since_boot // ticks if boot_second else int(started)
-        found.append(Process(int(entry), name, argv, started, second))
+        uids = _uids(_read(f"{base}/status"), entry)
+        found.append(Process(int(entry), name, argv, started, second, uids))
     return found
 
 
-def component_processes(component: Component, processes: Sequence[Process]) -> list[Process]:
-    """The processes that hold the component's certificates.
+def trusted_owner(component: Component, uids: Sequence[int], typha_uid: int) -> bool:
+    """Felix counts when root owns it; Typha when root or the Typha uid does. Every uid
+    of the process (real, effective, saved, filesystem) must be one of them."""
+    allowed = {0} if component is Component.FELIX else {0, typha_uid}
+    return bool(uids) and all(u in allowed for u in uids)
+
+
+def _shaped(component: Component, processes: Sequence[Process]) -> list[Process]:
+    """The processes of one of the component's shapes (typhapki/calico.py), whoever
+    owns them: the exact shapes, else its stand-ins (calico-node's other processes)."""
+    exact = [p for p in processes if (s := shape_of(p.name, p.argv)) and s.component is component]
+    if exact:
+        return exact
+    stand_ins = {s.name for s in SHAPES if s.component is component and s.stand_in}
+    return [p for p in processes if p.name in stand_ins and shape_of(p.name, p.argv) is None]
+
+
+def component_processes(
+    component: Component, processes: Sequence[Process], typha_uid: int = DEFAULT_TYPHA_UID
+) -> list[Process]:
+    """The processes that hold the component's certificates, of any release's shape.
 
     calico-node runs several processes (felix, confd, monitors); when one of them is
-    `calico-node -felix`, only that one reads the Felix certificate.
+    `calico-node -felix`, only that one reads the Felix certificate. A process whose
+    owner the component may not have never counts (`ignored_processes`).
     """
-    mine = [p for p in processes if p.name == PROCESS_NAMES[component]]
-    if component is Component.FELIX:
-        felix = [p for p in mine if "-felix" in p.argv[1:]]
-        return felix or mine
-    return mine
+    trusted = [p for p in processes if trusted_owner(component, p.uids, typha_uid)]
+    return _shaped(component, trusted)
+
+
+def ignored_processes(
+    processes: Sequence[Process], typha_uid: int = DEFAULT_TYPHA_UID
+) -> list[Ignored]:
+    """Processes shaped like Typha or Felix that do not count: another user's."""
+    found = []
+    for component in Component:
+        allowed = "root" if component is Component.FELIX else f"root or uid {typha_uid}"
+        for p in _shaped(component, processes):
+            if not trusted_owner(component, p.uids, typha_uid):
+                owner = "/".join(map(str, p.uids)) if p.uids else "unknown"
+                why = f"owned by uid {owner}: {component.value} counts only when {allowed} owns it"
+                found.append(Ignored(p.pid, p.name, component, p.uids, why))
+    return sorted(found, key=lambda i: i.pid)
 
 
 def _leaf_bytes(directory: Path, generation: str | None) -> tuple[bytes, ...] | None:
@@ -183,7 +258,11 @@ def content_published_at(directory: Path) -> datetime | None:
 
 
 def restart_status(
-    out: Path, component: Component, processes: Sequence[Process], proc: Path = Path("/proc")
+    out: Path,
+    component: Component,
+    processes: Sequence[Process],
+    proc: Path = Path("/proc"),
+    typha_uid: int = DEFAULT_TYPHA_UID,
 ) -> RestartStatus:
     """Whether `component`'s process on this node started before its files changed.
     Of several Typhas (the live switch's parallel stage) only those started with TLS
@@ -199,7 +278,7 @@ def restart_status(
         t for scope, t in published_in.items() if t and Reader(component.value) in READERS[scope]
     ]
     must_load = max(restart_times) if restart_times else None
-    mine = component_processes(component, processes)
+    mine = component_processes(component, processes, typha_uid)
     if component is Component.TYPHA:
         mine = reading_typhas(mine, proc)
     first = min(mine, key=lambda p: p.started_at, default=None)
@@ -225,12 +304,15 @@ def restart_status(
 
 
 def restart_statuses(
-    out: Path, processes: Sequence[Process] | None = None, proc: Path = Path("/proc")
+    out: Path,
+    processes: Sequence[Process] | None = None,
+    proc: Path = Path("/proc"),
+    typha_uid: int = DEFAULT_TYPHA_UID,
 ) -> dict[Component, RestartStatus]:
     """Both components' restart status; /proc is read once."""
     if processes is None:
-        processes = list_processes(PROCESS_NAMES.values(), proc)
-    return {c: restart_status(out, c, processes, proc) for c in Component}
+        processes = list_processes(PROCESS_NAMES, proc)
+    return {c: restart_status(out, c, processes, proc, typha_uid) for c in Component}
 
 
 def reading_typhas(typhas: Sequence[Process], proc: Path = Path("/proc")) -> list[Process]:
@@ -266,16 +348,19 @@ class TlsEnv:
     every process's; another user gets `error`, and `tls` is then unknown)."""
 
     running: bool
-    tls: bool | None  # None: not running, or its environment could not be read
+    tls: bool | None  # None: not running, or its environment could not be read or judged
     names: tuple[str, ...] = ()
     port: int | None = None  # a Typha's TYPHA_SERVERPORT (0 or unset: 5473)
     error: str | None = None
+    pid: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         found: dict[str, object] = {"running": self.running, "tls": self.tls,
                                     "tls_env": list(self.names), "error": self.error}  # fmt: skip
         if self.port is not None:
             found["port"] = self.port
+        if self.pid is not None:
+            found["pid"] = self.pid
         return found
 
 
@@ -305,21 +390,27 @@ def read_environ(pid: int, proc: Path = Path("/proc")) -> dict[str, str] | str:
 
 
 def _tls_env(process: Process, typha: bool, proc: Path) -> TlsEnv:
-    env = read_environ(process.pid, proc)
+    pid = process.pid
+    env = read_environ(pid, proc)
     if isinstance(env, str):
-        return TlsEnv(True, None, error=env)
+        return TlsEnv(True, None, error=env, pid=pid)
     present = tuple(n for n in (TYPHA_TLS_ENV if typha else FELIX_TLS_ENV) if env.get(n))
     port = None
     if typha:
-        text = env.get("TYPHA_SERVERPORT", "").strip()
-        port = int(text) if text.isdigit() and 0 < int(text) < 65536 else 5473
-    return TlsEnv(True, bool(present), present, port)
+        # Typha's own default when unset or 0 (typha/pkg/config/config_params.go).
+        text = env.get("TYPHA_SERVERPORT") or "0"
+        try:
+            port = whole_number(text, low=0, high=65535,
+                                what=f"process {pid}: TYPHA_SERVERPORT") or 5473  # fmt: skip
+        except ConfigError as exc:  # this Typha cannot be judged; the others still are
+            return TlsEnv(True, None, present, error=str(exc), pid=pid)
+    return TlsEnv(True, bool(present), present, port, pid=pid)
 
 
 def felix_tls(processes: Sequence[Process], proc: Path = Path("/proc")) -> TlsEnv:
-    """Whether this node's running Felix (`calico-node -felix`, else any calico-node)
-    dials Typha over TLS. Several calico-node processes (a pod restarting): TLS only
-    when every one of them was started with it."""
+    """Whether this node's running Felix (`calico-node -felix` or `calico component
+    felix`, else any calico-node) dials Typha over TLS. Several Felix processes (a pod
+    restarting, an upgrade): TLS only when every one of them was started with it."""
     mine = component_processes(Component.FELIX, processes)
     if not mine:
         return TlsEnv(False, None)
@@ -331,16 +422,21 @@ def felix_tls(processes: Sequence[Process], proc: Path = Path("/proc")) -> TlsEn
     return plain or found[0]
 
 
-def typha_listeners(processes: Sequence[Process], proc: Path = Path("/proc")) -> list[TlsEnv]:
+def typha_listeners(
+    processes: Sequence[Process], proc: Path = Path("/proc"), typha_uid: int = DEFAULT_TYPHA_UID
+) -> list[TlsEnv]:
     """Each running Typha on this node: its server port and whether it listens with TLS
-    (in the parallel stage a node holds a plain and a TLS Typha, docs/kubernetes.md)."""
-    mine = component_processes(Component.TYPHA, processes)
+    (in the parallel stage a node holds a plain and a TLS Typha, docs/kubernetes.md).
+    One that cannot be judged says why in its row (`error`)."""
+    mine = component_processes(Component.TYPHA, processes, typha_uid)
     return [_tls_env(p, True, proc) for p in sorted(mine, key=lambda p: p.pid)]
 
 
-def local_typha_address(processes: Sequence[Process], proc: Path = Path("/proc")) -> str:
+def local_typha_address(
+    processes: Sequence[Process], proc: Path = Path("/proc"), typha_uid: int = DEFAULT_TYPHA_UID
+) -> str:
     """Where this node's Typha that reads the set listens, for `metrics` and `check
     --nagios` to probe: the port of the Typha started with TLS (beside a plain one in
     the live switch's parallel and switch stages, on its own port), else Calico's."""
-    tls = [t for t in typha_listeners(processes, proc) if t.tls and t.port]
+    tls = [t for t in typha_listeners(processes, proc, typha_uid) if t.tls and t.port]
     return f"127.0.0.1:{tls[0].port if tls else 5473}"

@@ -47,6 +47,7 @@ def observed_request(
     *,
     ferm_state: bool = True,
     state_dir: Path | None = None,
+    typha_uid: int | None = None,
 ) -> tuple[Observed, StatusRequest]:
     """The one resolution `check` makes (typhapki/settings/desired.py `observe`: hiera
     read once, typha.trust included), and the request that gathers the set's status by
@@ -72,6 +73,7 @@ def observed_request(
         state_dir=observed.state_dir,
         signer=observed.signer,
         trusted=observed.trusted,
+        typha_uid=typha_uid,
     )
     return observed, request
 
@@ -89,10 +91,12 @@ def status_request(
     state_dir: Path | None = None,
     signer: SignerOptions | None = None,
     trusted: Sequence[x509.Certificate] = (),
+    typha_uid: int | None = None,
 ) -> StatusRequest:
-    """What `metrics` and `check --nagios` gather; a bad --role or --probe-address is a
-    usage error (UsageError), not a failed probe."""
+    """What `metrics` and `check --nagios` gather; a bad --role, --probe-address or
+    --typha-uid is a usage error (UsageError), not a failed probe."""
     from typhapki.monitoring.status import StatusRequest
+    from typhapki.settings.options import DEFAULT_TYPHA_UID
 
     if probe_address is not None:
         from typhapki.monitoring.probe import parse_address  # ssl only when probing
@@ -110,4 +114,15 @@ def status_request(
         state_dir=state_dir,
         signer=signer,
         trusted=trusted,
+        typha_uid=parse_typha_uid(typha_uid) if typha_uid is not None else DEFAULT_TYPHA_UID,
     )
+
+
+def parse_typha_uid(value: object) -> int:
+    """--typha-uid (a flag's int, the node configuration's or the fact's text): the
+    uid a running Typha may have besides root (typhapki/monitoring/processes.py)."""
+    from typhapki.errors import UsageError
+    from typhapki.monitoring.processes import MAX_UID
+    from typhapki.numbers import whole_number
+
+    return whole_number(value, low=1, high=MAX_UID, what="--typha-uid", error=UsageError)

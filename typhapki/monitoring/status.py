@@ -22,6 +22,7 @@ from typhapki.monitoring.processes import Component, RestartStatus, restart_stat
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport
+from typhapki.settings.options import DEFAULT_TYPHA_UID
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -59,6 +60,7 @@ class StatusRequest:
         state_dir: Path | None = None,
         signer: SignerOptions | None = None,
         trusted: Sequence[x509.Certificate] = (),
+        typha_uid: int = DEFAULT_TYPHA_UID,
     ) -> None:
         self.out = out
         self.roles = roles
@@ -73,6 +75,8 @@ class StatusRequest:
         self.signer = signer
         # hiera's typha.trust, after the --trust files' CAs (settings/desired.py observe)
         self.trusted = trusted
+        # The one owner besides root a running Typha may have (docs/security.md).
+        self.typha_uid = typha_uid
 
 
 class NodeStatus:
@@ -87,6 +91,7 @@ class NodeStatus:
         self.bundle_published_at: datetime | None = None
         self.restarts: dict[Component, RestartStatus] = {}
         self.typha_address: str | None = None  # the local Typha that reads the set
+        self.ignored: list[processes.Ignored] = []  # Calico-shaped, untrusted owner
         self.probe: ProbeResult | None = None
         self.ferm: StateRead | None = None
         self.errors: dict[str, str] = {}
@@ -182,9 +187,11 @@ def collect(
             status.error("settings", message(exc))  # else judge_set said it already
     try:
         # /proc read once, through the module (as restart_statuses reads it).
-        running = processes.list_processes(processes.PROCESS_NAMES.values())
-        status.restarts = restart_statuses(request.out, running)
-        status.typha_address = processes.local_typha_address(running)
+        running = processes.list_processes(processes.PROCESS_NAMES)
+        uid = request.typha_uid
+        status.restarts = restart_statuses(request.out, running, typha_uid=uid)
+        status.typha_address = processes.local_typha_address(running, typha_uid=uid)
+        status.ignored = processes.ignored_processes(running, uid)
     except Exception as exc:
         status.error("processes", message(exc))
     _collect_probe(status, request)

@@ -32,6 +32,7 @@ from typhapki.pki.verify import (
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 from typhapki.record import field, record, replace
+from typhapki.settings.options import DEFAULT_TYPHA_UID
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -72,6 +73,8 @@ class FactRequest:
     signer: SignerOptions | None = None
     # hiera's typha.trust: joins the bundle after the --trust files' CAs, as in `check`.
     trusted: Sequence[x509.Certificate] = ()
+    # The one owner besides root a running Typha may have (--typha-uid; docs/security.md).
+    typha_uid: int = DEFAULT_TYPHA_UID
 
 
 def _problem(problem: Problem) -> dict[str, str]:
@@ -303,19 +306,24 @@ def _signer_fact(request: FactRequest, now: datetime, errors: list[str]) -> dict
 
 
 def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]) -> dict[str, Any]:
-    """Restart pending per component (/proc) and what the local Typha serves (probe)."""
+    """Restart pending per component (/proc) and what the local Typha serves (probe).
+    Typha and Felix in any Calico release's shape (typhapki/calico.py); a process of
+    their shape that another user owns is listed in `ignored_processes`, and a Typha
+    that cannot be judged says why in its own row of `typhas`."""
     from typhapki.monitoring.processes import (
         PROCESS_NAMES,
         Component,
         felix_tls,
+        ignored_processes,
         list_processes,
         restart_statuses,
         typha_listeners,
     )
 
     assert request.out is not None
-    running = list_processes(PROCESS_NAMES.values())  # /proc read once for all three
-    restarts = restart_statuses(request.out, running)
+    uid = request.typha_uid
+    running = list_processes(PROCESS_NAMES)  # /proc read once for all three
+    restarts = restart_statuses(request.out, running, typha_uid=uid)
     fact: dict[str, Any] = {
         "restart": {c.value: status.as_dict() for c, status in restarts.items()},
         "probe": None,
@@ -323,8 +331,9 @@ def _runtime_fact(request: FactRequest, settings: PkiSettings, errors: list[str]
         # the evidence `fleet ready --stage retire` needs (docs/fleet.md).
         "felix_typha": felix_tls(running).as_dict(),
         "typhas": [],
+        "ignored_processes": [i.as_dict() for i in ignored_processes(running, uid)],
     }
-    listeners = typha_listeners(running)
+    listeners = typha_listeners(running, typha_uid=uid)
     address = request.probe_address
     if address is None and restarts[Component.TYPHA].running:
         # The stage's Typha: in parallel the plain one on 5473 runs plain, and is no

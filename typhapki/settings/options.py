@@ -363,6 +363,17 @@ PROBE_ADDRESS = _own(
     "Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
 )
 NO_PROBE = _own("no_probe", "--no-probe", bool, "Never probe Typha.")
+# The uid Typha runs as: the Typha key's owner in the wiring (manifests), and the one
+# owner besides root a running Typha may have to count (facts, metrics, check --nagios;
+# typhapki/monitoring/processes.py). tigera-operator runs Typha as 10001:10001.
+DEFAULT_TYPHA_UID = 10001
+TYPHA_UID = _own(
+    "typha_uid",
+    "--typha-uid",
+    int,
+    f"uid Typha runs as (default {DEFAULT_TYPHA_UID}): the Typha key's owner, and the one "
+    "owner besides root a running Typha may have to count.",
+)
 # The firewall commands' options, shared by ferm and nft (typhapki/firewall/pipeline.py).
 FIREWALL_HEAD = (
     _own("hiera", "--hiera", Path, "Hiera YAML file, or a directory of them.", required=True),
@@ -479,7 +490,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _own("nagios", "--nagios", bool,
              "Monitoring-plugins output: one status line; exit 0 OK, 1 WARNING, 2 CRITICAL, "
              "3 UNKNOWN."),
-        PROBE_ADDRESS, NO_PROBE,
+        PROBE_ADDRESS, NO_PROBE, TYPHA_UID,
         _own("warning", "--warning", str,
              "With --nagios: WARNING under this much time left (e.g. 7d). Default: renewal "
              "overdue past a grace."),
@@ -541,7 +552,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         # The signer options `check` takes: which cached CA to judge by, and what check
         # would refuse (facts never ask cfssl).
         *(o if o.kind is bool else _as_text(o) for o in _SIGNER),
-        PROBE_ADDRESS, NO_PROBE,
+        PROBE_ADDRESS, NO_PROBE, _as_text(TYPHA_UID),
     ), extra_args=True),
     Command("manifests",
             "Print Kubernetes YAML from the verified set under OUT (exit 1 if the set is "
@@ -561,8 +572,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              "Calico's manifests (a file under DIR, or a kustomization directory), from DIR."),
         _own("post_render", "--post-render", bool,
              "Helm post-renderer: patch the rendered manifests on stdin, print them."),
-        _own("typha_uid", "--typha-uid", int,
-             "uid Typha runs as (default 10001): the Typha key's owner."),
+        TYPHA_UID,
         _own("typha_gid", "--typha-gid", int,
              "gid Typha runs as (default 10001): the Typha key's group."),
         *group("wiring"),
@@ -611,7 +621,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _own("textfile_dir", "--textfile-dir", Path,
              "Write DIR/typhapki.prom atomically for node_exporter (default: print)."),
         BY_NAME["state_dir"],
-        PROBE_ADDRESS, NO_PROBE, *_PKI, *_SIGNER,
+        PROBE_ADDRESS, NO_PROBE, TYPHA_UID, *_PKI, *_SIGNER,
     )),
     Command("probe",
             "Handshake with Typha as this node's Felix: exit 0 when it serves the certificate "

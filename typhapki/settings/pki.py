@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 
-from typhapki.errors import UsageError
+from typhapki.errors import ConfigError, UsageError
+from typhapki.numbers import whole_number
 from typhapki.pki.settings import (
     DEFAULT_FELIX_CN,
     DEFAULT_LEAF_LIFETIME,
@@ -160,8 +161,13 @@ def check_local_renewal(
 def _lifetime(value: str | int | None, flag: str) -> timedelta:
     if value is None:
         return DEFAULT_LEAF_LIFETIME
-    if isinstance(value, str) and value.endswith("d") and value[:-1].isdigit():
-        validate_days(int(value[:-1]), flag)  # --days' own bounds and words
+    if isinstance(value, str) and value.endswith("d"):
+        try:  # plain digits and a d: --days' own bounds and words
+            days = whole_number(value[:-1], low=0, high=10**9, what=flag)
+        except ConfigError:
+            days = None  # parse_duration says what is wrong with it
+        if days is not None:
+            validate_days(days, flag)
     return parse_duration(value, flag)
 
 
