@@ -303,8 +303,8 @@ _FLOW = [
 
 @settings(max_examples=50, deadline=None)
 @given(
-    old=st.text("0123456789abcdef", min_size=64, max_size=64),
-    new=st.text("0123456789abcdef", min_size=64, max_size=64),
+    old=st.binary(min_size=32, max_size=32).map(bytes.hex),
+    new=st.binary(min_size=32, max_size=32).map(bytes.hex),
     told=st.sampled_from(["config", "signer only", "nothing"]),
 )
 def test_the_stage_comes_from_signer_trust_and_bundle_not_dates(
