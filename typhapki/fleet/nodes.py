@@ -1,11 +1,13 @@
 """One node of the fleet, judged from its `typhapki` fact as PuppetDB stores it.
 
-The fact arrives from every node of the fleet, so it is read as hostile: any value of
-the wrong type, a fingerprint that is not 64 hex digits, a date that does not parse, a
-list longer than a bundle can be, a value nested deeper than JSON can be read
-(typhapki/fleet/answer.py), makes the node "fact broken" with the reason, never an
-exception. A fact stamped more than FUTURE_SKEW ahead of now is not fresh: the node's
-clock, or the stamp, is wrong. Every text from PuppetDB is printed through `shown`.
+PuppetDB holds the fact as Puppet's agent sent it, every JSON null an empty string:
+`read_fact` reads it back, once, for every verdict. The fact arrives from every node
+of the fleet, so it is read as hostile: any value of the wrong type, a fingerprint
+that is not 64 hex digits, a date that does not parse, a list longer than a bundle
+can be, a value nested deeper than JSON can be read (typhapki/fleet/answer.py), makes
+the node "fact broken" with the reason, never an exception. A fact stamped more than
+FUTURE_SKEW ahead of now is not fresh: the node's clock, or the stamp, is wrong.
+Every text from PuppetDB is printed through `shown`.
 Pure: no I/O, the time is an argument.
 """
 
