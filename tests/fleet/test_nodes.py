@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.puppetdb import as_puppet_sends
 from typhapki.fleet.nodes import (
     BROKEN,
     DNS_GATE_FAILING,
@@ -23,7 +25,9 @@ from typhapki.fleet.nodes import (
     STALE,
     STATES,
     VALID,
+    BrokenFact,
     judge_node,
+    read_fact,
 )
 from typhapki.pki.settings import PkiSettings
 from typhapki.puppet.facts import FactRequest, gather
@@ -130,17 +134,6 @@ def test_deeply_nested_fact_is_broken_not_a_crash() -> None:
     assert _state({"trust": deep}) == BROKEN
 
 
-def _facter_nulls(value: Any) -> Any:
-    """The fact as PuppetDB holds it after Facter: every JSON null an empty string."""
-    if value is None:
-        return ""
-    if isinstance(value, dict):
-        return {k: _facter_nulls(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_facter_nulls(v) for v in value]
-    return value
-
-
 @pytest.mark.parametrize("felix_running", [False, True])
 def test_facters_empty_strings_read_as_the_nulls_they_were(
     fact: dict[str, Any], felix_running: bool
@@ -150,6 +143,104 @@ def test_facters_empty_strings_read_as_the_nulls_they_were(
     fact["felix_typha"] = {"running": felix_running, "tls": None, "error": None, "tls_env": []}
     fact["typhas"] = [{"running": True, "tls": True, "port": 5474, "probe": None}]
     before = judge_node("n1", fact, FRESH, NOW, 2 * HOUR)
-    after = judge_node("n1", _facter_nulls(fact), FRESH, NOW, 2 * HOUR)
+    after = judge_node("n1", as_puppet_sends(fact), FRESH, NOW, 2 * HOUR)
     assert after.state == before.state == VALID
     assert (after.felix_tls, after.tls_typhas) == (before.felix_tls, before.tls_typhas)
+
+
+def _paths(value: Any, where: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a fact: each key of each mapping, each item of each list."""
+    found = [where] if where else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*where, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += _paths(item, (*where, i))
+    return found
+
+
+def _set(fact: Any, where: tuple[Any, ...], value: object) -> Any:
+    """A copy of FACT with VALUE at WHERE (unchanged when an earlier change removed it)."""
+    changed = copy.deepcopy(fact)
+    parent = changed
+    for key in where[:-1]:
+        if not isinstance(parent, dict | list):
+            return changed
+        parent = parent[key]
+    if isinstance(parent, dict | list):
+        parent[where[-1]] = value
+    return changed
+
+
+@pytest.fixture
+def switch_fact(fact: dict[str, Any]) -> dict[str, Any]:
+    """A real fact with the live switch's evidence, nulls included (as the fact of a
+    node with a TLS Typha not probed and Felix's transport unknown)."""
+    fact["felix_typha"] = {"running": True, "tls": None, "error": None, "tls_env": []}
+    fact["typhas"] = [
+        {"running": True, "tls": True, "port": 5474, "probe": None},
+        {"running": True, "tls": True, "port": 5475,
+         "probe": {"accepted": True, "error": None, "policy": None}},
+    ]  # fmt: skip
+    fact["ferm_gate"] = {"hosts_failed": 0, "dns_gate": "enforce", "last_success": None}
+    return fact
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_facters_empty_string_reads_as_null_at_every_place(
+    switch_fact: dict[str, Any], data: st.DataObject
+) -> None:
+    """Any place of the fact null, as typhapki writes it, and the same fact as Puppet
+    sends it after Facter (every null ""): one verdict, field for field."""
+    places = data.draw(st.lists(st.sampled_from(_paths(switch_fact)), max_size=3))
+    fact = switch_fact
+    for where in places:
+        fact = _set(fact, where, None)
+    raw = judge_node("n1", fact, FRESH, NOW, 2 * HOUR)
+    assert judge_node("n1", as_puppet_sends(fact), FRESH, NOW, 2 * HOUR) == raw
+    assert read_fact(as_puppet_sends(fact)) == read_fact(fact)
+
+
+# Hostile values where the fact holds anything: "" where a mapping or list is expected
+# (Facter's null), wrong types, huge text and lists, deep nesting.
+_hostile = (
+    _json | st.just("") | st.just([""] * 10_000) | st.just({"x": "y" * 1_000_000})
+    | st.integers(min_value=2**63) | st.just(["a" * 64] * 17)
+)  # fmt: skip
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_hostile_value_anywhere_is_one_fact_broken_line(
+    switch_fact: dict[str, Any], data: st.DataObject
+) -> None:
+    """Through the conversion, a hostile value at any place of a real fact leaves the
+    node judged, or broken with one short line that names where; never an exception."""
+    where = data.draw(st.sampled_from(_paths(switch_fact)))
+    value = data.draw(_hostile)
+    node = judge_node("n1", _set(switch_fact, where, value), FRESH, NOW, 2 * HOUR)
+    assert node.state in STATES
+    if node.state == BROKEN:
+        assert node.reason and len(node.reason) <= 200 and "\n" not in node.reason
+        named = re.split(r"[.:\[]", node.reason, maxsplit=1)[0]
+        assert named in {str(where[0]), "the fact"}, (where, node.reason)
+
+
+def test_the_conversion_refuses_what_is_no_fact() -> None:
+    not_facts: tuple[object, ...] = ("", [], None, 3, "typhapki")
+    for value in not_facts:
+        with pytest.raises(BrokenFact, match="the fact: expected a mapping"):
+            read_fact(value)
+    deep: Any = {"trust": {}}
+    inner = deep["trust"]
+    for _ in range(40):
+        inner["k"] = {}
+        inner = inner["k"]
+    with pytest.raises(BrokenFact, match="nested deeper"):
+        read_fact(deep)

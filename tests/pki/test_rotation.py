@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from tests.conftest import run_cli
 from tests.support.issuing import ensure_local
 from tests.support.tlspeers import HandshakeResult, node_to_node
 from typhapki.errors import ConfigError, RefusedError
@@ -20,9 +24,12 @@ from typhapki.pki.rotation import (
     describe_rotation,
     detect_stage,
     rotate,
+    rotation_stage,
 )
 from typhapki.pki.settings import KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import check_set, fingerprint
+from typhapki.pki.x509compat import valid_from, valid_until
+from typhapki.puppet.facts import FactRequest, gather
 
 BOTH = [RoleName.TYPHA, RoleName.FELIX]
 
@@ -274,3 +281,107 @@ def test_check_stage_reports_what_is_missing(tmp_path: Path, ca_dir: Path, new_c
     to_stage(out, ca_dir, new_ca, Stage.TRUST_NEW)
     assert check_stage(out, ca_dir, new_ca, Stage.TRUST_NEW, PkiSettings(), BOTH) == []
     assert check_stage(tmp_path / "nowhere", ca_dir, new_ca, Stage.TRUST_NEW, PkiSettings(), BOTH)
+
+
+# --- the stage from what signs and what is trusted, never from dates -------------------
+
+# (signer, trusted, bundle as written, leaf issuers) -> stage, along the hiera/--trust
+# flow of docs/rotation.md ("Without rotate-ca" and "Rotation in cfssl mode"): O old,
+# N new. A run that has not followed the configuration yet is a state of its own.
+_FLOW = [
+    ("O", [], "O", "O", "none"),  # stage 0
+    ("O", ["N"], "O", "O", "none"),  # trust-new configured, the run not yet done
+    ("O", ["N"], "ON", "O", "trust-new"),  # stage 1
+    ("N", ["O"], "ON", "O", "trust-new"),  # signer moved, leaves not yet reissued
+    ("N", ["O"], "ON", "ON", "trust-new"),  # half reissued
+    ("N", ["O"], "ON", "N", "reissue"),  # stage 2
+    ("N", [], "ON", "N", "reissue"),  # drop-old configured, the run not yet done
+    ("N", [], "N", "N", "none"),  # stage 3: over
+    ("N", ["O"], "NO", "O", "trust-new"),  # bundle rewritten by the new signer first
+]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    old=st.binary(min_size=32, max_size=32).map(bytes.hex),
+    new=st.binary(min_size=32, max_size=32).map(bytes.hex),
+    told=st.sampled_from(["config", "signer only", "nothing"]),
+)
+def test_the_stage_comes_from_signer_trust_and_bundle_not_dates(
+    old: str, new: str, told: str
+) -> None:
+    """Two CAs are told apart by fingerprint only (same-second CAs included): the stage
+    of every state of the walk, told the configuration (signer and trust list), only
+    the signer (the facts.d wrapper's --ca-dir), or nothing."""
+    assume(old != new)
+    fp = {"O": old, "N": new}
+    for signer, trusted, bundle, leaves, expected in _FLOW:
+        stage, was, becomes = rotation_stage(
+            [fp[c] for c in bundle],
+            [fp[c] for c in leaves],
+            fp[signer] if told != "nothing" else None,
+            {fp[c] for c in trusted} if told == "config" else set(),
+        )
+        if told != "config" and (signer, bundle, leaves) == ("N", "NO", "O"):
+            expected = "reissue"  # without the trust list, the written order decides
+            assert (was, becomes) == (new, old)
+        assert (stage.label if stage is not None else None, told) == (expected, told), (
+            signer, trusted, bundle, leaves,
+        )  # fmt: skip
+        if expected in ("trust-new", "reissue") and told == "config":
+            assert (was, becomes) == (old, new)
+
+
+def _same_second_cas(tmp_path: Path) -> tuple[Path, Path]:
+    """Two CAs minted in the same second with the same lifetime: nothing in their
+    dates tells them apart (issue 37's batch of next year's intermediates)."""
+    when = datetime.now(UTC).replace(microsecond=0)
+    old, new = tmp_path / "ca-old", tmp_path / "ca-new"
+    for ca in (old, new):
+        init_ca(ca, KeyType.ECDSA_P256, 3650, None, force=False, now=when)
+    return old, new
+
+
+def _stages(out: Path, ca: Path, trust: Path | None) -> tuple[str, str, str]:
+    """(the fact's trust.stage, its set.rotation.stage_name, `check`'s line) for OUT."""
+    trusted: list[str | Path] = ["--trust", trust] if trust is not None else []
+    facts = run_cli("facts", "--out", out, "--ca-dir", ca, *trusted, "--no-probe")
+    fact = json.loads(facts.stdout)["typhapki"]
+    check = run_cli("check", "--out", out, "--ca-dir", ca, *trusted)
+    [line] = [ln for ln in check.stdout.splitlines() if "CA rotation" in ln] or [check.stdout]
+    return fact["trust"]["stage"], fact["set"]["rotation"]["stage_name"], line.rsplit(" ", 1)[-1]
+
+
+def test_same_second_cas_give_each_stage_in_the_fact_and_check(tmp_path: Path) -> None:
+    """Issue 37's commands: `issue` and `facts` with --ca-dir and --trust over CAs
+    minted in the same second. The fact and `check` name the stage of each step."""
+    old, new = _same_second_cas(tmp_path)
+    dates = {
+        (valid_from(c), valid_until(c))
+        for c in (load_certs(CaPaths(ca).cert, "CA")[0] for ca in (old, new))
+    }
+    assert len(dates) == 1
+    out = tmp_path / "rot"
+    steps = [
+        (old, new, "trust-new"),
+        (new, old, "reissue"),
+    ]
+    for ca, trust, expected in steps:
+        issued = run_cli("issue", "--ca-dir", ca, "--trust", CaPaths(trust).cert, "--out", out)
+        assert issued.returncode == 0, issued.stderr
+        assert _stages(out, ca, CaPaths(trust).cert) == (expected, expected, expected)
+    # drop-old configured, its run not yet done: still both CAs, leaves by the new one.
+    assert _stages(out, new, None) == ("reissue", "reissue", "reissue")
+
+
+def test_rotate_ca_with_same_second_cas_and_the_wrapper_naming_either(tmp_path: Path) -> None:
+    """rotate-ca's stages read the same from the fact whichever CA the facts.d
+    wrapper names, and as `rotate-ca --check` judges them."""
+    old, new = _same_second_cas(tmp_path)
+    out = node(tmp_path, "n", old)
+    for stage in (Stage.TRUST_NEW, Stage.REISSUE):
+        to_stage(out, old, new, stage)
+        assert stage_of(out, old, new) == int(stage)
+        for wrapper in (old, new):
+            fact = gather(FactRequest(out=out, ca_dir=wrapper, probe=False), PkiSettings)
+            assert fact["typhapki"]["trust"]["stage"] == stage.label, wrapper

@@ -11,12 +11,12 @@ The model, and what is real in it:
 - Time is logical (seconds in `Drill.now`); nothing sleeps for it. Each node runs
   Puppet once per `interval` at its own offset. A run first uploads the facts gathered
   at its start (real `typhapki facts`, run again only when the node's files changed
-  since the last one; sent as `replace facts` with its JSON nulls, where a real
-  agent's Facter would send ""), then applies: a real `typhapki issue` through the
-  front when the cluster's signer label or trusted CAs changed since its last run
-  (Puppet's `unless => check` is 0 otherwise: `tls_stage` and `cluster_nodes` move no
-  set). A hiera change
-  thus reaches PuppetDB two runs later ("apply, then report"). Leaves are replaced by
+  since the last one; sent as `replace facts` with every JSON null "", as a real
+  agent sends it: tests/support/puppetdb.py `as_puppet_sends`), then applies: a
+  real `typhapki issue` through the front when the cluster's signer label or trusted
+  CAs changed since its last run (Puppet's `unless => check` is 0 otherwise:
+  `tls_stage` and `cluster_nodes` move no set). A hiera change thus reaches PuppetDB
+  two runs later ("apply, then report"). Leaves are replaced by
   the rotation's reissue, and (`renewals=True`, the CI test) renewed by the clock:
   faking the node's clock cannot do it (the signer answers with its own Date, and
   `issue` refuses a node clock ahead of it by more than cfssl's backdating; a renewal
@@ -84,7 +84,14 @@ from tests.support.cfssl import write_auth_key
 from tests.support.kubeapi import Cluster, DaemonSet, Deployment, FakeApi
 from tests.support.multirootca import BRIEF_LABELS, LABELS, Multirootca
 from tests.support.pkifront import PkiFront, PuppetLikeCa
-from tests.support.puppetdb import PuppetDB, PuppetDBError, StandIn, StandInNode, TlsFiles
+from tests.support.puppetdb import (
+    PuppetDB,
+    PuppetDBError,
+    StandIn,
+    StandInNode,
+    TlsFiles,
+    as_puppet_sends,
+)
 from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
@@ -499,8 +506,7 @@ class RealFacts:
         self.catalogs.add(certname)
 
     def upload(self, certname: str, fact: dict[str, Any], when: datetime) -> None:
-        # `typhapki facts` output as it is: a real agent's Facter would turn its JSON
-        # nulls into "" (docs/puppet.md); PuppetDB stores what it is sent.
+        # PuppetDB stores what it is sent: the fact as the agent sends it.
         self.db.replace_facts(certname, {"typhapki": fact}, when)
         self.facts[certname] = when
         self.uploads += 1
@@ -899,7 +905,9 @@ class Drill:
                                       "error": "; ".join(outcome["errors"]) or None}  # fmt: skip
                 typhas.append(entry)
         fact["typhas"] = typhas
-        self.svc.puppetdb.upload(node.name, fact, datetime.now(UTC))
+        # As the agent sends it: Facter's read with every null "" (as_puppet_sends, which
+        # tests/fleet/test_facter.py proves equal to real Puppet and Facter).
+        self.svc.puppetdb.upload(node.name, as_puppet_sends(fact), datetime.now(UTC))
 
     def _workload(self, name: str) -> TyphaWorkload:
         for wiring in self.wirings.values():

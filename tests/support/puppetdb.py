@@ -334,6 +334,20 @@ def _dump(value: object) -> str:
     return value.text if isinstance(value, RawJson) else json.dumps(value)
 
 
+def as_puppet_sends(value: Any) -> Any:
+    """A fact as the agent sends it to PuppetDB: Puppet's `Puppet::Node::Facts#sanitize`
+    over what Facter read from a facts.d executable turns every JSON null into ""
+    (`puppet facts show` prints it). tests/fleet/test_facter.py proves this equal to
+    real Puppet and Facter; the drill uploads through it, without running Facter."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return {k: as_puppet_sends(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_puppet_sends(v) for v in value]
+    return value
+
+
 def valid_fact(now: datetime, cluster: str = "c1") -> dict[str, Any]:
     """The parts of the `typhapki` fact the fleet view reads, for a valid set."""
     later = (now + timedelta(days=20)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -57,7 +57,8 @@ def check(request: Request, quiet: bool) -> int:
         # Several CAs in the bundle: say which rotation stage the node is in.
         from typhapki.pki.rotation import describe_rotation
 
-        rotation = describe_rotation(report)
+        signing = desired.current.cert if desired.current is not None else None
+        rotation = describe_rotation(report, signing, desired.trusted)
         stage = rotation["stage_name"] or "unknown (see docs/rotation.md)"
         print(f"{out}: CA rotation: {rotation['bundle_cas']} CAs trusted, stage {stage}")
     code = verdict(found)

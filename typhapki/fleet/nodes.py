@@ -1,18 +1,20 @@
 """One node of the fleet, judged from its `typhapki` fact as PuppetDB stores it.
 
-The fact arrives from every node of the fleet, so it is read as hostile: any value of
-the wrong type, a fingerprint that is not 64 hex digits, a date that does not parse, a
-list longer than a bundle can be, a value nested deeper than JSON can be read
-(typhapki/fleet/answer.py), makes the node "fact broken" with the reason, never an
-exception. A fact stamped more than FUTURE_SKEW ahead of now is not fresh: the node's
-clock, or the stamp, is wrong. Every text from PuppetDB is printed through `shown`.
+PuppetDB holds the fact as Puppet's agent sent it, every JSON null an empty string:
+`read_fact` reads it back, once, for every verdict. The fact arrives from every node
+of the fleet, so it is read as hostile: any value of the wrong type, a fingerprint
+that is not 64 hex digits, a date that does not parse, a list longer than a bundle
+can be, a value nested deeper than JSON can be read (typhapki/fleet/answer.py), makes
+the node "fact broken" with the reason, never an exception. A fact stamped more than
+FUTURE_SKEW ahead of now is not fresh: the node's clock, or the stamp, is wrong.
+Every text from PuppetDB is printed through `shown`.
 Pure: no I/O, the time is an argument.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -93,6 +95,45 @@ def parse_time(value: object, what: str) -> datetime:
         return when.astimezone(UTC) if when.tzinfo is not None else when.replace(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise BrokenFact(f"{what}: not an ISO 8601 time") from None
+
+
+MAX_FACT_DEPTH = 32  # the fact typhapki writes is 6 levels deep
+
+
+def read_fact(value: object) -> dict[str, Any]:
+    """The `typhapki` fact as typhapki wrote it, from the value PuppetDB stores: the one
+    reading of a fact for `fleet`, `fleet ready` and `fleet gate`.
+
+    Puppet's agent sends what Facter read from the facts.d executable with every JSON
+    null turned into "" (`puppet facts find`: typhapki/puppet/facts.py writes null for
+    every value it does not know, a stage included), so every "" reads as the null it
+    was (no value the fleet view reads is an empty text otherwise). A copy, built without
+    recursion; deeper than MAX_FACT_DEPTH, or not a mapping, is a BrokenFact."""
+    if not isinstance(value, dict):
+        raise BrokenFact("the fact: expected a mapping")
+    top: dict[str, Any] = {}
+    stack: list[tuple[dict[Any, Any] | list[Any], dict[Any, Any] | list[Any], int]] = [
+        (value, top, 1)
+    ]
+    while stack:
+        source, target, depth = stack.pop()
+        if depth > MAX_FACT_DEPTH:
+            raise BrokenFact(f"the fact: nested deeper than {MAX_FACT_DEPTH} levels")
+        pairs: Iterable[tuple[Any, object]] = (
+            source.items() if isinstance(source, dict) else enumerate(source)
+        )
+        for key, item in pairs:
+            copied: object
+            if isinstance(item, dict):
+                copied = {}
+                stack.append((item, copied, depth + 1))
+            elif isinstance(item, list):
+                copied = [None] * len(item)
+                stack.append((item, copied, depth + 1))
+            else:
+                copied = None if item == "" else item
+            target[key] = copied
+    return top
 
 
 def _mapping(value: object, what: str) -> Mapping[str, Any]:
@@ -218,22 +259,16 @@ def _text(value: object, what: str) -> str:
     return shown(value, 160)
 
 
-def _null(value: object) -> object:
-    """None for a null as PuppetDB holds it: Facter stores the JSON null of a facts.d
-    executable's output as an empty string (seen with Debian's facter and PuppetDB)."""
-    return None if value is None or value == "" else value
-
-
 def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[Any, ...]]:
     """(Felix on TLS, why unknown, the TLS Typhas) from `felix_typha` and `typhas`
     (typhapki/puppet/facts.py)."""
-    felix = _null(fact.get("felix_typha"))
+    felix = fact.get("felix_typha")
     if felix is None:
         tls, why = None, "the fact has no felix_typha (typhapki on the node predates it)"
     else:
         felix = _mapping(felix, "felix_typha")
         running = _bool(felix.get("running"), "felix_typha.running")
-        given = _null(felix.get("tls"))
+        given = felix.get("tls")
         tls = None if given is None else _bool(given, "felix_typha.tls")
         error = _text(felix.get("error"), "felix_typha.error")
         # Felix of any Calico release's shape (typhapki/calico.py).
@@ -256,7 +291,7 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
             raise BrokenFact("typhas[].port: expected a port number")
         if not _bool(typha.get("tls"), "typhas[].tls"):
             continue
-        probe = _null(typha.get("probe"))
+        probe = typha.get("probe")
         if probe is None:
             found.append((port, False, "not probed"))
             continue
@@ -264,7 +299,7 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
         accepted = _bool(probe.get("accepted"), "typhas[].probe.accepted")
         error = _text(probe.get("error"), "typhas[].probe.error")
         # A TLS policy the probe could not prove enforced fails it, as `probe` exits 1.
-        policy = _null(probe.get("policy"))
+        policy = probe.get("policy")
         if policy is not None:
             unproven = _text(_mapping(policy, "typhas[].probe.policy").get("error"),
                              "typhas[].probe.policy.error")  # fmt: skip
@@ -289,7 +324,7 @@ def judge_node(
         return Node(certname, BROKEN, "the fact: nested too deeply", has_fact=True)
     try:
         when = parse_time(produced_at, "producer_timestamp") if produced_at is not None else None
-        fact = _mapping(fact, "the fact")
+        fact = read_fact(fact)
         bundle, issuers, stage = _trust(fact)
         state, reason, first = _set_state(fact, now)
         runtime = _runtime_state(fact)

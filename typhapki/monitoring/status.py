@@ -272,11 +272,32 @@ def judge_set(
     return report, signing, error
 
 
+def rotation_of(
+    report: SetReport,
+    signing: x509.Certificate | None,
+    trust: Sequence[Path],
+    trusted: Sequence[x509.Certificate],
+) -> dict[str, Any]:
+    """The rotation a set shows (typhapki/pki/rotation.py `describe_rotation`), judged
+    with the signing CA and the trust list `judge_set` used: the --trust files' CAs,
+    then hiera's ``typha.trust``. A trust file that cannot be read was reported by
+    `judge_set`; the stage is then judged without it."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.pki.rotation import describe_rotation  # only during a rotation
+    from typhapki.pki.verify import load_trusted
+
+    try:
+        extra = load_trusted(trust) + list(trusted)
+    except TyphapkiError:
+        extra = list(trusted)
+    return describe_rotation(report, signing, extra)
+
+
 def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
     from typhapki.monitoring.processes import content_published_at
 
     try:
-        status.report, _, error = judge_set(
+        status.report, signing, error = judge_set(
             request.out,
             status.settings,
             request.roles,
@@ -290,9 +311,7 @@ def _collect_set(status: NodeStatus, request: StatusRequest) -> None:
         if error is not None:
             status.error("settings", error)
         if status.report.bundle is not None and len(status.report.bundle) > 1:
-            from typhapki.pki.rotation import describe_rotation  # only during a rotation
-
-            status.rotation = describe_rotation(status.report)
+            status.rotation = rotation_of(status.report, signing, request.trust, request.trusted)
         status.bundle_published_at = content_published_at(SetPaths(request.out).bundle_dir)
     except Exception as exc:
         status.error("set", message(exc))

@@ -27,7 +27,7 @@ anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
@@ -40,7 +40,6 @@ from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs, parse_certs, read_file
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport, check_set, find_issuer, fingerprint, is_ca
-from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.record import record
 
 if TYPE_CHECKING:
@@ -344,52 +343,77 @@ def check_stage(
     return lines
 
 
-def describe_rotation(report: SetReport) -> dict[str, Any]:
-    """What a set's bundle and leaves say about a CA rotation, without the CA directories.
+def rotation_stage(
+    bundle: Sequence[str],
+    issuers: Collection[str | None],
+    signer: str | None = None,
+    trusted: Collection[str] = (),
+) -> tuple[Stage | None, str | None, str | None]:
+    """(stage, old CA, new CA) of a set, by SHA-256 fingerprints; never from dates.
 
-    With one CA in the bundle there is no rotation under way (stage 0, which is also
-    where stage 3 ends). With two, the one issued later (notBefore) is taken as the
-    new CA: leaves all by the old one means stage 1, all by the new one stage 2,
-    a mix means stage 2 is under way. Anything else gives stage None.
+    `bundle` is the bundle on disk in its order, `issuers` the CA of each present leaf
+    (None: signed by no CA of the bundle), `signer` the CA that signs by configuration
+    (`--ca-dir`, or cfssl's cached CA of the hiera label), `trusted` the CAs it trusts
+    besides (`--trust`, hiera's `typha.trust`).
+
+    One CA in the bundle, every leaf by it: stage 0 (also where stage 3 ends). Two: a
+    leaf by a CA the configuration only trusts while another signs means the signer
+    moved to the new CA and the leaves follow (stage 1 reached, stage 2 pending or
+    under way). Otherwise the bundle says which CA was old: typhapki writes a bundle
+    with the CA that signs first and the CAs it only trusts after
+    (typhapki/pki/plan.py `wanted_bundle`), and neither `rotate-ca reissue` nor a moved
+    signer rewrites a bundle that holds the right CAs. So the first CA signed when the
+    second joined: leaves by it are stage 1, leaves by the second stage 2, a mix
+    stage 2 under way (reported as 1). Anything else (a leaf by no CA of the bundle,
+    more than two CAs) is None.
     """
-    bundle = report.bundle or []
+    if len(bundle) == 1:
+        return (Stage.NONE if set(issuers) <= {bundle[0]} else None), None, None
+    if len(bundle) != 2 or bundle[0] == bundle[1] or not issuers:
+        return None, None, None
+    signers = set(issuers)
+    if not signers <= set(bundle):
+        return None, None, None
+    first, second = bundle
+    if signer in bundle:
+        other = second if signer == first else first
+        if other in trusted and other in signers:
+            return Stage.TRUST_NEW, other, signer
+    if signers == {second}:
+        return Stage.REISSUE, first, second
+    return Stage.TRUST_NEW, first, second
+
+
+def describe_rotation(
+    report: SetReport,
+    signing: x509.Certificate | None = None,
+    trusted: Sequence[x509.Certificate] = (),
+) -> dict[str, Any]:
+    """What a set's bundle and leaves say about a CA rotation (`rotation_stage`), with
+    the signing CA and the trusted CAs of the configuration when it names them: the
+    one stage `check`, the fact and the metrics report."""
+    bundle = [fingerprint(c) for c in report.bundle or []]
     issuers = {
         role.value: (fingerprint(state.issuer) if state.issuer is not None else None)
         for role, state in report.roles.items()
         if state.leaf is not None
     }
-    out: dict[str, Any] = {
+    stage, old, new = rotation_stage(
+        bundle,
+        list(issuers.values()),
+        fingerprint(signing) if signing is not None else None,
+        {fingerprint(c) for c in trusted},
+    )
+    return {
         "bundle_cas": len(bundle),
-        "bundle_fingerprints": [fingerprint(c) for c in bundle],
+        "bundle_fingerprints": bundle,
         "leaf_issuers": issuers,
         "rotating": len(bundle) > 1,
-        "old_ca": None,
-        "new_ca": None,
-        "stage": None,
-        "stage_name": None,
+        "old_ca": old,
+        "new_ca": new,
+        "stage": None if stage is None else int(stage),
+        "stage_name": None if stage is None else stage.label,
     }
-    stage: Stage | None = None
-    signers = set(issuers.values())
-    if len(bundle) == 1:
-        if signers <= {fingerprint(bundle[0])}:
-            stage = Stage.NONE
-    elif len(bundle) == 2:
-        first, second = sorted(bundle, key=lambda c: (valid_from(c), valid_until(c)))
-        if (valid_from(first), valid_until(first)) != (
-            valid_from(second),
-            valid_until(second),
-        ):
-            old_fp, new_fp = fingerprint(first), fingerprint(second)
-            out["old_ca"], out["new_ca"] = old_fp, new_fp
-            if signers == {old_fp}:
-                stage = Stage.TRUST_NEW
-            elif signers == {new_fp}:
-                stage = Stage.REISSUE
-            elif signers == {old_fp, new_fp}:
-                stage = Stage.TRUST_NEW  # reissue under way
-    if stage is not None:
-        out["stage"], out["stage_name"] = int(stage), stage.label
-    return out
 
 
 def judged_as_rotation(

@@ -228,14 +228,17 @@ def ferm_gate_fact(
     }
 
 
-def _rotation_fact(report: SetReport) -> dict[str, Any]:
-    """Which CA rotation stage the bundle and leaves show (docs/rotation.md)."""
+def _rotation_fact(
+    report: SetReport, signing: x509.Certificate | None, request: FactRequest
+) -> dict[str, Any]:
+    """Which CA rotation stage the bundle and leaves show (docs/rotation.md), judged
+    with the signing CA and the trust list the set was judged with."""
     if report.bundle is None or len(report.bundle) < 2:
         stage = 0 if report.bundle else None
         return {"rotating": False, "stage": stage, "stage_name": "none" if stage == 0 else None}
-    from typhapki.pki.rotation import describe_rotation  # only when a rotation is under way
+    from typhapki.monitoring.status import rotation_of  # only when a rotation is under way
 
-    info = describe_rotation(report)
+    info = rotation_of(report, signing, request.trust, request.trusted)
     return {k: info[k] for k in ("rotating", "stage", "stage_name", "old_ca", "new_ca")}
 
 
@@ -283,7 +286,7 @@ def _set_fact(
         "valid": report.ok,
         "problems": [_problem(p) for p in report.problems],
         "bundle": _bundle_fact(report, now),
-        "rotation": _rotation_fact(report),
+        "rotation": _rotation_fact(report, signing, request),
         "roles": {
             role.value: _role_fact(state, settings, now) for role, state in report.roles.items()
         },
