@@ -281,7 +281,7 @@ def _switch_evidence(fact: Mapping[str, Any]) -> tuple[bool | None, str, tuple[A
     found = []
     for typha in typhas:
         typha = _mapping(typha, "typhas[]")
-        if _null(typha.get("tls")) is None:
+        if typha.get("tls") is None:  # read_fact made Facter's "" null
             # A Typha the node could not judge (an unreadable environment, a hostile
             # TYPHA_SERVERPORT: its row's error): evidence of nothing, for or against.
             # The switch gate still wants a probed TLS Typha on each endpoint's port.
