@@ -143,7 +143,8 @@ def test_warn_still_reports_a_node_outside_the_networks(
     hiera: Path, lab_dns: Dnsmasq, state: Path
 ) -> None:
     hiera.write_text(HIERA.replace('"10.250.0.0/16"', '"10.250.1.0/24"', 1))
-    result = ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn")
+    out = state.parent / "10_calico-typha"  # a preview would record nothing
+    result = ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn", "--output", out)
     assert result.returncode == 0, result.stderr
     assert "(warn): n2.lab.test: address 10.250.2.2 is outside the cluster's networks" in (
         result.stderr
@@ -179,13 +180,14 @@ def test_cluster_without_cluster_nodes_renders_its_networks_without_dns(
     hiera: Path, state: Path, tmp_path: Path
 ) -> None:
     # No resolver at all (port 9 on loopback: nothing listens): no DNS is asked.
-    result = run_cli(
+    out = tmp_path / "10_calico-typha"  # written: a stdout preview records nothing
+    result = unproven(
         "ferm", "--hiera", hiera, "--cluster", "nonodes", "--nameserver", "127.0.0.1:9",
-        "--state-dir", state,
+        "--state-dir", state, "--output", out,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    v4, v6 = ferm_lines(result.stdout, tmp_path)
+    v4, v6 = ferm_lines(out.read_text(), tmp_path)
     assert v4 == [accept("10.250.0.0/16")] and v6 == [accept("fd00:5473::/48")]
     recorded = read_state(state)
     assert recorded["hosts_failed"] == 0 and recorded["last_success"] is not None
@@ -210,10 +212,11 @@ def test_cluster_without_cluster_nodes_needs_fixed_networks(
 def test_last_success_is_kept_when_a_later_run_fails(
     hiera: Path, lab_dns: Dnsmasq, state: Path
 ) -> None:
-    ok = ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn")
+    out = state.parent / "10_calico-typha"
+    ok = ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn", "--output", out)
     assert ok.returncode == 0
     first = read_state(state)
-    failed = ferm(hiera, "fixed", lab_dns, state)  # enforce: gone.lab.test fails
+    failed = ferm(hiera, "fixed", lab_dns, state, "--output", out)  # enforce: gone fails
     assert failed.returncode == 1
     second = read_state(state)
     assert second["last_success"] == first["last_success"]
@@ -226,7 +229,7 @@ def test_unwritable_state_is_a_warning_not_a_failure(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = ferm(hiera, "nonodes", lab_dns, blocker / "state")
+    result = ferm(hiera, "nonodes", lab_dns, blocker / "state", "--output", tmp_path / "rule")
     assert result.returncode == 0
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"typhapki: warning: ferm state {blocker}/state/ferm.json")
@@ -244,16 +247,22 @@ def test_facts_show_the_gate_state_bounded(
 ) -> None:
     assert "ferm_gate" not in _facts(state)  # no ferm here: nothing to say
     assert "missing" in _facts(state, "--ferm-output", tmp_path / "rule")["ferm_gate"]["error"]
+    # A preview records nothing; a run that writes the rule does.
     assert ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn").returncode == 0
+    assert "ferm_gate" not in _facts(state)
+    rule = tmp_path / "rule"
+    assert (
+        ferm(hiera, "fixed", lab_dns, state, "--dns-gate", "warn", "--output", rule).returncode == 0
+    )
     gate = _facts(state)["ferm_gate"]
     assert gate["dns_gate"] == "warn" and gate["hosts_failed"] == 1 and gate["cluster"] == "fixed"
     assert gate["last_success"].endswith("Z")
     assert set(gate) == {"cluster", "dns_gate", "hosts_failed", "last_success", "mtls_enforced",
                          "mtls_proof_skipped", "rule", "mtls_negative_reason"}  # fmt: skip
-    # Printed, not written: no proof was needed, none was skipped, none is known, and no
+    # Written with the proof skipped (--skip-mtls-proof): none is known, the relaxed
     # rule is in force.
-    assert gate["mtls_enforced"] == "unknown" and gate["mtls_proof_skipped"] is False
-    assert gate["rule"] is None and gate["mtls_negative_reason"] is None
+    assert gate["mtls_enforced"] == "unknown" and gate["mtls_proof_skipped"] is True
+    assert gate["rule"] == "relaxed" and gate["mtls_negative_reason"] is None
     (state / "ferm.json").write_text('{"version": 1, "cluster": [')
     assert "corrupt" in _facts(state)["ferm_gate"]["error"]
 
