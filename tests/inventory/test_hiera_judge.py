@@ -24,7 +24,7 @@ from typhapki.firewall.pipeline import BOTH_TYPHAS
 from typhapki.inventory import hiera
 from typhapki.kubernetes.typhaports import TLS_PORTS
 from typhapki.puppet.lint import lint
-from typhapki.settings import wiring
+from typhapki.settings import options, wiring
 from typhapki.settings.desired import Request, resolve
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
@@ -151,7 +151,7 @@ def test_a_refused_value_stops_only_its_reader_and_lint_lists_each(
 
 @settings(max_examples=50, deadline=None)
 @given(
-    stage=st.sampled_from([None, *hiera.BY_NAME["tls_stage"].choices]),
+    stage=st.sampled_from([None, *options.BY_NAME["tls_stage"].choices]),
     port=st.sampled_from([5473, TLS_PORTS.server, 5475, 65535]),
 )
 def test_the_plain_port_beside_the_tls_typha_lint_equals_the_firewall(
