@@ -456,6 +456,12 @@ class CfsslSigner:
         if not isinstance(doc, dict) or "success" not in doc:
             if status >= 500:
                 raise _Retryable(f"HTTP {status} from the server")
+            if status == 404 and url.endswith(SIGN):
+                # multirootca serves authsign only: no auth key sent this node to /sign.
+                raise SignerError(
+                    f"{url}: HTTP 404: this signer serves no unauthenticated /sign "
+                    f"(multirootca serves authsign only) {auth_hint}"
+                )
             raise SignerError(f"{url}: HTTP {status}, not a cfssl JSON answer")
         if doc.get("success") is not True:
             reason = _errors_of(doc)
@@ -628,6 +634,12 @@ class CfsslSigner:
             else "--cfssl-auth-key"
         )
         hint = f"(wrong or missing {flag} for profile {profile}?)"
+        if auth_key is None:
+            hint = (
+                f"(no auth key for {role.value}'s profile {profile}: give "
+                f"--cfssl-auth-key-{role.value} or --cfssl-auth-key, node configuration "
+                f"cfssl_auth_key_{role.value} or cfssl_auth_key)"
+            )
         try:
             return self._certificates(self.url + path, self._post(path, body, hint))
         except SignerError as exc:
