@@ -138,14 +138,17 @@ class typhapki (
     $cluster_typha.each |$key, $value| {
       $type = $typha_types[$key]
       if $type =~ Undef {
-        fail("typhapki: ${cluster_typha_keys[$key]}: unknown key in typha: (known: ${typha_types.keys.sort.join(', ')}; secrets never go into hiera)")
+        $known = $typha_types.keys.sort.join(', ')
+        fail("typhapki: ${cluster_typha_keys[$key]}: unknown key in typha: (known: ${known}; secrets never go into hiera)")
       }
       unless $value =~ Optional[$type] {
         fail("typhapki: ${cluster_typha_keys[$key]}: expected ${type}, got ${String($value, '%p')}")
       }
     }
     unless $cluster_typha =~ Typhapki::Typha {
-      fail("typhapki: ${cluster_typha_keys['port']}: ${cluster_typha['port']} is the TLS Typha's server port, which tls_stage ${cluster_typha['tls_stage']} opens beside the plain Typha's: give the plain Typha another port")
+      $port = "${cluster_typha_keys['port']}: ${cluster_typha['port']} is the TLS Typha's server port"
+      $stage = "which tls_stage ${cluster_typha['tls_stage']} opens beside the plain Typha's"
+      fail("typhapki: ${port}, ${stage}: give the plain Typha another port")
     }
   } else {
     $cluster_data = undef

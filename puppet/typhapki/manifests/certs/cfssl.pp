@@ -33,7 +33,9 @@ class typhapki::certs::cfssl (
     $roles = $settings['role'] ? { 'both' => ['typha', 'felix'], default => [$settings['role']] }
     $missing = $roles.filter |$r| { !("cfssl_auth_key_${r}" in $settings) }
     $keys = $missing.map |$r| { "typhapki::certs::cfssl_auth_key_${r}" }.join(' and ')
-    fail("typhapki::certs: mode cfssl: no cfssl auth key for ${missing.join(' and ')} (role ${settings['role']}): set typhapki::certs::cfssl_auth_key (both profiles) or ${keys} (Sensitive, in the private hiera); without one the node asks cfssl's unauthenticated /sign, which multirootca does not serve")
+    $why = "without one the node asks cfssl's unauthenticated /sign, which multirootca does not serve"
+    $set = "set typhapki::certs::cfssl_auth_key (both profiles) or ${keys} (Sensitive, in the private hiera)"
+    fail("typhapki::certs: mode cfssl: no cfssl auth key for ${missing.join(' and ')} (role ${settings['role']}): ${set}; ${why}")
   }
 
   # The node configuration names files, never a secret's value.
