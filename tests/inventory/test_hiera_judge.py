@@ -197,3 +197,11 @@ def test_a_copy_of_hiera_names_the_hiera_key_not_its_file(tmp_path: Path) -> Non
     plain = _write(tmp_path / "plain.yaml", {"tls_stage": "retrie"})
     with pytest.raises(ConfigError, match=rf"^{plain}:\d+: {KEY}\.typha\.tls_stage"):
         hiera.load_cluster(plain, CLUSTER)
+
+
+def test_the_stages_hiera_accepts_are_the_wirings() -> None:
+    """The judge takes `tls_stage` from the option table, the Puppet types from
+    wiring.py's Stage (typhapki/docgen.py): the two must name the same stages."""
+    from typhapki.settings.wiring import Stage
+
+    assert options.BY_NAME["tls_stage"].choices == tuple(s.value for s in Stage)
