@@ -104,3 +104,17 @@ def test_puppet_apply_fails_the_catalog_naming_the_hiera_key(tmp_path: Path) -> 
     assert f"kubernetes::clusters.main.{CLUSTER}.typha.tls_stage" in proc.stderr, proc.stderr
     assert "'retrie'" in proc.stderr
     assert not node.config_file.exists() and not node.out.exists()
+
+
+def test_a_node_names_the_hiera_key_not_its_copy(tmp_path: Path) -> None:
+    """A value the types accept and the node refuses (a renewal window longer than the
+    lifetime): the node's `typhapki issue` names the hiera key, not the line of the
+    module's cluster.yaml that holds its copy."""
+    require("puppet")
+    typha = {"renew_before": "999d"}
+    clusters = {"main": {CLUSTER: {"cluster_nodes": ["10.64.0.1"], "typha": typha}}}
+    node = PuppetNode(tmp_path / "node", "local", {"kubernetes::clusters": clusters})
+    proc = node.apply(failing=True)
+    output = proc.stdout + proc.stderr
+    assert f"(from hiera kubernetes::clusters.main.{CLUSTER}.typha.renew_before)" in output
+    assert "cluster.yaml:" not in output, output
