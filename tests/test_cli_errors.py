@@ -99,6 +99,10 @@ def build(kind: str, source: str, command: str, control: str, base: Path) -> Cas
     }.get(kind, (f"ty{control}", "x"))
     text = HIERA.format(key=json.dumps(key), value=json.dumps(value))
     where = f"{hiera}:6: kubernetes::clusters.main.prod.typha."
+    if kind == "hiera path":
+        # The ferm rule's file is the firewall's to read: `check` and `issue` never
+        # stop on it (typhapki/inventory/hiera.py, the readers), `ferm` does.
+        argv = ["ferm", "--hiera", hiera, "--cluster", "prod"]
     return Case(argv, None, text, (where, shown))
 
 

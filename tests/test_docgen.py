@@ -263,3 +263,29 @@ def test_exit_codes_of_a_command_come_from_the_declaration(command: str) -> None
 
     assert (errors.EXIT_DEFERRED in docgen.exit_codes(command)) == (command == "restart-typha")
     assert (errors.EXIT_PUPPETDB in docgen.exit_codes(command)) == (command == "fleet")
+
+
+def test_the_puppet_types_are_generated_from_the_option_table() -> None:
+    """The Puppet module's types of hiera values (puppet/typhapki/types/typha*,
+    functions/typha_types.pp, types/certs/cfsslauth.pp) are what typhapki/docgen.py
+    makes from the option table and the hiera judge: every key of `typha:` has a type,
+    the stages are wiring.py's Stage, and the auth keys are the signer's secrets."""
+    from typhapki.inventory.hiera import TYPHA_READERS
+    from typhapki.settings.wiring import Stage
+
+    generated = docgen.puppet_types()
+    module = SOURCE / "puppet" / "typhapki"
+    stale = [p for p, text in generated.items() if (module / p).read_text() != text]
+    assert stale == [], "python3 -m typhapki.docgen puppet puppet/typhapki"
+    hand_made = {
+        p.relative_to(module).as_posix()
+        for p in [*module.glob("types/typha/*.pp"), *module.glob("functions/*.pp")]
+    }
+    assert hand_made <= set(generated)
+    function = generated["functions/typha_types.pp"]
+    assert sorted(re.findall(r"^    '(\w+)'", function, re.M)) == sorted(TYPHA_READERS)
+    stage = generated["types/typha/tlsstage.pp"]
+    assert all(f"'{s.value}'" in stage for s in Stage)
+    auth = generated["types/certs/cfsslauth.pp"]
+    secrets = sorted(o.name for o in options.group("signer") if o.name.startswith("cfssl_auth"))
+    assert sorted(set(re.findall(r"(cfssl_auth_key\w*)", auth))) == secrets

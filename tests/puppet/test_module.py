@@ -40,13 +40,13 @@ def _files(*patterns: str) -> list[Path]:
 
 def test_puppet_lint_has_no_warnings() -> None:
     require("puppet-lint")
-    proc = _run("puppet-lint", "--fail-on-warnings", "manifests", "types", "examples")
+    proc = _run("puppet-lint", "--fail-on-warnings", "manifests", "types", "functions", "examples")
     assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout + proc.stderr
 
 
 def test_every_manifest_and_template_validates() -> None:
     require("puppet")
-    manifests = _files("manifests/**/*.pp", "types/**/*.pp", "examples/*.pp")
+    manifests = _files("manifests/**/*.pp", "types/**/*.pp", "functions/*.pp", "examples/*.pp")
     assert len(manifests) >= 12
     proc = _run("puppet", "parser", "validate", *manifests)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -155,8 +155,11 @@ class PuppetNode:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    def apply(self, *, failing: bool = False) -> subprocess.CompletedProcess[str]:
-        """`puppet apply --detailed-exitcodes` of the example: 0/2, or 4/6 when failing."""
+    def apply(
+        self, *, failing: bool = False, compile_error: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """`puppet apply --detailed-exitcodes` of the example: 0/2, or 4/6 when failing,
+        or 1 when the catalog does not compile."""
         self.prepare()
         p = self.root.parent / f"puppet-{self.root.name}"
         hiera = self.hiera_config(p / "hiera")
@@ -186,7 +189,7 @@ class PuppetNode:
             stdin=subprocess.DEVNULL,
         )
         proc.stderr = quiet(proc.stderr)
-        wanted = (4, 6) if failing else (0, 2)
+        wanted = (1,) if compile_error else (4, 6) if failing else (0, 2)
         assert proc.returncode in wanted, (proc.returncode, proc.stdout, proc.stderr)
         return proc
 

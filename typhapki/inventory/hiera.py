@@ -35,7 +35,7 @@ every message names where to fix it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from typhapki.inventory.hostnames import (
 from typhapki.record import field, fields, record, replace
 from typhapki.settings.options import (
     BY_NAME,
+    CIPHER_SUITES,
     SECRETS,
     PkiFields,
     ProofFields,
@@ -69,6 +70,10 @@ CLUSTERS_KEY = "kubernetes::clusters"
 DEFAULTS_KEY = "kubernetes::clusters_defaults"
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
+# The first line of a file that is a generated copy of hiera (the Puppet module's
+# cluster.yaml, puppet/typhapki/templates/cluster.yaml.epp): errors about its values
+# name the hiera key they came from, never the copy's file and line.
+COPY_MARK = "# typhapki: a copy of hiera"
 
 # Group and cluster names end up in messages and in the header comment of a rule.
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?")
@@ -86,9 +91,14 @@ class YNode:
     path: str
     line: int
     raw: str | None = None  # the scalar as written (key_mode: 0640 stays "0640")
+    # From a copy of the Puppet server's hiera (COPY_MARK): its file and line are
+    # nowhere a person edits, so `where` names the hiera key alone.
+    copy: bool = False
 
     @property
     def where(self) -> str:
+        if self.copy:
+            return self.path
         return f"{self.file}:{self.line}: {self.path}"
 
 
@@ -125,6 +135,28 @@ class TyphaSettings(PkiFields, SignerFields, ProofFields, WiringFields):
     # Where each value set above was written (FILE:LINE: KEY), for an error about a
     # value the PKI layer refuses (typhapki/settings/pki.py).
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # The values the judge refused (`judge_typha`), left unset above: each reader
+    # raises those it reads (`require`), so a bad firewall key never stops renewal.
+    refused: tuple[Refusal, ...] = field(default=(), compare=False, repr=False)
+
+    def require(self, *readers: str) -> None:
+        """Raise (exit 2) the first refused value that one of `readers` reads, naming
+        where it is written; nothing when they read none."""
+        found = [r for r in self.refused if r.reader in readers]
+        if found:
+            more = len(found) - 1
+            tail = f" (and {more} more refused: typhapki lint-hiera lists them)" if more else ""
+            raise ConfigError(found[0].message + tail)
+
+
+@record(frozen=True)
+class Refusal:
+    """A hiera value the judge refused: its key, the reader that reads it (`READERS`)
+    and the whole line, where it is written first."""
+
+    key: str
+    reader: str
+    message: str
 
 
 @record(frozen=True)
@@ -200,16 +232,19 @@ def _yaml_files(path: Path) -> list[Path]:
 class _Builder:
     """Builds YNodes from a composed YAML node graph, refusing tags and bombs."""
 
-    def __init__(self, file: Path) -> None:
+    def __init__(self, file: Path, copy: bool = False) -> None:
         import yaml
 
         self.file = file
+        self.copy = copy
         self.nodes = 0
         self.aliases = 0
         self._constructor = yaml.constructor.SafeConstructor()
 
     def fail(self, line: int, path: str, message: str) -> ConfigError:
         where = f"{self.file}:{line}: {path}" if path else f"{self.file}:{line}"
+        if self.copy and path:
+            where = path
         return ConfigError(f"{where}: {message}")
 
     def build(self, node: Any, path: str, stack: tuple[int, ...] = ()) -> YNode:
@@ -237,13 +272,14 @@ class _Builder:
                         f"duplicate key (first at line {items[key].line})",
                     )
                 items[key] = self.build(value_node, child, stack)
-            return YNode(items, self.file, path, line)
+            return YNode(items, self.file, path, line, copy=self.copy)
         if isinstance(node, yaml.SequenceNode):
             return YNode(
                 [self.build(item, f"{path}[{i}]", stack) for i, item in enumerate(node.value)],
                 self.file,
                 path,
                 line,
+                copy=self.copy,
             )
         try:
             value = self._constructor.construct_object(node, deep=True)
@@ -256,7 +292,7 @@ class _Builder:
         ):
             # timestamps, binary, sets: never hiera data we use; keep them as written
             value = str(node.value)
-        return YNode(value, self.file, path, line, raw=str(node.value))
+        return YNode(value, self.file, path, line, raw=str(node.value), copy=self.copy)
 
     def _pairs(self, node: Any, path: str) -> Iterator[tuple[Any, Any]]:
         """Key/value node pairs, with YAML merge keys (``<<: *defaults``) expanded."""
@@ -338,7 +374,7 @@ def load_yaml_file(file: Path) -> YNode | None:
         raise ConfigError(f"{file}: nested too deeply") from None
     if node is None:
         return None
-    return _Builder(file).build(node, "")
+    return _Builder(file, copy=text.startswith(COPY_MARK)).build(node, "")
 
 
 def load_hiera(path: Path) -> HieraDoc:
@@ -392,7 +428,7 @@ def _merge(default: YNode | None, override: YNode | None) -> YNode | None:
         merged = dict(default.value)
         for key, value in override.value.items():
             merged[key] = _merge(default.value.get(key), value) or value  # never None here
-        return YNode(merged, override.file, override.path, override.line)
+        return YNode(merged, override.file, override.path, override.line, copy=override.copy)
     return override
 
 
@@ -436,13 +472,18 @@ def merged_cluster_node(doc: HieraDoc, cluster_node: YNode) -> YNode:
     return merged
 
 
-def load_cluster(path: Path, name: str) -> Cluster:
-    """One cluster, defaults merged, hosts and `typha:` settings validated."""
+def load_cluster(path: Path, name: str, reads: Sequence[str] | None = None) -> Cluster:
+    """One cluster, defaults merged, hosts and `typha:` settings judged (`judge_typha`).
+    A refused value of a reader in `reads` (None: every reader) is raised (exit 2); the
+    others' stay in ``typha.refused`` for the readers that read them
+    (`TyphaSettings.require`)."""
     doc = load_hiera(path)
-    return cluster_from_doc(doc, name)
+    return cluster_from_doc(doc, name, reads)
 
 
-def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
+def cluster_from_doc(doc: HieraDoc, name: str, reads: Sequence[str] | None = None) -> Cluster:
+    """`load_cluster` over loaded hiera. The shape (groups, clusters, mappings, keys
+    that are unknown or secret) is every reader's: refused whatever `reads` says."""
     clusters = clusters_map(doc)
     if name not in clusters:
         known = ", ".join(sorted(clusters)) or "none"
@@ -452,39 +493,24 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
     group, cluster_node = clusters[name]
     settings = _expect_mapping(merged_cluster_node(doc, cluster_node))
 
-    # cluster_nodes may be absent (or null, to unset a default): the ferm command then
-    # accepts only a relaxed rule of fixed networks, and says so.
-    nodes_node = settings.get("cluster_nodes")
-    if nodes_node is None or nodes_node.value is None:
-        cluster_nodes: tuple[str, ...] = ()
-    else:
-        cluster_nodes = _host_list(nodes_node, required=True)
-    cp_node = settings.get("control_plane_nodes")
-    control_plane = _host_list(cp_node, required=False) if cp_node is not None else ()
-
-    dual = settings.get("ipv6dualstack")
-    if dual is None or dual.value is None:
-        ipv6dualstack = False
-    elif isinstance(dual.value, bool):
-        ipv6dualstack = dual.value
-    else:
-        raise ConfigError(f"{dual.where}: expected true or false, got {_type_name(dual.value)}")
-
+    refused: list[Refusal] = []
+    own = {key: _judged(key, settings.get(key), refused) for key in CLUSTER_READERS}
     typha_node = settings.get("typha")
-    typha = _typha_settings(typha_node) if typha_node is not None else TyphaSettings()
+    typha = judge_typha(typha_node) if typha_node is not None else TyphaSettings()
     base = settings.get("pki_intermediate_base")
     if base is not None and base.value is not None:
         typha = replace(
             typha, pki_intermediate_base=base.value, pki_intermediate_base_where=base.where
         )
-    renew = settings.get("pki_renew_seconds")
-    if renew is not None and renew.value is not None:
-        value = renew.value
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_RENEW:
-            raise ConfigError(
-                f"{renew.where}: expected a positive number of seconds, got {shown(value)}"
-            )
-        typha = replace(typha, pki_renew_seconds=value)
+    if own["pki_renew_seconds"] is not None:
+        typha = replace(typha, pki_renew_seconds=own["pki_renew_seconds"])
+    typha = replace(typha, refused=(*refused, *typha.refused))
+    typha.require(*(READERS if reads is None else reads))
+    # cluster_nodes may be absent (or null, to unset a default): the ferm command then
+    # accepts only a relaxed rule of fixed networks, and says so.
+    cluster_nodes: tuple[str, ...] = own["cluster_nodes"] or ()
+    control_plane: tuple[str, ...] = own["control_plane_nodes"] or ()
+    ipv6dualstack = own["ipv6dualstack"] is True
     return Cluster(
         group=group,
         name=name,
@@ -495,6 +521,33 @@ def cluster_from_doc(doc: HieraDoc, name: str) -> Cluster:
         typha=typha,
         where=cluster_node.where,
     )
+
+
+def _judged(key: str, node: YNode | None, refused: list[Refusal]) -> Any:
+    """A cluster's own key, judged; None when absent, null or refused (then in
+    `refused`, for the reader that reads it)."""
+    if node is None or node.value is None:
+        return None
+    try:
+        return _CLUSTER_JUDGES[key](node)
+    except ConfigError as exc:
+        refused.append(Refusal(key, CLUSTER_READERS[key], str(exc)))
+        return None
+
+
+def _renew_seconds(node: YNode) -> int:
+    value = node.value
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_RENEW:
+        raise ConfigError(
+            f"{node.where}: expected a positive number of seconds, got {shown(value)}"
+        )
+    return value
+
+
+def _dual_stack(node: YNode) -> bool:
+    if isinstance(node.value, bool):
+        return node.value
+    raise ConfigError(f"{node.where}: expected true or false, got {_type_name(node.value)}")
 
 
 def _host_list(node: YNode, required: bool) -> tuple[str, ...]:
@@ -518,18 +571,50 @@ def _host_list(node: YNode, required: bool) -> tuple[str, ...]:
     return tuple(hosts)
 
 
-# --- typha: settings -----------------------------------------------------------------
+# --- the one judge of a hiera value ---------------------------------------------------
+#
+# Every value of a cluster (its own keys and its `typha:` mapping) is judged here, by one
+# function per key, and belongs to the one reader that reads it:
+# - CERTS: the certificate set (`issue`, `check`, `install`, the fact, the metrics);
+# - WIRING: the live switch and the TLS policy (`manifests`, `probe`, `restart-typha`);
+# - FIREWALL: the Typha rule and its mTLS proof (`ferm`, `nft`).
+# A refused value stops only the commands whose reader reads it, `lint-hiera` lists
+# every one, and the Puppet module's types are generated from this table and the
+# option table (typhapki/docgen.py `puppet_types`), so all three refuse the same.
+CERTS, WIRING, FIREWALL = "certs", "wiring", "firewall"
+READERS = (CERTS, WIRING, FIREWALL)
+# The readers of the option groups whose options hiera sets (typhapki/settings/options.py).
+_GROUP_READERS = {"pki": CERTS, "signer": CERTS, "wiring": WIRING, "proof": FIREWALL}
+# The live switch's stages where the plain and the TLS Typha run side by side, each on
+# its own port (typhapki/firewall/pipeline.py BOTH_TYPHAS).
+SIDE_BY_SIDE = ("parallel", "switch")
 
 # cfssl 1.2: a multirootca label is an INI section name, word characters only
 # (`[ cluster-2025 ]` is an invalid config file); profile names follow the same rule here.
 CFSSL_NAME = re.compile(r"[A-Za-z0-9_]+")
 _CFSSL_NAMES = ("cfssl_label", "cfssl_profile_typha", "cfssl_profile_felix")
+# The cluster's own keys and their readers (typha: is judged key by key below).
+CLUSTER_READERS = {
+    "cluster_nodes": FIREWALL,
+    "control_plane_nodes": FIREWALL,
+    "ipv6dualstack": FIREWALL,
+    "pki_intermediate_base": CERTS,  # judged when cfssl signs (settings/cluster.py)
+    "pki_renew_seconds": CERTS,
+}
+_CLUSTER_JUDGES: dict[str, Any] = {
+    "cluster_nodes": lambda node: _host_list(node, required=True),
+    "control_plane_nodes": lambda node: _host_list(node, required=False),
+    "ipv6dualstack": lambda node: _dual_stack(node),
+    "pki_intermediate_base": lambda node: node.value,
+    "pki_renew_seconds": lambda node: _renew_seconds(node),
+}
 # TyphaSettings fields set from the cluster's own keys, never written under typha:.
 _CLUSTER_FIELDS = (
     "pki_intermediate_base",
     "pki_intermediate_base_where",
     "pki_renew_seconds",
     "sources",
+    "refused",
 )
 # The keys typha: may hold: the shared options marked `hiera` where they are declared
 # (typhapki/settings/options.py), and TyphaSettings' own fields but the cluster's.
@@ -538,17 +623,28 @@ _KNOWN = frozenset(
     for f in fields(TyphaSettings)
     if (BY_NAME[f.name].hiera if f.name in BY_NAME else f.name not in _CLUSTER_FIELDS)
 )
+# Each typha: key's reader: its option group's, else hiera's own key's.
+TYPHA_READERS = {
+    key: _GROUP_READERS[BY_NAME[key].group] if key in BY_NAME else (
+        CERTS if key == "trust" else FIREWALL)  # the ferm rule's own keys
+    for key in sorted(_KNOWN)
+}  # fmt: skip
 MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
 _SECRET_KEYS = frozenset(SECRETS | {"auth_key", "cfssl_key"})
 
 
-def _typha_settings(node: YNode) -> TyphaSettings:
+def judge_typha(node: YNode) -> TyphaSettings:
+    """A cluster's ``typha:`` mapping (defaults merged), each value judged by its key's
+    rule (`_typha_value`, `_side_by_side`): what passes is set, what does not is in
+    ``refused`` for its reader (`TYPHA_READERS`). A secret or an unknown key is refused
+    outright (ConfigError): it is no reader's, and a misspelt key would read as unset."""
     if node.value is None:
         return TyphaSettings()
     items = _expect_mapping(node)
     values: dict[str, Any] = {}
+    refused: list[Refusal] = []
     for key, item in items.items():
         if key in _SECRET_KEYS:
             raise ConfigError(
@@ -562,8 +658,46 @@ def _typha_settings(node: YNode) -> TyphaSettings:
             )
         if item.value is None:
             continue  # an explicit null unsets a default
-        values[key] = _typha_value(key, item)
-    return TyphaSettings(**values, sources={key: items[key].where for key in values})
+        try:
+            values[key] = _typha_value(key, item)
+        except ConfigError as exc:
+            refused.append(Refusal(key, TYPHA_READERS[key], str(exc)))
+    if (problem := _side_by_side(values)) is not None:
+        refused.append(Refusal("port", FIREWALL, f"{items['port'].where}: {problem}"))
+        del values["port"]
+    return TyphaSettings(
+        **values, sources={key: items[key].where for key in values}, refused=tuple(refused)
+    )
+
+
+def _side_by_side(values: dict[str, Any]) -> str | None:
+    """Why the plain Typha's `port` cannot be used at the stage (None when it can): from
+    parallel to switch the TLS Typha listens beside it, on its own server port."""
+    from typhapki.kubernetes.typhaports import TLS_PORTS
+
+    stage, port = values.get("tls_stage"), values.get("port")
+    if stage in SIDE_BY_SIDE and port == TLS_PORTS.server:
+        return (
+            f"{port} is the TLS Typha's server port, which tls_stage {stage} opens "
+            "beside the plain Typha's: give the plain Typha another port"
+        )
+    return None
+
+
+def cipher_suites(text: str) -> tuple[str, ...]:
+    """Calico's TLS_CIPHER_SUITES, comma-separated, as the one judge takes it: each one
+    of Go's secure TLS 1.2 ECDHE suites (typhapki/settings/options.py CIPHER_SUITES),
+    none twice (an unknown name makes Typha panic at start). ValueError says why not."""
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if name not in CIPHER_SUITES:
+            raise ValueError(
+                f"{shown(name)} is not one of Go's secure TLS 1.2 ECDHE cipher suites "
+                f"({', '.join(CIPHER_SUITES)})"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError("a cipher suite is named twice")
+    return names
 
 
 def cfssl_name_problem(value: object) -> str | None:
@@ -635,8 +769,14 @@ def _typha_value(key: str, item: YNode) -> Any:
         return text
     if key == "tls_cipher_suites":
         if isinstance(value, list):  # a YAML list, or one comma-separated text
-            return ",".join(_expect_str(n) for n in value)
-        return _expect_str(item)
+            text = ",".join(_expect_str(n) for n in value)
+        else:
+            text = _expect_str(item)
+        try:
+            cipher_suites(text)
+        except ValueError as exc:
+            raise ConfigError(f"{item.where}: {exc}") from None
+        return text
     if key == "ferm_output":
         text = _expect_str(item)
         if not text or unprintable(text) is not None:  # NUL, a newline, an escape...

@@ -177,23 +177,40 @@ def _dual_stack(docs: Sequence[HieraDoc]) -> list[tuple[dict[str, bool], bool]]:
     return out
 
 
-def judge_cluster(doc: HieraDoc, name: str) -> None:
-    """Raise what `check --hiera FILE --cluster NAME` raises for the hiera alone (exit 2):
-    the cluster loaded as every command loads it, then resolved by `check`'s own code,
-    without flags, node configuration or a signer to ask."""
-    from typhapki.inventory.hiera import cluster_from_doc
+def judge_cluster(doc: HieraDoc, name: str) -> list[str]:
+    """Every refusal of a cluster's hiera values, as its nodes refuse them (exit 2): each
+    value the one judge refuses (typhapki/inventory/hiera.py `judge_typha`), then what
+    `check --hiera FILE --cluster NAME` and the wiring (`manifests`) raise over what
+    passed, by their own code, without flags, node configuration or a signer to ask.
+    Raises ConfigError only for the shape of the data (no reader can read it)."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.inventory.hiera import CERTS, WIRING, cluster_from_doc
+    from typhapki.settings import wiring
     from typhapki.settings.desired import Request, resolve_loaded
     from typhapki.settings.pki import PkiOptions
     from typhapki.settings.signer import SignerOptions
 
-    typha = cluster_from_doc(doc, name).typha
+    typha = cluster_from_doc(doc, name, reads=()).typha
+    messages = [r.message for r in typha.refused]
+    readers = {r.reader for r in typha.refused}
     request = Request(Path(), "both", PkiOptions(node_name=LINT_NODE_NAME), SignerOptions())
-    resolve_loaded(request, typha, require_signer=False, ask_signer=False)
+    checks = (
+        (CERTS, lambda: resolve_loaded(request, typha, require_signer=False, ask_signer=False)),
+        (WIRING, lambda: wiring.resolve(None, None, None, typha)),
+    )
+    for reader, check in checks:
+        if reader in readers:
+            continue  # its refused values are listed above
+        try:
+            check()
+        except TyphapkiError as exc:
+            messages.append(str(exc))
+    return messages
 
 
 def _settings_findings(doc: HieraDoc, report: LintReport) -> list[Finding]:
-    """One finding per refusal of a cluster's settings; a refusal of a shared value
-    (the defaults) once, however many clusters merge it."""
+    """One finding per refusal of a cluster's settings, every one of them; a refusal
+    of a shared value (the defaults) once, however many clusters merge it."""
     from typhapki.errors import EXIT_USAGE, TyphapkiError
     from typhapki.inventory.hiera import CLUSTERS_KEY, clusters_map
 
@@ -208,11 +225,12 @@ def _settings_findings(doc: HieraDoc, report: LintReport) -> list[Finding]:
     for name, (_, node) in clusters.items():
         report.clusters += 1
         try:
-            judge_cluster(doc, name)
+            messages = judge_cluster(doc, name)
         except TyphapkiError as exc:
             if exc.exit_code != EXIT_USAGE:  # pragma: no cover - nothing asked, nothing else
                 raise
-            message = str(exc)
+            messages = [str(exc)]
+        for message in messages:
             found.setdefault(message, _settings_finding(message, node.file, node.path, node.line))
     return list(found.values())
 

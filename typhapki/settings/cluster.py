@@ -31,6 +31,9 @@ def require_pair(hiera: Path | None, cluster: str | None) -> bool:
 def pki_options_of(typha: TyphaSettings) -> PkiOptions:
     """A cluster's ``typha:`` mapping as certificate options (None where not set), each
     remembering where hiera sets it."""
+    from typhapki.inventory.hiera import CERTS
+
+    typha.require(CERTS)  # a value the judge refused (typhapki/inventory/hiera.py)
     names = options.hiera_keys("pki")
     return PkiOptions(
         **{name: getattr(typha, name) for name in names},
@@ -40,13 +43,16 @@ def pki_options_of(typha: TyphaSettings) -> PkiOptions:
 
 
 def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSettings | None:
-    """The cluster's ``typha:`` settings, or None when no hiera was given."""
+    """The cluster's ``typha:`` settings, or None when no hiera was given. A value the
+    judge refused stops only its reader (`TyphaSettings.require`: the certificate
+    options here, the wiring's in typhapki/settings/wiring.py `resolve`): a bad
+    firewall or wiring key never stops `issue` and `check`."""
     if not require_pair(hiera, cluster):
         return None
     assert hiera is not None and cluster is not None
     from typhapki.inventory.hiera import load_cluster  # yaml only when hiera is used
 
-    return load_cluster(hiera, cluster).typha
+    return load_cluster(hiera, cluster, reads=()).typha  # each reader requires its own
 
 
 def cluster_settings(
@@ -90,8 +96,10 @@ def merge_cluster(
 def signer_options_of(typha: TyphaSettings) -> SignerOptions:
     """A cluster's issuance mode from its ``typha:`` mapping (no secrets live there),
     each value remembering where hiera sets it."""
+    from typhapki.inventory.hiera import CERTS
     from typhapki.settings.signer import SignerOptions
 
+    typha.require(CERTS)
     names = options.hiera_keys("signer")
     return SignerOptions(
         **{name: getattr(typha, name) for name in names},

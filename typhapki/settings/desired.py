@@ -54,7 +54,12 @@ class Request:
 
 def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:
     """The cluster's ``typha.trust`` CAs (checked when hiera was read), after --trust's."""
-    if typha is None or not typha.trust:
+    if typha is None:
+        return ()
+    from typhapki.inventory.hiera import CERTS
+
+    typha.require(CERTS)
+    if not typha.trust:
         return ()
     from typhapki.pki.pem import parse_certs
 

@@ -127,6 +127,22 @@ def options_of(cls: type, group_name: str) -> tuple[Opt, ...]:
 PROGRAM_HELP = "Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096")
+# The TLS 1.2 suites with forward secrecy (ECDHE) among those Go counts as secure
+# (tls.CipherSuites(); tests/settings/test_wiring.py reads Go's source): the values of
+# `tls_cipher_suites`. Go's TLS 1.3 suites are not configurable, and Calico hands the
+# names to Go.
+CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+)
 
 
 @record(frozen=True)

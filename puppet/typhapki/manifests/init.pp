@@ -130,6 +130,26 @@ class typhapki (
     $cluster_typha_keys = $typha_layers.reduce({}) |$keys, $layer| {
       $keys + $layer[1].keys.map |$key| { [$key, "${layer[0]}.${key}"] }.convert_to(Hash)
     }
+    # Each value judged here, at compile time, by the types generated from the CLI's
+    # option table and hiera judge (typhapki::typha_types, types/typha/): a value every
+    # node would refuse fails this catalog naming its hiera key, and the node keeps
+    # running its last good one (its certificates still renew).
+    $typha_types = typhapki::typha_types()
+    $cluster_typha.each |$key, $value| {
+      $type = $typha_types[$key]
+      if $type =~ Undef {
+        $known = $typha_types.keys.sort.join(', ')
+        fail("typhapki: ${cluster_typha_keys[$key]}: unknown key in typha: (known: ${known}; secrets never go into hiera)")
+      }
+      unless $value =~ Optional[$type] {
+        fail("typhapki: ${cluster_typha_keys[$key]}: expected ${type}, got ${String($value, '%p')}")
+      }
+    }
+    unless $cluster_typha =~ Typhapki::Typha {
+      $port = "${cluster_typha_keys['port']}: ${cluster_typha['port']} is the TLS Typha's server port"
+      $stage = "which tls_stage ${cluster_typha['tls_stage']} opens beside the plain Typha's"
+      fail("typhapki: ${port}, ${stage}: give the plain Typha another port")
+    }
   } else {
     $cluster_data = undef
     $cluster_typha = {}

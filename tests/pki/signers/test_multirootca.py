@@ -309,3 +309,20 @@ def test_the_profiles_expiry_is_the_leaf_lifetime(multirootca: Multirootca, tmp_
             "--cfssl-auth-key", key, "--cfssl-label", OLD, "--renew-before", "2d",
         )  # fmt: skip
         assert_one_line_error(result, 2, "renew-before (2d)", "felix lifetime (cfssl")
+
+
+def test_a_node_without_an_auth_key_is_told_which_key_is_missing(
+    multirootca: Multirootca, tmp_path: Path
+) -> None:
+    """No auth key sends the CSR to cfssl's unauthenticated /sign, which multirootca does
+    not serve: its 404 names the missing auth key, not "not a cfssl JSON answer"."""
+    node = tmp_path / "kube1001"
+    issued = run_cli(
+        "issue", "--out", node, "--role", "felix", "--signer", "cfssl", "--cfssl-url",
+        multirootca.url, "--cfssl-label", OLD, "--node-name", node.name,
+    )  # fmt: skip
+    assert issued.returncode == 5, issued.stderr
+    line = issued.stderr.strip()
+    assert "HTTP 404" in line and "no auth key for felix" in line, line
+    assert "--cfssl-auth-key-felix" in line and "cfssl_auth_key" in line, line
+    assert len(line.splitlines()) == 1

@@ -474,6 +474,12 @@ class CfsslSigner:
                 raise _Retryable(f"HTTP {status} from the server")
             if status in (401, 403):  # the front's access rules said no to this node
                 raise SignerRefused(f"{url}: HTTP {status}, not a cfssl JSON answer")
+            if status == 404 and url.endswith(SIGN):
+                # multirootca serves authsign only: no auth key sent this node to /sign.
+                raise SignerError(
+                    f"{url}: HTTP 404: this signer serves no unauthenticated /sign "
+                    f"(multirootca serves authsign only) {auth_hint}"
+                )
             raise SignerError(f"{url}: HTTP {status}, not a cfssl JSON answer")
         if doc.get("success") is not True:
             reason = _errors_of(doc)
@@ -657,6 +663,12 @@ class CfsslSigner:
             else "--cfssl-auth-key"
         )
         hint = f"(wrong or missing {flag} for profile {profile}?)"
+        if auth_key is None:
+            hint = (
+                f"(no auth key for {role.value}'s profile {profile}: give "
+                f"--cfssl-auth-key-{role.value} or --cfssl-auth-key, node configuration "
+                f"cfssl_auth_key_{role.value} or cfssl_auth_key)"
+            )
         try:
             chain = self._certificates(self.url + path, self._post(path, body, hint))
         except SignerError as exc:

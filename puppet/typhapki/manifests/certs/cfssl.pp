@@ -25,6 +25,19 @@ class typhapki::certs::cfssl (
   $config_dir = $typhapki::config_dir
   $command = shellquote($typhapki::bin, 'issue')
 
+  # Every role needs an auth key (Typhapki::Certs::CfsslAuth, generated from the CLI's
+  # option table): without one the node would ask cfssl's unauthenticated /sign, which
+  # multirootca does not serve, and fail only at its next renewal.
+  $auth = $settings.filter |$name, $value| { $name == 'role' or $name =~ /\Acfssl_auth_key/ }
+  unless $auth =~ Typhapki::Certs::CfsslAuth {
+    $roles = $settings['role'] ? { 'both' => ['typha', 'felix'], default => [$settings['role']] }
+    $missing = $roles.filter |$r| { !("cfssl_auth_key_${r}" in $settings) }
+    $keys = $missing.map |$r| { "typhapki::certs::cfssl_auth_key_${r}" }.join(' and ')
+    $why = "without one the node asks cfssl's unauthenticated /sign, which multirootca does not serve"
+    $set = "set typhapki::certs::cfssl_auth_key (both profiles) or ${keys} (Sensitive, in the private hiera)"
+    fail("typhapki::certs: mode cfssl: no cfssl auth key for ${missing.join(' and ')} (role ${settings['role']}): ${set}; ${why}")
+  }
+
   # The node configuration names files, never a secret's value.
   $auth_files = {
     'cfssl_auth_key'       => [$cfssl_auth_key, "${config_dir}/cfssl-auth.key"],

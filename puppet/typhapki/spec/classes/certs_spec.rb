@@ -229,6 +229,9 @@ describe 'typhapki' do
           'bad_shipped_extra' => %r{variant 2 unrecognized key 'shipped_typha_cert'\n\s+parameter 'settings' variant 2 unrecognized key 'shipped_typha_key'},
           # The hiera keys to set, the cluster's mapping first.
           'bad_cfssl_no_url' => %r{typhapki::certs: mode cfssl needs cfssl's URL: set cfssl_url in the typha: mapping of cluster 'staging-eqiad' in kubernetes::clusters, or typhapki::certs::cfssl_url},
+          # Every role needs an auth key (Typhapki::Certs::CfsslAuth, generated).
+          'bad_cfssl_no_auth' => %r{typhapki::certs: mode cfssl: no cfssl auth key for typha and felix \(role both\): set typhapki::certs::cfssl_auth_key \(both profiles\) or typhapki::certs::cfssl_auth_key_typha and typhapki::certs::cfssl_auth_key_felix},
+          'bad_cfssl_half_auth' => %r{typhapki::certs: mode cfssl: no cfssl auth key for felix \(role both\): set typhapki::certs::cfssl_auth_key \(both profiles\) or typhapki::certs::cfssl_auth_key_felix },
           'bad_cfssl_mapping_url' => %r{typhapki::certs: kubernetes::clusters\.main\.staging-eqiad\.typha\.cfssl_url: expected https://HOST\[:PORT\] \(plain http:// to loopback only\), got 'ftp://pki' \(or set typhapki::certs::cfssl_url\)},
           'bad_ca_half' => %r{variant 0 unrecognized key 'ca_cert'\n\s+parameter 'settings' variant 1 expects a value for key 'ca_key'},
           'bad_stray_secret' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' unrecognized key 'ca_key'},

@@ -104,6 +104,12 @@ describe 'typhapki' do
         it { is_expected.to contain_exec('typhapki-restart-typha').with_onlyif('test -e /srv/t/out/.restart-typha') }
       end
 
+      context 'with every TLS policy value and a port the nodes accept' do
+        let(:facts) { os_facts.merge(typhapki_spec_case: 'typha_policy') }
+
+        it { is_expected.to compile.with_all_deps }
+      end
+
       context 'with manage_certs, manage_ferm and manage_fact off' do
         let(:params) { { manage_certs: false, manage_ferm: false, manage_fact: false } }
 
@@ -134,6 +140,12 @@ describe 'typhapki' do
         {
           'no cluster data on the server' => ['no_clusters', %r{cluster is 'staging-eqiad' but kubernetes::clusters is not in hiera}],
           'ferm without a cluster' => ['no_cluster', %r{typhapki::ferm needs typhapki::cluster}],
+          # The cluster's typha: mapping, judged by the types generated from the CLI's
+          # option table (types/typha/): the message names the hiera key of the value.
+          'a misspelt stage' => ['bad_tls_stage', %r{typhapki: kubernetes::clusters\.main\.staging-eqiad\.typha\.tls_stage: expected Typhapki::Typha::TlsStage.*got 'retrie'}],
+          'a cipher suite Typha panics on' => ['bad_cipher_suites', %r{typhapki: kubernetes::clusters\.main\.staging-eqiad\.typha\.tls_cipher_suites: expected Typhapki::Typha::CipherSuites}],
+          'the plain port on the TLS port' => ['bad_plain_port', %r{typhapki: kubernetes::clusters\.main\.staging-eqiad\.typha\.port: 5474 is the TLS Typha's server port, which tls_stage parallel opens}],
+          'an unknown typha: key' => ['bad_typha_key', %r{typhapki: kubernetes::clusters_defaults\.typha\.tls_stag: unknown key in typha:}],
         }.each do |what, (spec_case, message)|
           context what do
             let(:facts) { os_facts.merge(typhapki_spec_case: spec_case) }

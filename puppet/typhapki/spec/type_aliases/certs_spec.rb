@@ -56,3 +56,24 @@ good.each_key do |type|
     end
   end
 end
+
+# The cfssl auth keys of a node's roles (types/certs/cfsslauth.pp, generated): one for
+# both profiles, or one per role the node holds.
+describe 'Typhapki::Certs::CfsslAuth' do
+  [
+    { 'role' => 'both', 'cfssl_auth_key' => true },
+    { 'role' => 'felix', 'cfssl_auth_key' => true, 'cfssl_auth_key_typha' => true },
+    { 'role' => 'typha', 'cfssl_auth_key_typha' => true },
+    { 'role' => 'felix', 'cfssl_auth_key_felix' => true },
+    { 'role' => 'both', 'cfssl_auth_key_typha' => true, 'cfssl_auth_key_felix' => true },
+  ].each do |value|
+    it { is_expected.to allow_value(value) }
+  end
+  [
+    { 'role' => 'both' }, { 'role' => 'typha' }, { 'role' => 'felix', 'cfssl_auth_key_typha' => true },
+    { 'role' => 'both', 'cfssl_auth_key_typha' => true }, { 'role' => 'both', 'cfssl_auth_key' => false },
+    { 'role' => 'all', 'cfssl_auth_key' => true },
+  ].each do |value|
+    it { is_expected.not_to allow_value(value) }
+  end
+end
