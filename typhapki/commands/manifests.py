@@ -178,7 +178,8 @@ def manifests(
     settings = resolve(
         tls_stage, tls_min_version, tls_cipher_suites, load_typha_settings(hiera, cluster)
     )
-    stage = settings.stage
+    # all-at-once renders as before the live switch: no TLS Typha of its own.
+    stage = settings.stage if settings.stage is not None and settings.stage.live else None
     if typha_deployment is not None and (stage is None or wiring_dir is None):
         raise UsageError("--typha-deployment goes with --wiring-dir and a --tls-stage")
     if stage is not None and wiring_dir is not None and typha_deployment is None:

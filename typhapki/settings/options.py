@@ -253,10 +253,11 @@ class WiringFields:
     typhapki/settings/wiring.py), read by `manifests` in every way it delivers the wiring."""
 
     tls_stage: str | None = option(
-        "The live switch to mTLS: parallel (a TLS Typha beside the plain one), switch "
-        "(calico-node on the TLS Typha), retire (the plain Typha removed). Absent: both "
-        "sides switched at once.",
-        choices=("parallel", "switch", "retire"),
+        "The declared stage of Typha's TLS: all-at-once (both sides switched together: "
+        "an outage while the pods roll), or the live switch: parallel (a TLS Typha beside "
+        "the plain one), switch (calico-node on the TLS Typha), retire (the plain Typha "
+        "removed). The post-renderer and the kustomization need one.",
+        choices=("all-at-once", "parallel", "switch", "retire"),
         hiera=True,
     )
     tls_min_version: str | None = option(
