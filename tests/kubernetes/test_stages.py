@@ -409,9 +409,10 @@ def test_goldmane_is_warned_about(staged_set: Path) -> None:
     assert _post_render(staged_set, "--tls-stage", "switch").stderr == ""
 
 
-def test_the_policy_without_a_stage_is_on_both_containers(staged_set: Path) -> None:
-    """Today's wiring (no stage) switches both sides at once, with the policy on both."""
-    result = _post_render(staged_set, "--tls-min-version", "1.3", "--tls-cipher-suites",
+def test_the_policy_all_at_once_is_on_both_containers(staged_set: Path) -> None:
+    """The old wiring (all-at-once) switches both sides together, the policy on both."""
+    result = _post_render(staged_set, "--tls-stage", "all-at-once",
+                          "--tls-min-version", "1.3", "--tls-cipher-suites",
                           "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
                           "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256")  # fmt: skip
     assert result.returncode == 0, result.stderr
