@@ -216,8 +216,6 @@ def manifests(
     typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
     settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
     rendering = post_render or kustomize_dir is not None
-    if rendering and settings.stage is None:
-        raise UsageError(_declared_stage(cluster))
     # all-at-once renders as before the live switch: no TLS Typha of its own.
     stage = settings.stage if settings.stage is not None and settings.stage.live else None
     if typha_deployment is not None and (stage is None or wiring_dir is None):
@@ -241,6 +239,8 @@ def manifests(
         raise UsageError(f"--kustomize-dir {kustomize_dir}: not a directory")
     if wiring_dir is not None and not wiring_dir.is_dir():
         raise UsageError(f"--wiring-dir {wiring_dir}: not a directory")
+    if rendering and settings.stage is None:
+        raise UsageError(_declared_stage(cluster))
     # The rendered chart first: a bad stream fails before the set is read, and a
     # post-renderer must never print half a stream.
     rendered = _read_stdin() if post_render else ""
