@@ -659,8 +659,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         MAX_AGE, *FLEET_KUBE,
     )),
     Command("fleet gate",
-            "Refuse (exit 1) a hiera change that advances a cluster's CA rotation while its "
-            "members have not all reached the previous stage.", (
+            "Refuse (exit 1) a hiera change whose stage move the stage-move rule refuses, "
+            "or that advances a cluster's CA rotation or live switch before its gate "
+            "passes.", (
         *group("puppetdb"),
         _own("hiera", "--hiera", Path, "The hiera file or directory as changed.",
              required=True),
@@ -669,7 +670,8 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _own("old", "--old", Path,
              "The hiera file or directory before the change (instead of --base)."),
         _own("no_puppetdb", "--no-puppetdb", bool,
-             "Workstations: warn about rotation steps and pass, without asking PuppetDB."),
+             "Workstations: refuse what hiera alone decides, warn about gated moves and "
+             "pass them, without asking PuppetDB."),
         *FLEET_KUBE,
     )),
     Command("ferm",
