@@ -59,6 +59,12 @@ def test_the_table_knows_every_stage_and_no_move_twice() -> None:
     assert set(moves.live_stages()) == set(ORDER) == {"none", *(s.value for s in Stage)}
     rows = [(m.track, m.source, m.target) for m in moves.TABLE]
     assert len(rows) == len(set(rows))
+    # All 25 pairs once, besides the generated ones above: no move of the table unseen.
+    for source in ORDER:
+        for target in ORDER:
+            move = moves.judge(moves.LIVE_SWITCH, source, target)
+            if move is not None:
+                assert (move.allowed, move.gate) == _expected(source, target), move
     assert moves.judge(moves.LIVE_SWITCH, None, "retire") == moves.judge(
         moves.LIVE_SWITCH, "none", "retire"
     )
