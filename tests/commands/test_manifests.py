@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import base64
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import pytest
 import yaml
 
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import ROOT, assert_one_line_error, run_cli, typhapki_cmd
 from typhapki.pki.issuance import init_ca
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.profiles import cert_pem
@@ -134,3 +139,74 @@ def test_wiring_that_does_not_read_back_is_never_printed(
     written = run_cli("manifests", "--out", issued, "--wiring-dir", patches)
     assert_one_line_error(written, 2, f"--wiring-dir {patches}")
     assert list(patches.iterdir()) == []
+
+
+# --- the post-renderer on a Helm host (issue 37): a declared stage, no set ----------------
+
+KUBERNETES_DOC = ROOT / "docs" / "kubernetes.md"
+CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
+
+
+def _doc_block(marker: str) -> str:
+    """The ```sh block of docs/kubernetes.md holding MARKER, as written."""
+    blocks = re.findall(r"```sh\n(.*?)```", KUBERNETES_DOC.read_text(), re.S)
+    [block] = [str(b) for b in blocks if marker in b]
+    return block
+
+
+def test_the_documented_wrapper_renders_every_stage_on_a_host_without_a_set(
+    tmp_path: Path,
+) -> None:
+    """docs/kubernetes.md's control repository and post-renderer wrapper, run as written
+    on a host with no node configuration ($TYPHAPKI_CONFIG empty) and no set (its /srv
+    and /var paths moved under an empty directory, as tests/test_docs.py does)."""
+    script = _doc_block("cat > /srv/control-repo") + _doc_block("cat > typhapki-post-render")
+    script = script.replace("/srv/", f"{tmp_path}/srv/").replace("/var/", f"{tmp_path}/var/")
+    (tmp_path / "calico-typha-tls").mkdir()
+    shutil.copy(CHART, tmp_path / "calico-typha-tls" / "calico.yaml")
+    exe = Path(typhapki_cmd()[0])
+    env = {**os.environ, "TYPHAPKI_CONFIG": "", "HOME": str(tmp_path),
+           "PATH": f"{exe.parent}:{os.environ['PATH']}"}  # fmt: skip
+    if exe.name != "typhapki":
+        pytest.skip("no typhapki console script to put on PATH")
+
+    def run(text: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", text], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    documented = run(script)
+    assert documented.returncode == 0, documented.stderr
+    assert documented.stdout.strip() == "1"  # TYPHA_SERVERKEYFILE, in Typha
+    assert not (tmp_path / "var").exists()  # no set was there, and none was made
+    hiera = tmp_path / "srv" / "control-repo" / "hieradata" / "kubernetes.yaml"
+    declared = hiera.read_text()
+    for stage in ("all-at-once", "parallel", "switch", "retire"):
+        hiera.write_text(re.sub(r"tls_stage: [a-z-]+", f"tls_stage: {stage}", declared))
+        result = run("./typhapki-post-render < calico-typha-tls/calico.yaml")
+        assert result.returncode == 0, (stage, result.stderr)
+        names = {(d["kind"], d["metadata"]["name"]) for d in docs(result.stdout)}
+        assert (("Deployment", "calico-typha-tls") in names) == (stage != "all-at-once")
+        assert (("Deployment", "calico-typha") in names) == (stage != "retire")
+        assert "calico-typha" in result.stdout and "TYPHA_CLIENTCN" in result.stdout
+    # No stage declared anywhere: exit 2, nothing printed, the key to set named.
+    hiera.write_text(declared.replace(", typha: {tls_stage: all-at-once}", "").replace(
+        "      typha: {tls_stage: all-at-once}\n", ""))  # fmt: skip
+    assert "tls_stage" not in hiera.read_text()
+    refused = run("./typhapki-post-render < calico-typha-tls/calico.yaml")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    [line] = refused.stderr.splitlines()
+    assert "typha.tls_stage of cluster staging-eqiad in kubernetes::clusters" in line
+
+
+def test_the_kustomization_needs_a_declared_stage_and_no_set(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    shutil.copy(CHART, overlay / "calico.yaml")
+    args = ("manifests", "--out", tmp_path / "nowhere", "--kustomize-dir", overlay,
+            "--kustomize-base", "calico.yaml")  # fmt: skip
+    refused = run_cli(*args, env={"TYPHAPKI_CONFIG": ""})
+    assert_one_line_error(refused, 2, "no declared stage", "--tls-stage")
+    assert refused.stdout == "" and sorted(overlay.iterdir()) == [overlay / "calico.yaml"]
+    made = run_cli(*args, "--tls-stage", "switch", env={"TYPHAPKI_CONFIG": ""})
+    assert made.returncode == 0, made.stderr
+    assert (overlay / "typha-tls.yaml").exists() and not (tmp_path / "nowhere").exists()

@@ -185,9 +185,12 @@ def test_fleet_from_a_real_puppetdb(
     # The hiera gate: moving fleet-lab's signer is refused, fleet-ready's is not.
     def hiera(label: str, ready_label: str) -> dict[str, Any]:
         return {"kubernetes::clusters": {"main": {
-            "fleet-lab": {"cluster_nodes": ["192.0.2.10"], "typha": {"cfssl_label": label}},
+            # Each trusts the new CA already (stage 1 in hiera): moving the signer is
+            # then judged by the members' facts (typhapki/fleet/moves.py).
+            "fleet-lab": {"cluster_nodes": ["192.0.2.10"],
+                          "typha": {"cfssl_label": label, "trust": ["new"]}},
             "fleet-ready": {"cluster_nodes": ["192.0.2.20"],
-                            "typha": {"cfssl_label": ready_label}},
+                            "typha": {"cfssl_label": ready_label, "trust": ["new"]}},
         }}}  # fmt: skip
 
     old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"

@@ -336,9 +336,9 @@ def _hiera(path: Path, stage: str | None) -> Path:
 
 @pytest.mark.parametrize(
     "before, after, gated",
-    [(None, "parallel", None), ("parallel", "switch", "switch"), (None, "switch", "switch"),
-     ("switch", "retire", "retire"), ("parallel", "retire", "retire"),
-     ("retire", "switch", None), ("switch", "parallel", None)],
+    [(None, "parallel", None), ("parallel", "switch", "switch"), (None, "switch", "refused"),
+     ("switch", "retire", "retire"), ("parallel", "retire", "refused"),
+     ("retire", "switch", None), ("switch", "parallel", None), ("retire", None, "refused")],
 )  # fmt: skip
 def test_fleet_gate_refuses_a_tls_stage_move_before_its_gate(
     standin: StandIn,
@@ -346,7 +346,7 @@ def test_fleet_gate_refuses_a_tls_stage_move_before_its_gate(
     kubeconfig: Path,
     tmp_path: Path,
     before: str | None,
-    after: str,
+    after: str | None,
     gated: str | None,
 ) -> None:
     old, new = _hiera(tmp_path / "old.yaml", before), _hiera(tmp_path / "new.yaml", after)
@@ -359,6 +359,14 @@ def test_fleet_gate_refuses_a_tls_stage_move_before_its_gate(
     held = gate()
     if gated is None:
         assert held.returncode == EXIT_OK, held.stdout + held.stderr
+        return
+    if gated == "refused":  # by the stage-move rule, from hiera alone (moves.py)
+        _members(standin)  # every gate would pass
+        for args in ([], ["--no-puppetdb"]):
+            result = run_cli("fleet", "gate", "--hiera", new, "--old", old, *args,
+                             *(() if args else ("--puppetdb", standin.url)))  # fmt: skip
+            assert result.returncode == EXIT_NEEDS_ACTION, result.stdout + result.stderr
+            assert ": refused: " in result.stdout
         return
     assert held.returncode == EXIT_NEEDS_ACTION, held.stdout + held.stderr
     assert f"cluster c1: moves typha.tls_stage from {before or 'none'} to {after} " in held.stdout
@@ -379,7 +387,8 @@ def test_fleet_gate_bad_input(standin: StandIn, tmp_path: Path, kubeconfig: Path
     bad = _hiera(tmp_path / "bad.yaml", "on\x1b[2J")
     result = run_cli("fleet", "gate", "--hiera", bad, "--old", old, "--puppetdb", standin.url,
                      "--kubeconfig", kubeconfig)  # fmt: skip
-    assert_one_line_error(result, EXIT_USAGE, "typha.tls_stage: expected parallel", "\\x1b")
+    expected = "typha.tls_stage: expected all-at-once, parallel"
+    assert_one_line_error(result, EXIT_USAGE, expected, "\\x1b")
 
 
 @settings(max_examples=20, deadline=None,

@@ -45,6 +45,8 @@ from typhapki.kubernetes.manifests import (
 from typhapki.kubernetes.yamlstream import load, split
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
+# The old wiring, both sides at once: rendering needs a declared stage (issue 37).
+STAGE = ("--tls-stage", "all-at-once")
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")  # Debian's kubernetes-client (scripts/setup.sh)
 TYPHA = ("Deployment", "calico-typha")
 NODE = ("DaemonSet", "calico-node")
@@ -194,7 +196,8 @@ def test_kustomize_builds_the_patched_objects(
         shutil.copy(CHART, tmp_path / "calico" / "calico.yaml")
         (tmp_path / "calico" / "kustomization.yaml").write_text("resources:\n- calico.yaml\n")
         base = "../calico"
-    args = ("manifests", "--out", wired_set, "--kustomize-dir", overlay, "--kustomize-base", base)
+    args = ("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
+            "--kustomize-base", base)  # fmt: skip
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     assert first.stderr == ""  # the key is Typha's: no warning
@@ -209,7 +212,7 @@ def test_post_renderer_patches_the_chart_as_kustomize_does(
     kubectl: Path, wired_set: Path, tmp_path: Path
 ) -> None:
     proc = subprocess.run(
-        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render", *STAGE],
         input=CHART.read_text(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -227,7 +230,7 @@ def test_post_renderer_patches_the_chart_as_kustomize_does(
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     shutil.copy(CHART, overlay / "calico.yaml")
-    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
                    "--kustomize-base", "calico.yaml")  # fmt: skip
     assert made.returncode == 0, made.stderr
     built = _kustomize(kubectl, overlay)
@@ -314,7 +317,7 @@ def test_post_render_refuses_a_stream_without_the_objects(
     wired_set: Path, stream: str, needles: list[str]
 ) -> None:
     proc = subprocess.run(
-        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render", *STAGE],
         input=stream, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.stdout == ""  # Helm gets nothing to install
@@ -356,7 +359,7 @@ def test_kustomize_refuses_a_base_without_the_objects(
     (overlay / "calico").mkdir()
     if content is not None:
         (overlay / base).write_text(content)
-    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
                      "--kustomize-base", base)  # fmt: skip
     assert_one_line_error(result, 2, *needles)
     assert not (overlay / "kustomization.yaml").exists()  # nothing half-written
@@ -409,7 +412,7 @@ def test_kustomize_adds_a_typha_pdb_only_where_the_base_has_none(
     overlay = tmp_path / "typha-tls"
     overlay.mkdir()
     (overlay / "calico.yaml").write_text(_chart_without_pdb())
-    args = ("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    args = ("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
             "--kustomize-base", "calico.yaml")  # fmt: skip
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
@@ -465,7 +468,7 @@ def test_post_renderer_wires_both_sides_of_a_crlf_chart(
     assert sum(b != a for b, a in zip(before, after, strict=True)) == 2
     if every == 1:  # the whole chart through the command: the bytes as they came
         proc = subprocess.run(
-            [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+            [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render", *STAGE],
             input=chart.encode(), capture_output=True, timeout=60,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
@@ -479,7 +482,7 @@ def test_post_renderer_refuses_a_separator_with_content(wired_set: Path, opener:
     line = chart[:at].count("\n") + 1
     stream = chart[:at] + opener + chart[at + 3 :]
     proc = subprocess.run(
-        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render"],
+        [*typhapki_cmd(), "manifests", "--out", str(wired_set), "--post-render", *STAGE],
         input=stream, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.stdout == ""
@@ -523,7 +526,7 @@ def test_kustomize_keeps_the_namespace_the_base_sets(
     )
     overlay = tmp_path / "typha-tls"
     overlay.mkdir()
-    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
                    "--kustomize-base", "../calico")  # fmt: skip
     assert made.returncode == 0, made.stderr
     built = _kustomize(kubectl, overlay)
@@ -580,7 +583,7 @@ def test_bases_reached_twice_are_refused_at_once(wired_set: Path, tmp_path: Path
     (tmp_path / "overlay").mkdir()
     started = time.monotonic()
     result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", tmp_path / "overlay",
-                     "--kustomize-base", "../d0")  # fmt: skip
+                     "--kustomize-base", "../d0", *STAGE)  # fmt: skip
     assert_one_line_error(result, 2, "d15: reached twice through the bases")
     assert time.monotonic() - started < 5
     assert list((tmp_path / "overlay").iterdir()) == []
@@ -602,7 +605,7 @@ def test_a_base_file_is_read_within_bounds(wired_set: Path, tmp_path: Path, kind
         (tmp_path / "calico").mkdir()
         (tmp_path / "calico" / "kustomization.yaml").write_text("namespace: Kube_System\n")
         base, needle = tmp_path / "calico", "namespace: Kube_System is not a valid namespace"
-    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    result = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
                      "--kustomize-base", os.path.relpath(base, overlay))  # fmt: skip
     assert_one_line_error(result, 2, needle)
     assert not (overlay / "kustomization.yaml").exists()
@@ -649,7 +652,7 @@ def test_the_base_own_patches_count(
     (base / "kustomization.yaml").write_text(f"resources:\n- calico.yaml\n{field}:\n{entry}\n")
     overlay = tmp_path / "typha-tls"
     overlay.mkdir()
-    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay,
+    made = run_cli("manifests", "--out", wired_set, "--kustomize-dir", overlay, *STAGE,
                    "--kustomize-base", "../calico")  # fmt: skip
     if needle is not None:
         assert_one_line_error(made, 2, needle)

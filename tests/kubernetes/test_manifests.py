@@ -366,3 +366,48 @@ def test_setfiles_never_leak_keys_into_configmaps(issued: Path) -> None:
     for obj in hardway_objects(files) + operator_objects(files):
         if obj["kind"] == "ConfigMap":
             assert "PRIVATE KEY" not in yaml.safe_dump(obj)
+
+
+def test_declared_identities_are_what_the_wiring_names() -> None:
+    """A Helm host renders from the declared identities (hiera, the option table): the
+    env names each side's identity of the one type both declare, as from a set."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from typhapki.kubernetes.manifests import (
+        DeclaredIdentities,
+        IdentityKind,
+        declared_identities,
+        wiring_env,
+    )
+    from typhapki.pki.settings import Identity, RoleName
+
+    names = st.one_of(st.none(), st.sampled_from(["calico-typha", "calico-node", "x"]))
+    uris = st.one_of(st.none(), st.sampled_from(["spiffe://c/typha", "spiffe://c/felix"]))
+    ident = st.builds(Identity, names, uris).filter(lambda i: i.cn or i.uri_san)
+
+    @settings(max_examples=50)
+    @given(typha=ident, felix=ident, wanted=st.sampled_from([None, *IdentityKind]))
+    def check(typha: Identity, felix: Identity, wanted: IdentityKind | None) -> None:
+        def kinds(i: Identity) -> set[IdentityKind]:
+            return {k for k, v in ((IdentityKind.CN, i.cn), (IdentityKind.URI_SAN, i.uri_san)) if v}
+
+        common = kinds(typha) & kinds(felix)
+        expect = wanted if wanted in common else None
+        if wanted is None and len(common) == 1:
+            expect = next(iter(common))
+        try:
+            got = declared_identities(typha, felix, wanted)
+        except (ConfigError, UsageError):
+            assert expect is None
+            return
+        assert expect is not None and got.identity_kind is expect
+        value = {IdentityKind.CN: "cn", IdentityKind.URI_SAN: "uri_san"}[expect]
+        assert got == DeclaredIdentities(
+            expect, {RoleName.TYPHA: getattr(typha, value), RoleName.FELIX: getattr(felix, value)}
+        )
+        env = {e["name"]: e["value"] for e in wiring_env(got)[RoleName.TYPHA]}
+        client = "TYPHA_CLIENTCN" if expect is IdentityKind.CN else "TYPHA_CLIENTURISAN"
+        assert env[client] == got.identities[RoleName.FELIX]
+
+    check()

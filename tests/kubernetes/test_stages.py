@@ -29,7 +29,7 @@ from typhapki.kubernetes.budget import selects
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged, with_policy
 from typhapki.kubernetes.typhaports import TLS_NAME, TLS_PORTS
-from typhapki.settings.wiring import Stage, TlsPolicy
+from typhapki.settings.wiring import LIVE_STAGES, Stage, TlsPolicy
 
 CHART_PATH = Path(__file__).parent / "objects" / "calico-chart-rendered.yaml"
 CHART = [d for d in yaml.safe_load_all(CHART_PATH.read_text()) if d]
@@ -155,7 +155,7 @@ _env_names = st.from_regex(r"TYPHA_(LOG|DATASTORE|FOO)[A-Z]{0,8}", fullmatch=Tru
 
 @settings(max_examples=12, deadline=None)
 @given(
-    stage=st.sampled_from(list(Stage)),
+    stage=st.sampled_from(list(LIVE_STAGES)),
     image=st.from_regex(r"docker\.io/calico/typha:v3\.(2[89]|3[0-2])\.[0-9]", fullmatch=True),
     extra_env=st.dictionaries(_env_names, st.text("abc", max_size=5), max_size=3),
     replicas=st.integers(1, 5),
@@ -230,7 +230,7 @@ def _build(tool: Path, directory: Path) -> dict[tuple[str, str], Any]:
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
-@pytest.mark.parametrize("stage", list(Stage))
+@pytest.mark.parametrize("stage", list(LIVE_STAGES))
 def test_kustomize_builds_each_stage_as_the_post_renderer(
     kubectl: Path,  # noqa: F811
     staged_set: Path,
@@ -260,7 +260,7 @@ def test_kustomize_builds_each_stage_as_the_post_renderer(
     assert_stage(CHART, list(from_helm.values()), stage, TlsPolicy())
 
 
-@pytest.mark.parametrize("stage", list(Stage))
+@pytest.mark.parametrize("stage", list(LIVE_STAGES))
 def test_wiring_dir_derives_from_the_live_deployment(
     staged_set: Path, tmp_path: Path, stage: Stage
 ) -> None:
@@ -409,9 +409,10 @@ def test_goldmane_is_warned_about(staged_set: Path) -> None:
     assert _post_render(staged_set, "--tls-stage", "switch").stderr == ""
 
 
-def test_the_policy_without_a_stage_is_on_both_containers(staged_set: Path) -> None:
-    """Today's wiring (no stage) switches both sides at once, with the policy on both."""
-    result = _post_render(staged_set, "--tls-min-version", "1.3", "--tls-cipher-suites",
+def test_the_policy_all_at_once_is_on_both_containers(staged_set: Path) -> None:
+    """The old wiring (all-at-once) switches both sides together, the policy on both."""
+    result = _post_render(staged_set, "--tls-stage", "all-at-once",
+                          "--tls-min-version", "1.3", "--tls-cipher-suites",
                           "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,"
                           "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -486,7 +487,7 @@ _values = st.one_of(
 
 @settings(max_examples=int(os.environ.get("STAGES_EXAMPLES", "40")), deadline=None)
 @given(
-    stage=st.sampled_from(list(Stage)),
+    stage=st.sampled_from(list(LIVE_STAGES)),
     edits=st.lists(
         st.tuples(st.sampled_from(["Deployment", "DaemonSet", "Service", "ConfigMap",
                                    "PodDisruptionBudget"]),
@@ -527,7 +528,7 @@ def test_any_shape_is_staged_whole_or_refused_in_one_line(
     assert ("FELIX_TYPHACAFILE" in env) == (stage is not Stage.PARALLEL)
 
 
-@pytest.mark.parametrize("stage", [None, *Stage])
+@pytest.mark.parametrize("stage", [None, *LIVE_STAGES])
 def test_an_env_entry_named_by_a_list_is_one_line(
     chart_patches: list[WiringPatch], stage: Stage | None
 ) -> None:

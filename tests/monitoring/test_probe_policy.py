@@ -19,7 +19,7 @@ from tests.support.gopeers import GoPeers, typha_env, typha_server
 from typhapki.kubernetes import typhatarget
 from typhapki.kubernetes.typhaports import DEFAULT_PORTS, TLS_LABELS, TLS_PORTS, Ports
 from typhapki.kubernetes.typhatarget import PLAIN_LABELS, typha_target
-from typhapki.settings.wiring import Stage
+from typhapki.settings.wiring import LIVE_STAGES, Stage
 
 go_peers = gopeers.go_peers
 
@@ -42,7 +42,9 @@ def test_each_stage_selects_its_typha() -> None:
     plain = typha_target(None)
     assert dict([plain.label]) == PLAIN_LABELS and plain.port == DEFAULT_PORTS.server == 5473
     assert plain.selector == "k8s-app=calico-typha"
-    for stage in Stage:
+    # all-at-once runs one Typha, switched with Felix: the plain Typha's label and port.
+    assert typha_target(Stage.ALL_AT_ONCE) == plain
+    for stage in LIVE_STAGES:
         tls = typha_target(stage)
         assert dict([tls.label]) == TLS_LABELS and tls.port == TLS_PORTS.server
         assert tls.local_address == f"127.0.0.1:{TLS_PORTS.server}" and tls.tls_typha
@@ -103,7 +105,7 @@ def test_no_policy_no_extra_handshake(go_peers: GoPeers, issued: Path, tmp_path:
     assert result.returncode == 0 and "TLS policy" not in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("stage", [None, *Stage])
+@pytest.mark.parametrize("stage", [None, *LIVE_STAGES])
 def test_without_address_the_probe_dials_the_stage_typha(
     go_peers: GoPeers,
     issued: Path,

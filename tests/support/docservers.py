@@ -155,8 +155,8 @@ def puppetdb_world(root: Path, server: Any, typhapki: list[str]) -> Endpoint:
       the old one (stage 2), its stage `reissue` as `rotate-ca` records it, uploaded now.
     - /etc/typhapki/ca-2026.pem: that new CA.
     - The hiera repository: the sandbox's checkout with hieradata/ committed as
-      origin/main, and the change under review moving staging-eqiad's signer to the
-      label NEW_LABEL (`typha: cfssl_label`).
+      origin/main, staging-eqiad trusting the new CA (`typha: trust`), and the change
+      under review moving its signer to the label NEW_LABEL (`typha: cfssl_label`).
     """
     tls = server.tls
     ssldir = root / "var" / "lib" / "puppet" / "ssl"
@@ -195,6 +195,16 @@ def puppetdb_world(root: Path, server: Any, typhapki: list[str]) -> Endpoint:
         time.sleep(0.5)
 
     checkout = root / "work" / "typhapki"
+    hiera = checkout / "hieradata" / "kubernetes.yaml"
+    text = hiera.read_text()
+    documented = "      typha:\n        style: plain\n"  # staging-eqiad's, the first cluster
+    assert text.index(documented) < text.index("    eqiad:"), "hiera_sample changed"
+    # origin/main is at stage 1 in hiera: the new CA trusted (docs/rotation.md), so the
+    # change's label move is trust-new -> reissue (typhapki/fleet/moves.py).
+    lines = (new / "typhaca.crt").read_text().splitlines()
+    pem = "".join(f"            {line}\n" for line in lines)
+    text = text.replace(documented, f"{documented}        trust:\n          - |\n{pem}", 1)
+    hiera.write_text(text)
     for args in (["add", "-f", "hieradata"], ["commit", "-q", "-m", "hiera"],
                  ["update-ref", "refs/remotes/origin/main", "HEAD"]):  # fmt: skip
         subprocess.run(["git", *args], cwd=checkout, check=True, capture_output=True,
@@ -202,10 +212,6 @@ def puppetdb_world(root: Path, server: Any, typhapki: list[str]) -> Endpoint:
                             "GIT_AUTHOR_EMAIL": "docs-test@example.test",
                             "GIT_COMMITTER_NAME": "docs-test",
                             "GIT_COMMITTER_EMAIL": "docs-test@example.test"})  # fmt: skip
-    hiera = checkout / "hieradata" / "kubernetes.yaml"
-    text = hiera.read_text()
-    documented = "      typha:\n        style: plain\n"  # staging-eqiad's, the first cluster
-    assert text.index(documented) < text.index("    eqiad:"), "hiera_sample changed"
     hiera.write_text(text.replace(documented, f"{documented}        cfssl_label: {NEW_LABEL}\n", 1))
     return Endpoint({PUPPETDB_URL: db.ssl_url}, {"TYPHAPKI_PUPPET_CONF": str(conf)}, server=db)
 

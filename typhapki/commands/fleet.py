@@ -24,7 +24,7 @@ from typhapki.progress import TerminalLine
 from typhapki.record import record
 
 if TYPE_CHECKING:
-    from typhapki.fleet.gate import Unjudged
+    from typhapki.fleet.gate import Advance, Unjudged
     from typhapki.fleet.nodes import Node
     from typhapki.fleet.puppetdb import PuppetDB
     from typhapki.fleet.summary import Readiness
@@ -215,14 +215,15 @@ def fleet_ready(
     """Exit 0 when every member of CLUSTER reached STAGE by fingerprints (or, for the
     live switch's switch and retire, its gate passes), else 1 listing what holds it
     back."""
+    from typhapki.fleet.moves import SWITCH_GATES, gated_targets
     from typhapki.fleet.nodes import BrokenFact, parse_time, shown
     from typhapki.fleet.summary import READY_STAGES, ready
 
-    switching = stage in ("switch", "retire")
+    # The live switch's gated stages come from the stage-move rule (typhapki/fleet/moves.py).
+    switching = gated_targets().get(stage) in SWITCH_GATES
     if stage not in READY_STAGES and not switching:
-        raise UsageError(
-            f"--stage: expected trust-new, reissue, drop-old, switch or retire, got {stage!r:.40}"
-        )
+        choices = (*READY_STAGES, *(t for t, g in gated_targets().items() if g in SWITCH_GATES))
+        raise UsageError(f"--stage: expected {', '.join(choices)}, got {stage!r:.40}")
     if stage in ("trust-new", "reissue") and new_ca is None:
         raise UsageError(f"--stage {stage} needs --new-ca FILE|FINGERPRINT")
     if stage == "drop-old" and old_ca is None:
@@ -326,10 +327,12 @@ def fleet_gate(
     no_puppetdb: bool,
     kube: KubeOptions | None = None,
 ) -> int:
-    """Refuse (exit 1) a hiera change that advances a cluster's rotation before every
-    member reached the previous stage, or its live switch before the stage's gate
-    passes; with --no-puppetdb, warn and pass."""
-    from typhapki.fleet.gate import advances, rotation_keys, unjudged
+    """Refuse (exit 1) a hiera change whose stage move the rule refuses
+    (typhapki/fleet/moves.py), or that advances a cluster's rotation or live switch
+    before the move's gate passes; with --no-puppetdb, refuse what hiera alone decides,
+    warn about the gated moves and pass them."""
+    from typhapki.fleet.gate import advances, holds_no_leaf, rotation_keys, unjudged
+    from typhapki.fleet.moves import NO_LEAF, SWITCH_GATES
     from typhapki.fleet.nodes import shown
     from typhapki.fleet.summary import reached
 
@@ -352,38 +355,48 @@ def fleet_gate(
     if not moves:
         print("no cluster's CA rotation or live switch advances")
         return EXIT_OK
-    if no_puppetdb:
-        for move in moves:
+    # The rule refuses some moves outright, from hiera alone: no PuppetDB needed.
+    refused = 0
+    for move in moves:
+        if not move.move.allowed:
+            refused += 1
+            print(f"cluster {shown(move.cluster)}: {move.what}: refused: {move.move.why}")
+        elif move.gate is None:
+            print(f"cluster {shown(move.cluster)}: {move.what}: allowed, no gate "
+                  f"({move.move.kind}: {move.move.why})")  # fmt: skip
+    gated = [m for m in moves if m.move.allowed and m.gate is not None]
+    if no_puppetdb or not gated:
+        for move in gated:
             print(
                 f"typhapki: warning: cluster {shown(move.cluster)}: {move.what} "
                 f"({move.stage}); not checked against PuppetDB (--no-puppetdb): the merge "
-                "check must confirm "
-                + (
-                    f"the {move.stage} gate passes"
-                    if move.stage in ("switch", "retire")
-                    else f"every member reached {move.requires}"
-                ),
+                f"check must confirm {_confirm(move)}",
                 file=sys.stderr,
             )
-        return EXIT_OK
-    refused = 0
+        return EXIT_NEEDS_ACTION if refused else EXIT_OK
     kube = kube or KubeOptions()
-    switching = sorted({m.cluster for m in moves if m.stage in ("switch", "retire")})
+    switching = sorted({m.cluster for m in gated if m.gate in SWITCH_GATES})
     access = {c: _gate_kube_access(kube, c, len(switching)) for c in switching}  # usage first
     db = _client(opts)  # one client: one deadline for every cluster's queries
-    for move in moves:
+    for move in gated:
         age = timedelta(days=36500) if move.cluster not in access else _max_age("2h")
         _, nodes = _nodes(db, move.cluster, age, datetime.now(UTC))
-        if move.stage in ("switch", "retire"):
+        if move.gate in SWITCH_GATES:
             api = _kube_api(access[move.cluster], kube)  # each cluster's own deadline
             verdict = switch_verdict(move.stage, nodes, api, kube.namespace, None)
             said = f"the {move.stage} gate passes for all {verdict.members} members"
             held = f"{len(verdict.holding_back)} members or objects hold the {move.stage} gate"
+        elif move.gate == NO_LEAF:
+            verdict = holds_no_leaf(move.dropped, nodes)
+            said = f"none of the {verdict.members} members holds a leaf of the CA that goes"
+            held = (f"{len(verdict.holding_back)} of {verdict.members} members hold a leaf "
+                    "of the CA that goes, or cannot say")  # fmt: skip
         else:
-            verdict = reached(move.requires, nodes)
-            said = f"all {verdict.members} members reached {move.requires}"
+            assert move.gate is not None
+            verdict = reached(move.gate, nodes)
+            said = f"all {verdict.members} members reached {move.gate}"
             held = (f"{len(verdict.holding_back)} of {verdict.members} members not at "
-                    f"{move.requires}")  # fmt: skip
+                    f"{move.gate}")  # fmt: skip
         if verdict.ready:
             print(f"cluster {shown(move.cluster)}: {move.what}: {said}")
             continue
@@ -394,6 +407,19 @@ def fleet_gate(
         for certname, why in verdict.holding_back[:50]:
             print(f"  {shown(certname)}: {why}")
     return EXIT_NEEDS_ACTION if refused else EXIT_OK
+
+
+def _confirm(move: Advance) -> str:
+    """What the merge check must confirm for a gated move not checked here."""
+    from typhapki.fleet.moves import GATES, NO_LEAF
+
+    if move.gate == NO_LEAF:
+        if move.dropped is None:
+            return "no member holds a leaf of the CA that goes (typha.trust's entry unreadable)"
+        fps = ", ".join(sorted(move.dropped))
+        return f"no member holds a leaf signed by the CA that goes (SHA-256 {fps})"
+    assert move.gate is not None
+    return GATES[move.gate]
 
 
 def _gate_kube_access(kube: KubeOptions, cluster: str, clusters: int) -> KubeAccess:

@@ -10,7 +10,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-    from typhapki.kubernetes.manifests import SetFiles, TyphaPod, WiringPatch
+    from typhapki.inventory.hiera import TyphaSettings
+    from typhapki.kubernetes.manifests import (
+        DeclaredIdentities,
+        IdentityKind,
+        SetFiles,
+        TyphaPod,
+        WiringPatch,
+    )
     from typhapki.settings.wiring import Stage
 
 
@@ -20,10 +27,41 @@ def _warn_unreadable_key(files: SetFiles, typha: TyphaPod) -> None:
     A warning, not an error: the set read here may be a copy, and the nodes' keys are
     what counts; but the same settings on the nodes would leave Typha unable to start.
     """
+    _warn_unreadable_key_if_here(files.paths.out, typha)
+
+
+def _declared_stage(cluster: str | None) -> str:
+    """The line for a post-renderer or kustomization with no declared stage: rendering
+    without one would pick the all-at-once outage off-node (issue 37)."""
+    which = f"cluster {cluster}" if cluster else "the cluster (--hiera/--cluster)"
+    return (
+        f"no declared stage: set typha.tls_stage of {which} in kubernetes::clusters "
+        "(all-at-once, parallel, switch or retire; docs/kubernetes.md), or give "
+        "--tls-stage; nothing rendered"
+    )
+
+
+def _identities(typha: TyphaSettings | None, kind: IdentityKind | None) -> DeclaredIdentities:
+    """The identities hiera and the option table declare: no set, no key on the Helm
+    host (typhapki/kubernetes/manifests.py `declared_identities`)."""
+    from typhapki.kubernetes.manifests import declared_identities
+    from typhapki.settings.cluster import merge_pki
+    from typhapki.settings.pki import PkiOptions
+
+    settings = merge_pki(PkiOptions(), typha)[1]
+    return declared_identities(settings.typha, settings.felix, kind)
+
+
+def _warn_unreadable_key_if_here(out: Path, typha: TyphaPod) -> None:
+    """The key warning, when this host holds a set at OUT (a node); a Helm host need not."""
+    from typhapki.pki.layout import SetPaths
     from typhapki.pki.settings import RoleName
 
-    key = files.paths.key(RoleName.TYPHA)
-    st = key.stat()
+    key = SetPaths(out).key(RoleName.TYPHA)
+    try:
+        st = key.stat()
+    except OSError:
+        return
     if not typha.can_read(st):
         print(
             f"typhapki: warning: {key}: owner {st.st_uid}, group {st.st_gid}, mode "
@@ -175,10 +213,11 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
-    settings = resolve(
-        tls_stage, tls_min_version, tls_cipher_suites, load_typha_settings(hiera, cluster)
-    )
-    stage = settings.stage
+    typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
+    settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
+    rendering = post_render or kustomize_dir is not None
+    # all-at-once renders as before the live switch: no TLS Typha of its own.
+    stage = settings.stage if settings.stage is not None and settings.stage.live else None
     if typha_deployment is not None and (stage is None or wiring_dir is None):
         raise UsageError("--typha-deployment goes with --wiring-dir and a --tls-stage")
     if stage is not None and wiring_dir is not None and typha_deployment is None:
@@ -200,21 +239,27 @@ def manifests(
         raise UsageError(f"--kustomize-dir {kustomize_dir}: not a directory")
     if wiring_dir is not None and not wiring_dir.is_dir():
         raise UsageError(f"--wiring-dir {wiring_dir}: not a directory")
+    if rendering and settings.stage is None:
+        raise UsageError(_declared_stage(cluster))
     # The rendered chart first: a bad stream fails before the set is read, and a
     # post-renderer must never print half a stream.
     rendered = _read_stdin() if post_render else ""
-    files = load_set(out, kind, datetime.now(UTC))
+    if rendering:
+        # Paths, names and identities only: from hiera and the option table, never from
+        # a set, so a Helm host or CI needs no certificate and no key.
+        declared = _identities(typha_settings, kind)
+        rendered_patches = with_policy(wiring_patches(declared, out, None, typha), settings.policy)
     if post_render:
         from typhapki.kubernetes.kustomize import post_render as render
         from typhapki.kubernetes.stages import post_render_staged
 
-        patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
+        patches = rendered_patches
         if stage is None:
             patched = render(rendered, patches)
         else:
             patched = post_render_staged(rendered, patches, stage)
         _warn_goldmane(rendered, "stdin")
-        _warn_unreadable_key(files, typha)
+        _warn_unreadable_key_if_here(out, typha)
         # As bytes: the documents not patched pass through exactly as they came.
         sys.stdout.flush()
         sys.stdout.buffer.write(patched.encode("utf-8"))
@@ -228,7 +273,7 @@ def manifests(
         from typhapki.kubernetes.kustomize import base_documents
         from typhapki.kubernetes.stages import staged_kustomization_files
 
-        patches = with_policy(wiring_patches(files, out, None, typha), settings.policy)
+        patches = rendered_patches
         if stage is None:
             texts = kustomization_files(kustomize_dir, kustomize_base, patches)
             documents = list(base_documents(kustomize_dir / kustomize_base))
@@ -237,13 +282,14 @@ def manifests(
                 kustomize_dir, kustomize_base, patches, stage
             )
         _print_goldmane(documents)
-        _warn_unreadable_key(files, typha)
+        _warn_unreadable_key_if_here(out, typha)
         for name, text in texts.items():
             target = kustomize_dir / name
             verb = "written" if write_file_atomic(target, text.encode(), 0o644) else "unchanged"
             print(f"{target}: {verb}")
         print(f"build with: kubectl kustomize {kustomize_dir}")
         return 0
+    files = load_set(out, kind, datetime.now(UTC))
     if wiring_dir is not None and stage is not None:
         assert typha_deployment is not None
         return _staged_wiring_dir(

@@ -64,6 +64,14 @@ class GatedRule:
     stage: str = NO_STAGE
 
 
+def firewall_stage(declared: str | None) -> str:
+    """The stage the rule is built for: all-at-once runs one Typha on the plain port,
+    as no stage does, so it gets the same rule, byte for byte (docs/ferm.md)."""
+    if declared is None or declared == Stage.ALL_AT_ONCE:
+        return NO_STAGE
+    return declared
+
+
 def open_ports(stage: str, plain: int) -> tuple[int, ...]:
     """The Typha ports the rule opens at the live switch's `stage` (docs/ferm.md): the
     plain Typha's `plain` until retire, the TLS Typha's server port from parallel on
@@ -126,7 +134,7 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
 
     cluster = load_cluster(opts.hiera, opts.cluster)
     typha = cluster.typha
-    stage = typha.tls_stage or NO_STAGE
+    stage = firewall_stage(typha.tls_stage)
     requested = opts.mode or typha.mode or rules.DEFAULT_MODE
     mode = stage_mode(stage, requested)
     port = opts.port or typha.port or rules.DEFAULT_PORT  # the plain Typha's

@@ -1,19 +1,19 @@
-"""The hiera repository's rotation gate: which clusters a change moves to which stage.
+"""The hiera repository's gate: which stage moves a change makes, cluster by cluster.
 
-A change advances a cluster's CA rotation (docs/rotation.md) when it
-- adds an entry to the cluster's `typha: trust` (trust-new starts: every member must
-  be at no rotation, stage `none`),
+Each move is a row of the one stage-move rule, typhapki/fleet/moves.py, which says
+whether it is allowed and behind which gate (docs/fleet.md). The CA rotation
+(docs/rotation.md) moves when the change
+- adds an entry to the cluster's `typha: trust` (none to trust-new),
 - moves its signer: `typha: cfssl_label`, or `pki_intermediate_base` when `typha:`
-  names no label (reissue: every member must have reached trust-new),
-- removes an entry from `typha: trust` (drop-old: every member must have reached
-  reissue).
-It moves the live switch (docs/kubernetes.md section 4) when the cluster's `typha:
-tls_stage` becomes `switch` (from none or `parallel`: the switch gate must pass) or
-`retire` (from any other stage: the retire gate must pass), typhapki/fleet/switch.py.
-Moving back (a rollback) or to `parallel` needs no gate.
+  names no label (trust-new to reissue, or back; refused while hiera trusted no CA
+  besides the signer's: that skips trust-new),
+- removes an entry from `typha: trust` (reissue to drop-old, or trust-new rolled back:
+  both wait until no member holds a leaf of the CA that goes).
+The live switch (docs/kubernetes.md section 4) moves when the cluster's `typha:
+tls_stage` changes; the gates of switch and retire are typhapki/fleet/switch.py.
 Defaults (`kubernetes::clusters_defaults`) are merged in first, so a change to the
-defaults advances every cluster it reaches. The trees are loaded here, PuppetDB is
-asked by the caller.
+defaults moves every cluster it reaches. The trees are loaded here, PuppetDB is asked
+by the caller.
 
 The gate never passes a change it could not judge: an entry of either tree that it
 cannot read as hiera (a submodule, a symlink, a FIFO or any other non-regular entry,
@@ -26,17 +26,20 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.fleet.nodes import shown
+from typhapki.fleet.moves import LIVE_SWITCH, NONE, ROTATION, Move, judge
+from typhapki.fleet.nodes import Node, shown
+from typhapki.fleet.summary import Readiness
 from typhapki.inventory import hiera as inventory
 from typhapki.inventory.hiera import YNode, clusters_map, merged_cluster_node
 from typhapki.record import record
 from typhapki.settings.wiring import Stage
 
-TLS_STAGES = tuple(stage.value for stage in Stage)  # parallel, switch, retire
+TLS_STAGES = tuple(stage.value for stage in Stage)  # all-at-once and the live switch's
 
 _REGULAR_MODES = (b"100644", b"100755")
 _GIT_MODES = {
@@ -157,12 +160,22 @@ class RotationKeys:
 
 @record(frozen=True)
 class Advance:
-    """A cluster moved to `stage`; `requires` is the stage every member must show."""
+    """A move of one cluster (a row of typhapki/fleet/moves.py) and the change that
+    makes it; `dropped`: the SHA-256 fingerprints of the CAs that leave typha.trust
+    (None when an entry is not a CA the gate can read)."""
 
     cluster: str
-    stage: str
-    requires: str
+    move: Move
     what: str  # the change, for the message
+    dropped: frozenset[str] | None = frozenset()
+
+    @property
+    def stage(self) -> str:
+        return self.move.target
+
+    @property
+    def gate(self) -> str | None:
+        return self.move.gate
 
 
 def _plain(node: YNode | None) -> Any:
@@ -200,13 +213,9 @@ def rotation_keys(hiera: Path) -> dict[str, RotationKeys]:
     return keys
 
 
-# The gated moves of the live switch: the stage, and the stages it may come from
-# without a gate (itself, and the later ones: a rollback of the hiera change).
-_TLS_GATED = {"switch": ("switch", "retire"), "retire": ("retire",)}
-
-
 def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list[Advance]:
-    """What the change from OLD to NEW does to each cluster's rotation (none: [])."""
+    """What the change from OLD to NEW does to each cluster (nothing: []): each move as
+    the stage-move rule (typhapki/fleet/moves.py) judges it, refused ones included."""
     found: list[Advance] = []
     for name in sorted(new):
         before, after = old.get(name), new[name]
@@ -216,22 +225,77 @@ def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list
         moved = after.signer != before.signer
         # docs/rotation.md's cfssl stage 2 moves the label and, in the same change,
         # trusts the old intermediate instead of the new one (now the signer's, in the
-        # bundle anyway): one move to reissue, not three.
+        # bundle anyway): one move to reissue, not three. Its rollback is the same swap.
         swapped = moved and bool(added) and bool(removed)
-        if added and not swapped:
-            found.append(Advance(name, "trust-new", "none", "adds a CA to typha.trust"))
+        # A signer no bundle could trust yet: hiera trusted no CA besides the old one.
+        untrusted = moved and not before.trust
+        if added and not swapped and not untrusted:
+            move = _row(ROTATION, NONE, "trust-new")
+            found.append(Advance(name, move, "adds a CA to typha.trust"))
         if moved:
             what = f"moves the signer from {_quoted(before.signer)} to {_quoted(after.signer)}"
             if swapped:
                 what += " and swaps a CA of typha.trust"
-            found.append(Advance(name, "reissue", "trust-new", what))
+            elif untrusted:
+                what += " while typha.trust named no CA"
+            source = NONE if untrusted else "trust-new"
+            found.append(Advance(name, _row(ROTATION, source, "reissue"), what))
         if removed and not swapped:
-            found.append(Advance(name, "drop-old", "reissue", "removes a CA from typha.trust"))
-        stage = after.tls_stage
-        if stage in _TLS_GATED and before.tls_stage not in _TLS_GATED[stage]:
-            what = f"moves typha.tls_stage from {before.tls_stage or 'none'} to {stage}"
-            found.append(Advance(name, stage, stage, what))
+            # drop-old, or trust-new rolled back: hiera cannot tell, and needs not: both
+            # wait until no member holds a leaf of the CA that goes (moves.NO_LEAF).
+            what = "removes a CA from typha.trust (drop-old, or trust-new rolled back)"
+            drop = _row(ROTATION, "reissue", "drop-old")
+            found.append(Advance(name, drop, what, ca_fingerprints(removed)))
+        switch = judge(LIVE_SWITCH, before.tls_stage, after.tls_stage)
+        if switch is not None:
+            found.append(Advance(name, switch, f"moves typha.tls_stage {_stages(switch)}"))
     return found
+
+
+def _row(track: str, source: str, target: str) -> Move:
+    move = judge(track, source, target)
+    assert move is not None
+    return move
+
+
+def _stages(move: Move) -> str:
+    return f"from {move.source} to {move.target}"
+
+
+def ca_fingerprints(entries: frozenset[str]) -> frozenset[str] | None:
+    """The SHA-256 fingerprints of typha.trust entries (canonical JSON of PEM text), or
+    None when one is not a CA certificate the gate can read."""
+    from typhapki.pki.pem import parse_certs
+    from typhapki.pki.verify import fingerprint
+
+    found: set[str] = set()
+    for entry in entries:
+        text = json.loads(entry)
+        if not isinstance(text, str):
+            return None
+        try:
+            certs = parse_certs(text.encode(), "typha.trust")
+        except (ConfigError, ValueError):
+            return None
+        found.update(fingerprint(cert) for cert in certs)
+    return frozenset(found)
+
+
+def holds_no_leaf(dropped: frozenset[str] | None, nodes: Iterable[Node]) -> Readiness:
+    """moves.NO_LEAF: no member holds a leaf signed by a CA of DROPPED; a member whose
+    fact cannot be believed holds it back, and so does every member when the CA that
+    goes cannot be read (None)."""
+    holding: list[tuple[str, str]] = []
+    count = 0
+    for node in sorted(nodes, key=lambda n: n.certname):
+        count += 1
+        if dropped is None:
+            holding.append((node.certname, "the CA that leaves typha.trust cannot be read"))
+        elif not node.judged:
+            holding.append((node.certname, node.state))
+        elif node.leaf_issuers & dropped:
+            holding.append((node.certname, "holds a leaf signed by the CA that goes"))
+    return Readiness("drop a CA", count, holding)
 
 
 def _quoted(signer: str | None) -> str:

@@ -232,6 +232,60 @@ def identity_value(leaf: x509.Certificate, kind: IdentityKind) -> str:
     return uri_sans(leaf)[0]
 
 
+@record(frozen=True)
+class DeclaredIdentities:
+    """The identities the wiring names, as hiera and the option table declare them:
+    what the post-renderer and the kustomization render with, on a Helm host that holds
+    no set (the nodes' leaves are issued from the same settings, typhapki/settings/pki.py)."""
+
+    identity_kind: IdentityKind
+    identities: dict[RoleName, str]
+
+
+def declared_identities(
+    typha: Identity, felix: Identity, wanted: IdentityKind | None
+) -> DeclaredIdentities:
+    """The identity type both sides check, as asked (--identity) or the one both
+    declared identities carry, and each side's value of it."""
+    kinds = {}
+    for role, ident in ((RoleName.TYPHA, typha), (RoleName.FELIX, felix)):
+        have = set()
+        if ident.cn is not None:
+            have.add(IdentityKind.CN)
+        if ident.uri_san is not None:
+            have.add(IdentityKind.URI_SAN)
+        kinds[role] = have
+    if wanted is not None:
+        for role, have in kinds.items():
+            if wanted not in have:
+                what = "CN" if wanted is IdentityKind.CN else "URI SAN"
+                raise ConfigError(
+                    f"--identity {wanted.value}: {role.value} declares no {what} "
+                    f"({role.value}_{'cn' if wanted is IdentityKind.CN else 'uri_san'} in "
+                    "hiera's typha:)"
+                )
+        kind = wanted
+    else:
+        common = set.intersection(*kinds.values())
+        if not common:
+            raise ConfigError(
+                "typha and felix declare different identity types (CN or URI SAN): set "
+                "both typha_uri_san and felix_uri_san, or neither, in hiera's typha:"
+            )
+        if len(common) > 1:
+            raise UsageError(
+                "both sides declare a CN and a URI SAN: choose which one the other side "
+                "checks with --identity cn or --identity uri-san"
+            )
+        kind = common.pop()
+    values = {}
+    for role, ident in ((RoleName.TYPHA, typha), (RoleName.FELIX, felix)):
+        value = ident.cn if kind is IdentityKind.CN else ident.uri_san
+        assert value is not None
+        values[role] = value
+    return DeclaredIdentities(kind, values)
+
+
 def _relevant(problem: Problem) -> bool:
     # Key file ownership and mode are a matter for the node, not for the manifests.
     return problem.fix is not Fix.PERMISSIONS
@@ -388,7 +442,7 @@ def mount_path(directory: str) -> str:
     return f"/{directory}"
 
 
-def wiring_env(files: SetFiles) -> dict[RoleName, list[dict[str, str]]]:
+def wiring_env(files: SetFiles | DeclaredIdentities) -> dict[RoleName, list[dict[str, str]]]:
     """Container env for calico-typha (TYPHA_*) and calico-node (FELIX_*)."""
     ca_file = f"{mount_path(BUNDLE_DIR)}/{BUNDLE_FILE}"
     typha, felix = ROLES[RoleName.TYPHA], ROLES[RoleName.FELIX]
@@ -509,7 +563,7 @@ class WiringPatch:
 
 
 def wiring_patches(
-    files: SetFiles,
+    files: SetFiles | DeclaredIdentities,
     host_out: Path,
     namespace: str | None = None,
     typha: TyphaPod | None = None,

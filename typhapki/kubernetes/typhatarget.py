@@ -2,7 +2,7 @@
 (docs/kubernetes.md §4): `restart-typha` (its pods' label), `probe`, the fact's probe
 and the mTLS proof (its port).
 
-With no stage (mutual TLS switched on all at once, or not at all) that is the plain
+With no stage or `all-at-once` (mutual TLS switched on all at once, or not at all) that is the plain
 Typha, `k8s-app: calico-typha` on Calico's port; in `parallel`, `switch` and `retire`
 the TLS Typha, with the label and ports of typhapki/kubernetes/typhaports.py. In
 `parallel` the plain Typha still listens, plain, on its own port: it is never probed
@@ -43,7 +43,10 @@ class TyphaTarget:
 
 
 def typha_target(stage: Stage | None) -> TyphaTarget:
-    """The Typha the tools select in `stage` (None: no live switch)."""
+    """The Typha the tools select in `stage` (None: no live switch; all-at-once, one
+    Typha switched with Felix, is the plain Typha's too)."""
+    if stage is Stage.ALL_AT_ONCE:
+        stage = None
     labels = PLAIN_LABELS if stage is None else TLS_LABELS
     ports = DEFAULT_PORTS if stage is None else TLS_PORTS
     ((key, value),) = labels.items()

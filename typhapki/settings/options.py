@@ -269,10 +269,11 @@ class WiringFields:
     typhapki/settings/wiring.py), read by `manifests` in every way it delivers the wiring."""
 
     tls_stage: str | None = option(
-        "The live switch to mTLS: parallel (a TLS Typha beside the plain one), switch "
-        "(calico-node on the TLS Typha), retire (the plain Typha removed). Absent: both "
-        "sides switched at once.",
-        choices=("parallel", "switch", "retire"),
+        "The declared stage of Typha's TLS: all-at-once (both sides switched together: "
+        "an outage while the pods roll), or the live switch: parallel (a TLS Typha beside "
+        "the plain one), switch (calico-node on the TLS Typha), retire (the plain Typha "
+        "removed). The post-renderer and the kustomization need one.",
+        choices=("all-at-once", "parallel", "switch", "retire"),
         hiera=True,
     )
     tls_min_version: str | None = option(
@@ -684,8 +685,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         MAX_AGE, *FLEET_KUBE,
     )),
     Command("fleet gate",
-            "Refuse (exit 1) a hiera change that advances a cluster's CA rotation while its "
-            "members have not all reached the previous stage.", (
+            "Refuse (exit 1) a hiera change whose stage move the stage-move rule refuses, "
+            "or that advances a cluster's CA rotation or live switch before its gate "
+            "passes.", (
         *group("puppetdb"),
         _own("hiera", "--hiera", Path, "The hiera file or directory as changed.",
              required=True),
@@ -694,7 +696,8 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         _own("old", "--old", Path,
              "The hiera file or directory before the change (instead of --base)."),
         _own("no_puppetdb", "--no-puppetdb", bool,
-             "Workstations: warn about rotation steps and pass, without asking PuppetDB."),
+             "Workstations: refuse what hiera alone decides, warn about gated moves and "
+             "pass them, without asking PuppetDB."),
         *FLEET_KUBE,
     )),
     Command("ferm",

@@ -19,11 +19,24 @@ if TYPE_CHECKING:
 
 
 class Stage(StrEnum):
-    """The live switch to mTLS (docs/kubernetes.md §4), in order."""
+    """The declared stage of a cluster's Typha TLS (docs/kubernetes.md §4): the one list
+    of stage names (the option table's choices, hiera's check, the fleet's stage-move
+    rule in typhapki/fleet/moves.py). `all-at-once` is the old path, both sides switched
+    together (an outage while the pods roll); the live switch's stages follow, in order."""
 
+    ALL_AT_ONCE = "all-at-once"  # one Typha, on the plain port, both sides at once
     PARALLEL = "parallel"  # a TLS Typha beside the untouched plain one
     SWITCH = "switch"  # calico-node dials the TLS Typha; both Typhas stay
     RETIRE = "retire"  # the plain Typha is gone
+
+    @property
+    def live(self) -> bool:
+        """A stage of the live switch: a TLS Typha of its own (typhaports.py) runs."""
+        return self is not Stage.ALL_AT_ONCE
+
+
+# The live switch's stages, in order: those that render a TLS Typha of their own.
+LIVE_STAGES = tuple(stage for stage in Stage if stage.live)
 
 
 MIN_VERSIONS = ("1.2", "1.3")
@@ -99,9 +112,7 @@ def resolve(
             try:
                 chosen_stage = Stage(text)
             except ValueError:
-                raise UsageError(
-                    f"{where}: expected parallel, switch or retire, got {text!r}"
-                ) from None
+                raise UsageError(f"{where}: expected {', '.join(Stage)}, got {text!r}") from None
         version = None
         if "tls_min_version" in values:
             version = _min_version(*values["tls_min_version"])
