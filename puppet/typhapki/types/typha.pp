@@ -39,7 +39,7 @@ type Typhapki::Typha = Variant[
     Optional[typha_uri_san] => Optional[String],
   }],
   Struct[{
-    Optional[tls_stage] => Optional[Enum['retire']],
+    Optional[tls_stage] => Optional[Enum['all-at-once', 'retire']],
     Optional[port] => Optional[Typhapki::Typha::Port],
     Optional[cfssl_label] => Optional[Typhapki::CfsslName],
     Optional[cfssl_profile_felix] => Optional[Typhapki::CfsslName],

@@ -3,4 +3,4 @@
 # do not edit; tests/test_docgen.py fails when they disagree.
 # @summary The live switch's stage of a cluster (`typha.tls_stage`), as the CLI's
 #   Stage (typhapki/settings/wiring.py).
-type Typhapki::Typha::TlsStage = Enum['parallel', 'switch', 'retire']
+type Typhapki::Typha::TlsStage = Enum['all-at-once', 'parallel', 'switch', 'retire']
