@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED_COMMAND, LEG
+from tests.conftest import INSTALLED_COMMAND, INSTALLED_LEGS, LEG
 from tests.support.dns import Dnsmasq, dnsmasq_server
 
 __all__ = ["dnsmasq_server"]
@@ -35,7 +35,7 @@ RECORDS = {
 
 @pytest.fixture(autouse=True)
 def _debian_leg() -> None:
-    if LEG != "debian":
+    if LEG not in INSTALLED_LEGS:
         pytest.skip("the installed package runs in the Debian leg (scripts/test.sh)")
 
 
