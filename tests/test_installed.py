@@ -106,12 +106,12 @@ def test_help_of_every_command_on_debian_typer() -> None:
 
 
 def test_contrib_units_and_rules_are_installed_as_in_the_tree() -> None:
-    """contrib/systemd units under /lib/systemd/system (not enabled by the package),
+    """contrib/systemd units under /usr/lib/systemd/system (not enabled by the package),
     contrib/prometheus files under /usr/share/typhapki/prometheus."""
     from tests.conftest import SOURCE
 
     places = {
-        "systemd": Path("/lib/systemd/system"),
+        "systemd": Path("/usr/lib/systemd/system"),
         "prometheus": Path("/usr/share/typhapki/prometheus"),
     }
     for name, target in places.items():
