@@ -47,6 +47,10 @@ mount -t tmpfs tmpfs "$r/tmp"
 mkdir -p "$r/run/netns" "$r/run/lock" "$r/src"
 mount --bind "$leg/tree" "$r/src"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
+# pip in the root trusts what the machine'"'"'s pip trusts (PIP_CERT, else its CA bundle):
+# a machine behind a TLS-inspecting proxy has that proxy'"'"'s CA there, the root not.
+cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$r/etc/ssl/machine-ca.crt"
 exec chroot "$r" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/root \
-  CI="${CI:-}" bash /src/scripts/trixie-leg-inside.sh "$@"
+  CI="${CI:-}" PIP_CERT=/etc/ssl/machine-ca.crt \
+  bash /src/scripts/trixie-leg-inside.sh "$@"
 ' bash "$lower" "$leg" "$@"

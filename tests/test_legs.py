@@ -62,7 +62,7 @@ DEBIAN_RELEASES = {
         "release": "trixie (13)",
         "Python": "3.13",
         "typer": "0.15.2",
-        "click": "8.2.0",
+        "click": "8.1.8",
         "cryptography": "43.0.0",
         "dnspython": "2.7.0",
         "Jinja2": "3.1.6",

@@ -10,7 +10,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tests.conftest import LEG, SOURCE
+from tests.conftest import INSTALLED_LEGS, LEG, SOURCE
 
 # Debian bookworm's packages: the floors, and what the .deb runs on.
 BOOKWORM_FLOORS = {
@@ -26,7 +26,7 @@ BOOKWORM_FLOORS = {
 def test_wheel_ships_the_ferm_templates_and_the_console_script(tmp_path: Path) -> None:
     # A Debian leg builds with its release's hatchling (no isolation: what is installed),
     # as dh-python does for the .deb; the newest leg with the newest from PyPI.
-    isolation = ["--no-build-isolation"] if LEG in ("debian", "trixie") else []
+    isolation = ["--no-build-isolation"] if LEG in INSTALLED_LEGS else []
     pip = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", *isolation]
     build = subprocess.run(
         [*pip, "-w", str(tmp_path), str(SOURCE)], check=True, capture_output=True, timeout=600
