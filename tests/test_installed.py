@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED_COMMAND, LEG
+from tests.conftest import INSTALLED_COMMAND, INSTALLED_LEGS, LEG
 from tests.support.dns import Dnsmasq, dnsmasq_server
 
 __all__ = ["dnsmasq_server"]
@@ -35,7 +35,7 @@ RECORDS = {
 
 @pytest.fixture(autouse=True)
 def _debian_leg() -> None:
-    if LEG != "debian":
+    if LEG not in INSTALLED_LEGS:
         pytest.skip("the installed package runs in the Debian leg (scripts/test.sh)")
 
 
@@ -106,12 +106,12 @@ def test_help_of_every_command_on_debian_typer() -> None:
 
 
 def test_contrib_units_and_rules_are_installed_as_in_the_tree() -> None:
-    """contrib/systemd units under /lib/systemd/system (not enabled by the package),
+    """contrib/systemd units under /usr/lib/systemd/system (not enabled by the package),
     contrib/prometheus files under /usr/share/typhapki/prometheus."""
     from tests.conftest import SOURCE
 
     places = {
-        "systemd": Path("/lib/systemd/system"),
+        "systemd": Path("/usr/lib/systemd/system"),
         "prometheus": Path("/usr/share/typhapki/prometheus"),
     }
     for name, target in places.items():

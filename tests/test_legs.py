@@ -2,8 +2,11 @@
 
 - debian: Debian bookworm's python3 packages from /usr/lib/python3/dist-packages, the
   installed .deb's typhapki (same files as the checkout) and /usr/bin/typhapki;
+- trixie: the same inside a Debian 13 root, on trixie's python3 packages and Puppet 8;
 - newest: the newest PyPI releases (at least the versions below), typhapki from the
   checkout.
+
+docs/interop.md's table "Library sets CI proves" is these sets; a test keeps it so.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,22 +26,53 @@ import pytest
 from tests.conftest import (
     DEBIAN_DIST_PACKAGES,
     INSTALLED_COMMAND,
+    INSTALLED_LEGS,
     LEG,
     ROOT,
     SOURCE,
     typhapki_cmd,
 )
 
-# distribution -> (module, bookworm's version)
-DEBIAN = {
-    "typer": ("typer", "0.7.0"),
-    "click": ("click", "8.1.3"),
-    "cryptography": ("cryptography", "38.0.4"),
-    "dnspython": ("dns", "2.3.0"),
-    "Jinja2": ("jinja2", "3.1.2"),
-    "PyYAML": ("yaml", "6.0"),
-    "prometheus-client": ("prometheus_client", "0.16.0"),
+# distribution -> its module
+MODULES = {
+    "typer": "typer",
+    "click": "click",
+    "cryptography": "cryptography",
+    "dnspython": "dns",
+    "Jinja2": "jinja2",
+    "PyYAML": "yaml",
+    "prometheus-client": "prometheus_client",
 }
+# leg -> the Debian release's packages it runs on: exact versions, with Python's and
+# Puppet's major.minor.
+DEBIAN_RELEASES = {
+    "debian": {
+        "release": "bookworm (12)",
+        "Python": "3.11",
+        "typer": "0.7.0",
+        "click": "8.1.3",
+        "cryptography": "38.0.4",
+        "dnspython": "2.3.0",
+        "Jinja2": "3.1.2",
+        "PyYAML": "6.0",
+        "prometheus-client": "0.16.0",
+        "Puppet": "7.23",
+    },
+    "trixie": {
+        "release": "trixie (13)",
+        "Python": "3.13",
+        "typer": "0.15.2",
+        "click": "8.1.8",
+        "cryptography": "43.0.0",
+        "dnspython": "2.7.0",
+        "Jinja2": "3.1.6",
+        "PyYAML": "6.0.2",
+        "prometheus-client": "0.21.1",
+        "Puppet": "8.10",
+    },
+}
+# bookworm's set: the floors of pyproject.toml (tests/test_packaging.py).
+DEBIAN = {dist: (MODULES[dist], DEBIAN_RELEASES["debian"][dist]) for dist in MODULES}
 # The newest releases on PyPI when these were written: the newest leg runs at least these.
 NEWEST_AT_LEAST = {
     "typer": (0, 29),
@@ -76,20 +112,55 @@ def _digests(package: Path) -> dict[str, str]:
     }
 
 
+def _puppet_version() -> str:
+    return subprocess.run(
+        ["puppet", "--version"], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.strip()
+
+
 def test_the_leg_uses_the_library_versions_it_claims() -> None:
     leg = _leg()
-    for dist, (module_name, debian_version) in DEBIAN.items():
+    for dist, module_name in MODULES.items():
         if leg == "newest" and dist not in NEWEST_AT_LEAST:
             continue  # click: typer >= 0.28 carries its own copy
         version = importlib.metadata.version(dist)
         module = importlib.import_module(module_name)
         where = Path(str(module.__file__)).resolve()
-        if leg == "debian":
-            assert version == debian_version, (dist, version)
+        if leg in INSTALLED_LEGS:
+            assert version == DEBIAN_RELEASES[leg][dist], (dist, version)
             assert where.is_relative_to(DEBIAN_DIST_PACKAGES), (dist, where)
         else:
             assert _release(version) >= NEWEST_AT_LEAST[dist], (dist, version)
             assert not where.is_relative_to(DEBIAN_DIST_PACKAGES), (dist, where)
+    if leg in INSTALLED_LEGS:
+        expected = DEBIAN_RELEASES[leg]
+        assert platform.python_version().startswith(expected["Python"] + ".")
+        assert _puppet_version().startswith(expected["Puppet"] + ".")
+
+
+def _interop_table() -> dict[str, dict[str, str]]:
+    """docs/interop.md's "Library sets CI proves": leg -> column -> cell."""
+    text = (ROOT / "docs" / "interop.md").read_text()
+    section = text.split("\n## Library sets CI proves\n", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|") and not re.fullmatch(r"\|[-| ]+\|", line.strip())
+    ]
+    header, *body = rows
+    return {row[0]: dict(zip(header[1:], row[1:], strict=True)) for row in body}
+
+
+def test_the_interop_table_is_what_the_legs_assert() -> None:
+    table = _interop_table()
+    assert set(table) == {*INSTALLED_LEGS, "newest"}
+    for leg in INSTALLED_LEGS:
+        assert table[leg] == DEBIAN_RELEASES[leg], leg
+    newest = table["newest"]
+    for dist in MODULES:
+        floor = NEWEST_AT_LEAST.get(dist)
+        cell = ">= " + ".".join(map(str, floor)) if floor else "(typer's own)"
+        assert newest[dist] == cell, (dist, newest[dist])
 
 
 def test_the_leg_runs_the_typhapki_it_claims() -> None:
@@ -97,10 +168,10 @@ def test_the_leg_runs_the_typhapki_it_claims() -> None:
 
     leg = _leg()
     where = Path(typhapki.__file__).resolve().parent
-    if leg == "debian":
+    if leg in INSTALLED_LEGS:
         assert where == DEBIAN_DIST_PACKAGES / "typhapki"
         assert typhapki_cmd() == [str(INSTALLED_COMMAND)]
-        assert not (ROOT / "typhapki").exists(), "the Debian leg runs from a copy without it"
+        assert not (ROOT / "typhapki").exists(), f"the {leg} leg runs from a copy without it"
         # The installed package is this checkout's code, not an older build.
         assert _digests(where) == _digests(SOURCE / "typhapki")
         status = subprocess.run(

@@ -31,7 +31,8 @@ from typhapki.pki.layout import CaPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.verify import fingerprint
 
-pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+# Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
+pytestmark = [pytest.mark.once, pytest.mark.trixie]
 
 CERTNAME = "fleet-agent-1"
 NEW_CA = "b" * 64

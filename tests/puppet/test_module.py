@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import require
 from tests.support.puppet import MODULE, SYSTEM_MODULES
 
-pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+# Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
+pytestmark = [pytest.mark.once, pytest.mark.trixie]
 
 
 def _run(

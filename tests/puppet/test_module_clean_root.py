@@ -1,7 +1,8 @@
 """The module on a fresh Debian node: Debian's paths, nothing prepared by hand.
 
 The other `puppet apply` tests move every path into a temporary directory. Here the
-node is a clean bookworm root from Debian's archive (tests/support/cleanroot.py) with
+node is a clean root of each Debian release the module supports (metadata.json: 12 with
+Puppet 7, 13 with Puppet 8), from Debian's archive (tests/support/cleanroot.py), with
 the Puppet agent, ferm and the typhapki .deb installed, and the module's defaults
 untouched: `puppet apply -e 'include typhapki'` converges in one run (exit 2), the
 second run changes nothing (exit 0), and the rule lands where Debian's ferm.conf
@@ -52,7 +53,12 @@ def _node_hiera(root: Path, ca_dir: Path) -> None:
     (puppet / "hiera.yaml").write_text(yaml.safe_dump({**config, "hierarchy": hierarchy}))
 
 
-def test_a_fresh_bookworm_node_converges_in_one_run(tmp_path: Path) -> None:
+# Each release's Puppet: the apply below is Puppet 7's on bookworm, Puppet 8's on trixie.
+PUPPET = {"bookworm": "7.23.", "trixie": "8.10."}
+
+
+@pytest.mark.parametrize("suite", sorted(PUPPET))
+def test_a_fresh_node_converges_in_one_run(tmp_path: Path, suite: str) -> None:
     require("debootstrap", "unshare", "chroot")
     require_root()
     deb = os.environ.get("TYPHAPKI_DEB", "")
@@ -60,10 +66,12 @@ def test_a_fresh_bookworm_node_converges_in_one_run(tmp_path: Path) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("TYPHAPKI_DEB is not set: scripts/test.sh exports the built .deb")
         pytest.skip("TYPHAPKI_DEB (a built typhapki .deb) is not set")
-    root = cleanroot.copy("bookworm", tmp_path)
+    root = cleanroot.copy(suite, tmp_path)
     shutil.copy(deb, root / "tmp" / "typhapki.deb")
     installed = cleanroot.run(root, ["dpkg", "-i", "/tmp/typhapki.deb"])
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    version = cleanroot.run(root, ["puppet", "--version"])
+    assert version.stdout.startswith(PUPPET[suite]), version.stdout + version.stderr
     shutil.copytree(MODULE, root / "etc/puppet/code/modules/typhapki", symlinks=True)
     assert run_cli("ca", "init", "--ca-dir", str(tmp_path / "ca")).returncode == 0
     _node_hiera(root, tmp_path / "ca")

@@ -25,7 +25,8 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import subject_cn
 
-pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+# Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
+pytestmark = [pytest.mark.once, pytest.mark.trixie]
 
 CLUSTERS = {
     "main": {

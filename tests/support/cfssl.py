@@ -98,6 +98,12 @@ def _tls_files(directory: Path) -> tuple[Path, Path, Path]:
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # As real servers' certificates carry it: Python 3.13 verifies strictly
+        # (VERIFY_X509_STRICT) and refuses a leaf without it (the trixie leg).
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     paths = directory / "tls-ca.pem", directory / "tls.pem", directory / "tls-key.pem"

@@ -12,15 +12,21 @@ and /dev mounted there, gone with the command) and a private network namespace, 
 whatever the command loads into netfilter stays in the copy's own namespace.
 
 This is the one root builder of the suite (docs/performance.md lists its cost): every
-test that needs a clean Debian root, whatever the release, builds it here.
+test that needs a clean Debian root, whatever the release, builds it here, and so does
+CI's trixie leg (scripts/test.sh), through the command line at the end of this file:
+`python3 -m tests.support.cleanroot build trixie --machine` prints the path of a cached
+trixie root with every package scripts/setup.sh installs on a machine that runs the suite.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 CACHE = Path(os.environ.get("TYPHAPKI_ROOT_CACHE", "/var/cache/typhapki-roots"))
@@ -40,6 +46,26 @@ NODE_PACKAGES = (
     "python3-yaml",
     "python3-prometheus-client",
 )
+
+
+SETUP = Path(__file__).resolve().parents[2] / "scripts" / "setup.sh"
+
+
+def machine_packages(setup: Path = SETUP) -> tuple[str, ...]:
+    """scripts/setup.sh's SYSTEM_PACKAGES: what a machine that runs the suite has.
+
+    The trixie leg's root installs the very list a machine gets, so the two never drift.
+    """
+    match = re.search(r"^SYSTEM_PACKAGES=\((.*?)^\)", setup.read_text(), re.M | re.S)
+    if match is None:
+        raise RuntimeError(f"{setup}: no SYSTEM_PACKAGES=( ... ) list")
+    words = [line.split("#", 1)[0].split() for line in match[1].splitlines()]
+    return tuple(word for line in words for word in line)
+
+
+# A build never starts a service: the root shares the host's PID namespace, and a
+# postinst that starts PostgreSQL or ferm there would leave it running on the host.
+POLICY_RC_D = "#!/bin/sh\n# tests/support/cleanroot.py: no service starts in a root\nexit 101\n"
 
 
 def _key(suite: str, packages: tuple[str, ...]) -> str:
@@ -76,6 +102,21 @@ def run(
     )
 
 
+def _unmount_under(path: Path) -> None:
+    """Unmount whatever is mounted at or below `path` in this mount namespace.
+
+    debootstrap can leave the new root's /proc mounted on the host (seen with trixie):
+    the root must not be renamed into the cache or copied with it, and removing an
+    interrupted build must never walk into the host's /proc or /dev.
+    """
+    prefix = f"{path}/"
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for point in sorted(
+        (p for p in points if p == str(path) or p.startswith(prefix)), reverse=True
+    ):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
+
+
 def build(suite: str, packages: tuple[str, ...] = NODE_PACKAGES) -> Path:
     """The cached root of `suite` with `packages`; built (and cached) when missing.
 
@@ -96,8 +137,12 @@ def build(suite: str, packages: tuple[str, ...] = NODE_PACKAGES) -> Path:
             timeout=1200,
             check=False,
         )
+        _unmount_under(work)
         if boot.returncode != 0:
             raise RuntimeError(f"debootstrap {suite}: {boot.stdout[-2000:]}{boot.stderr[-2000:]}")
+        policy = work / "usr" / "sbin" / "policy-rc.d"
+        policy.write_text(POLICY_RC_D)
+        policy.chmod(0o755)
         install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
         for argv in (["apt-get", "update", "-q"], install, ["apt-get", "clean"]):
             env = {"DEBIAN_FRONTEND": "noninteractive"}
@@ -106,6 +151,7 @@ def build(suite: str, packages: tuple[str, ...] = NODE_PACKAGES) -> Path:
                 raise RuntimeError(f"{suite} root: {' '.join(argv[:2])}: {step.stderr[-2000:]}")
         work.rename(done)
     finally:
+        _unmount_under(work)
         shutil.rmtree(work, ignore_errors=True)
     return done
 
@@ -115,3 +161,29 @@ def copy(suite: str, into: Path, packages: tuple[str, ...] = NODE_PACKAGES) -> P
     target = into / suite
     subprocess.run(["cp", "-a", "--", str(build(suite, packages)), str(target)], check=True)
     return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`build SUITE [--machine]`: build (or reuse) the cached root, print its path."""
+    parser = argparse.ArgumentParser(prog="python3 -m tests.support.cleanroot")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_cmd = commands.add_parser("build", help="build or reuse a cached root")
+    build_cmd.add_argument("suite")
+    build_cmd.add_argument(
+        "--machine",
+        action="store_true",
+        help="every package of scripts/setup.sh (a machine that runs the suite), "
+        "instead of a fleet node's",
+    )
+    args = parser.parse_args(argv)
+    packages = machine_packages() if args.machine else NODE_PACKAGES
+    try:
+        print(build(args.suite, packages))
+    except RuntimeError as error:
+        print(f"cleanroot: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,16 +18,16 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import INSTALLED_LEGS, ROOT
 
 MODULE = ROOT / "puppet" / "typhapki"
 EXAMPLES = MODULE / "examples"
 SYSTEM_MODULES = Path("/usr/share/puppet/modules")  # stdlib (puppet-module-puppetlabs-stdlib)
 VENV_BIN = Path(sys.executable).parent
-# The typhapki the run tests: the Debian leg's /usr/bin/typhapki, else the venv's.
+# The typhapki the run tests: a Debian leg's /usr/bin/typhapki, else the venv's.
 TYPHAPKI = (
     Path("/usr/bin/typhapki")
-    if os.environ.get("TYPHAPKI_EXPECT_LIBS") == "debian"
+    if os.environ.get("TYPHAPKI_EXPECT_LIBS") in INSTALLED_LEGS
     else VENV_BIN / "typhapki"
 )
 EXEC_PATH = [str(VENV_BIN), "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]

@@ -31,7 +31,15 @@ from typing import Any
 
 from tests.support.processes import stop
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+def _pg_bin() -> Path:
+    """The release's PostgreSQL server (Debian's `postgresql`: 15 on bookworm, 17 on
+    trixie): the newest major version installed."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 PUPPETDB_JAR = Path("/usr/share/puppetdb/puppetdb.jar")
 PUPPETDB_CONF = Path("/etc/puppetdb")
 START_TIMEOUT = 600  # seconds: a cold JVM and the first schema migration on a busy machine
