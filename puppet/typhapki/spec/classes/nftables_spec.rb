@@ -43,7 +43,7 @@ describe 'typhapki' do
         it { is_expected.not_to contain_file('/etc/nftables.d') }
 
         it 'removes the rule a ferm provider left behind, and reloads ferm once without it (issue 39)' do
-          is_expected.to contain_file('/etc/ferm/conf.d/10_calico-typha').with(ensure: 'absent', backup: false)
+          is_expected.to contain_file('/etc/ferm/ferm.d/10_calico-typha').with(ensure: 'absent', backup: false)
             .that_notifies('Exec[typhapki-ferm-retired]')
           is_expected.to contain_exec('typhapki-ferm-retired').with(
             command: 'systemctl reload ferm', onlyif: 'command -v ferm', refreshonly: true, provider: 'shell',
