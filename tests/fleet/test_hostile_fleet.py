@@ -80,7 +80,8 @@ def test_the_gate_asks_every_cluster_inside_one_deadline(standin: StandIn, tmp_p
 
     def hiera(label: str) -> dict[str, Any]:
         return {"kubernetes::clusters": {"main": {
-            c: {"cluster_nodes": ["192.0.2.1"], "typha": {"cfssl_label": label}}
+            # the label moves with a CA trusted beside it: cfssl's stage 2, a gated move
+            c: {"cluster_nodes": ["192.0.2.1"], "typha": {"cfssl_label": label, "trust": ["x"]}}
             for c in clusters}}}  # fmt: skip
 
     old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
@@ -253,8 +254,9 @@ def test_text_from_puppetdb_is_escaped_in_every_output(
     outputs.append(run_cli("fleet", "ready", "--puppetdb", standin.url, "--cluster", cluster,
                            "--stage", "trust-new", "--new-ca", "b" * 64))  # fmt: skip
     old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    typha = {"cfssl_label": "a", "trust": ["x"]}  # cfssl's stage 2: a gated move
     hiera: dict[str, Any] = {"kubernetes::clusters": {"main": {"c1": {
-        "cluster_nodes": ["192.0.2.1"], "typha": {"cfssl_label": "a"}}}}}  # fmt: skip
+        "cluster_nodes": ["192.0.2.1"], "typha": typha}}}}  # fmt: skip
     old.write_text(yaml.safe_dump(hiera))
     hiera["kubernetes::clusters"]["main"]["c1"]["typha"]["cfssl_label"] = "b\x1b[2J"
     new.write_text(yaml.safe_dump(hiera))

@@ -146,10 +146,11 @@ def test_offline_hook_checks_validity_only(hook_repo: HookRepo, tmp_path: Path) 
 def test_rotation_gate_hook_warns_and_passes_without_puppetdb(
     hook_repo: HookRepo, tmp_path: Path
 ) -> None:
-    """A staged change moving a cluster's signer: a warning naming it, exit 0."""
+    """A staged change moving a cluster's signer, a CA trusted beside it (cfssl's stage
+    2, a gated move): a warning naming it, exit 0."""
     clusters = (
         "kubernetes::clusters:\n  main:\n    lab:\n      cluster_nodes: [192.0.2.1]\n"
-        "      typha: {cfssl_label: LABEL}\n"
+        "      typha: {cfssl_label: LABEL, trust: [x]}\n"
     )
     repo = _hiera_repo(tmp_path, {"kubernetes.yaml": clusters.replace("LABEL", "lab")})
     _git(repo, "commit", "-q", "-m", "before")
