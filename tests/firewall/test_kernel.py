@@ -48,7 +48,8 @@ def save(addrs: frozenset[str], open_ports: frozenset[int], bits: int) -> str:
     """What iptables-save prints (short options, /32 or /128, -m tcp), with the
     fleet's unrelated rules around."""
     lines = ["*filter", ":INPUT DROP [0:0]", "-A INPUT -i lo -j ACCEPT",
-             "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT"]  # fmt: skip
+             "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+             "-A INPUT -p tcp -m tcp --dport 30000:32767 -j ACCEPT"]  # fmt: skip
     lines += [
         f"-A INPUT -s {a}/{bits} -p tcp -m tcp --dport {p} -j ACCEPT"
         for p in sorted(open_ports)
@@ -133,6 +134,23 @@ def test_nft_sets_not_loaded() -> None:
                             sources=Sources(addresses=("10.0.0.1",)))  # fmt: skip
     listing = {"nftables": [{"table": {"family": "inet", "name": "filter"}}]}
     assert kernel.nft_verdict(text, listing).state == NOT_LOADED
+
+
+def test_a_range_over_a_typha_port_is_compared() -> None:
+    """A fleet's range that covers Typha's port opens it: it is judged, not skipped
+    (nor an unknown that would reload ferm on every run)."""
+    lines = ferm_lines(frozenset(), frozenset(), frozenset()).replace(
+        ":INPUT ACCEPT [0:0]\n",
+        ":INPUT ACCEPT [0:0]\n-A INPUT --protocol tcp --dport 5000:6000 --jump ACCEPT\n",
+        1,
+    )
+    ranged = "*filter\n-A INPUT -p tcp -m tcp --dport 5000:6000 -j ACCEPT\nCOMMIT\n"
+    empty = "*filter\nCOMMIT\n"
+    saves = {"iptables-legacy-save": ranged, "ip6tables-legacy-save": empty}
+    assert kernel.ferm_verdict(lines, saves, PORTS).state == IN_SYNC
+    saves["iptables-legacy-save"] = empty
+    verdict = kernel.ferm_verdict(lines, saves, PORTS)
+    assert verdict.state == DRIFT and "tcp/5000:6000" in verdict.detail
 
 
 def test_rule_ports_from_the_header() -> None:

@@ -83,7 +83,7 @@ class Verdict:
 
 
 # A loaded rule, as far as it matters here: (family, chain, source, port, the rest).
-Rule = tuple[int, str, str, int, tuple[str, ...]]
+Rule = tuple[int, str, str, tuple[int, int], tuple[str, ...]]
 
 
 def _network(text: str, family: int) -> str:
@@ -98,6 +98,18 @@ def _network(text: str, family: int) -> str:
 
 def _port(text: str) -> int:
     return whole_number(text, low=0, high=65535, what="port", error=KernelUnknown)
+
+
+def _ports(text: str, line: str) -> tuple[int, int]:
+    """`--dport` as (low, high): one port, or a range `LOW:HIGH` (either end left out
+    means 0 or 65535, as iptables reads it)."""
+    low, sep, high = text.partition(":")
+    if not sep:
+        return _port(text), _port(text)
+    first, last = _port(low or "0"), _port(high or "65535")
+    if first > last:
+        raise KernelUnknown(f"a port range this reader does not follow: {line[:120]!r}")
+    return first, last
 
 
 def save_rules(text: str, family: int, ports: Iterable[int]) -> frozenset[Rule]:
@@ -132,11 +144,9 @@ def save_rules(text: str, family: int, ports: Iterable[int]) -> frozenset[Rule]:
             i += 1
         if options.get("--protocol") != "tcp" or "--dport" not in options:
             continue
-        if ":" in options["--dport"] or "," in options["--dport"]:  # a range or a list
-            raise KernelUnknown(f"a port range this reader does not follow: {line[:120]!r}")
-        port = _port(options["--dport"])
-        if port not in wanted:
-            continue
+        port = _ports(options["--dport"], line)
+        if not any(low <= p <= high for p in wanted for low, high in [port]):
+            continue  # the fleet's own rules (a NodePort range, ssh): not ours to judge
         source = _network(options.get("--source", "0.0.0.0/0" if family == 4 else "::/0"), family)
         rest.append(options.get("--jump", ""))
         found.add((family, options.get("--append", ""), source, port, tuple(rest)))
@@ -191,7 +201,8 @@ def compare(expected: frozenset[object], loaded: frozenset[object], what: str) -
 
 
 def _describe(rule: Rule) -> str:
-    family, chain, source, port, rest = rule
+    family, chain, source, (low, high), rest = rule
+    port = str(low) if low == high else f"{low}:{high}"
     return f"IPv{family} {chain} {source} tcp/{port} {' '.join(rest)}".rstrip()
 
 
