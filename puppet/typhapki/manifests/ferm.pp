@@ -52,6 +52,9 @@
 #   Resolvers for the DNS gate (`--nameserver`); empty: /etc/resolv.conf.
 # @param timeout
 #   Seconds per DNS query; undef: the CLI's default.
+# @param ferm_conf
+#   The ferm.conf the reload loads (`--ferm-conf`): what `--kernel` expands and compares
+#   with the kernel; undef: the CLI's default (/etc/ferm/ferm.conf).
 class typhapki::ferm (
   Stdlib::Absolutepath $output,
   String[1] $reload_command,
@@ -62,6 +65,7 @@ class typhapki::ferm (
   Optional[Typhapki::DnsGate] $dns_gate = undef,
   Optional[Stdlib::Port] $port = undef,
   Optional[Numeric] $timeout = undef,
+  Optional[Stdlib::Absolutepath] $ferm_conf = undef,
 ) {
   assert_private('declare class typhapki (typhapki::manage_ferm) instead of typhapki::ferm')
 
@@ -82,6 +86,7 @@ class typhapki::ferm (
       'port'       => $port,
       'nameserver' => $nameservers.empty ? { true => undef, default => $nameservers },
       'timeout'    => $timeout,
+      'ferm_conf'  => $ferm_conf,
     },
     'facts' => { 'ferm_output' => $output },
   }
