@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=${1:-${TYPHAPKI_VENV:-.venv}}
 
 SYSTEM_PACKAGES=(
-  openssl curl ca-certificates iproute2 iptables ferm nftables dnsmasq-base
+  openssl curl ca-certificates iproute2 iptables ferm netbase nftables dnsmasq-base
   # the suite's own PID namespace needs an init that reaps (scripts/test.sh)
   util-linux tini
   puppet-agent facter git golang-go

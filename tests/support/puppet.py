@@ -8,7 +8,9 @@ restart and reload commands into lines appended to logs.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import hashlib
 import os
 import subprocess
 import sys
@@ -106,7 +108,7 @@ class PuppetNode:
         return {
             "typhapki::manage_package": False,  # the tool is this venv's
             "typhapki::bin": str(TYPHAPKI),
-            "typhapki::exec_path": EXEC_PATH,
+            "typhapki::exec_path": [str(self.root / "netns-bin"), *EXEC_PATH],
             "typhapki::config_dir": str(etc),
             "typhapki::config_file": str(self.config_file),
             "typhapki::cluster_file": str(etc / "cluster.yaml"),
@@ -118,7 +120,13 @@ class PuppetNode:
             "typhapki::certs::restart_felix": f"echo felix >> {log / 'restarts.log'}",
             "typhapki::ferm::output": str(self.ferm_rule),
             "typhapki::ferm::manage_output_dir": True,
-            "typhapki::ferm::reload_command": f"echo reload >> {log / 'ferm-reloads.log'}",
+            # ferm reloads for real, in the node's own network namespace; the module's
+            # --kernel reads it there through the save tools' wrappers (_netns_tools).
+            "typhapki::ferm::reload_command": (
+                f"ip netns exec {self.netns} ferm {self.ferm_conf} "
+                f"&& echo reload >> {log / 'ferm-reloads.log'}"
+            ),
+            "typhapki::ferm::ferm_conf": str(self.ferm_conf),
             # The timer's drop-in and the textfile directory under the root; no systemd.
             "typhapki::monitoring::textfile_dir": str(self.textfile_dir),
             "typhapki::monitoring::unit_dir": str(self.root / "etc" / "systemd" / "system"),
@@ -128,10 +136,40 @@ class PuppetNode:
             **self.data,
         }
 
+    @property
+    def netns(self) -> str:
+        """The node's network namespace: where its ferm reload loads the rule."""
+        return "tpn" + hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+
+    @property
+    def ferm_conf(self) -> Path:
+        return self.root / "etc" / "ferm" / "ferm.conf"
+
+    def _netns_tools(self) -> None:
+        """The node's namespace, and wrappers that read the save tools inside it, first
+        in the execs' PATH: `typhapki ferm --kernel` then judges the node's kernel, not
+        the host's."""
+        if not Path("/run/netns", self.netns).exists():
+            subprocess.run(["ip", "netns", "add", self.netns], check=True, timeout=30)
+            atexit.register(subprocess.run, ["ip", "netns", "del", self.netns], timeout=30)
+        bin_dir = self.root / "netns-bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for ip in ("ip", "ip6"):
+            for kind in ("", "-legacy", "-nft"):
+                tool = bin_dir / f"{ip}tables{kind}-save"
+                system = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"  # not this wrapper again
+                tool.write_text(
+                    f'#!/bin/sh\nexec ip netns exec {self.netns} env {system} {tool.name} "$@"\n'
+                )
+                tool.chmod(0o755)
+
     def prepare(self) -> None:
         for directory in (self.root / "etc" / "facter", self.facts_d, self.out.parent):
             directory.mkdir(parents=True, exist_ok=True)
         (self.root / "etc" / "ferm").mkdir(parents=True, exist_ok=True)
+        if not self.ferm_conf.exists():  # Debian's, which includes ferm.d/
+            self.ferm_conf.write_text("@include 'ferm.d/';\n")
+        self._netns_tools()
         # What a node has: systemd's unit directory; node_exporter's /var/lib/prometheus.
         self.metrics_dropin.parent.parent.mkdir(parents=True, exist_ok=True)
         self.textfile_dir.parent.mkdir(parents=True, exist_ok=True)

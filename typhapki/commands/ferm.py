@@ -26,6 +26,9 @@ class FermOptions(GateOptions):
 def ferm(opts: FermOptions) -> int:
     """Render the cluster's Typha rule behind the DNS gate; write, print or check it.
 
+    --kernel compares the rules ferm.conf loads with the kernel's instead (no DNS:
+    typhapki/firewall/kernel.py).
+
     Exit 0: printed, written, unchanged, or (--check) already up to date; with
     ``dns_gate: warn``, also when names did not resolve (one warning line per host).
     Exit 1: the DNS gate failed (one line per failing host, nothing written) or
@@ -38,7 +41,17 @@ def ferm(opts: FermOptions) -> int:
     cannot be built); no proof either way leaves the last rule, exit 1.
     """
     from typhapki.firewall import ferm as rules
-    from typhapki.firewall.fermconf import check_loaded
+    from typhapki.firewall.fermconf import DEFAULT_CONF, check_loaded
+
+    if opts.kernel:
+        from typhapki.firewall.kernel import ferm_kernel, report
+        from typhapki.kubernetes.typhaports import TLS_PORTS
+
+        # The plain and the TLS Typha's ports too: one the file no longer opens
+        # (tls_stage retire) must be closed in the kernel as well.
+        ports = (opts.port or rules.DEFAULT_PORT, TLS_PORTS.server)
+        conf = opts.ferm_conf or DEFAULT_CONF
+        return report(opts, lambda output: ferm_kernel(output, conf, ports))
 
     def prepare(cluster: Cluster, mode: str) -> Callable[[GatedRule], int]:
         style = opts.style or cluster.typha.style or rules.DEFAULT_STYLE

@@ -23,9 +23,15 @@ def nft(opts: NftOptions) -> int:
 
     Exit codes as `ferm` (docs/exit-codes.md). Without --sets-only: the named sets and
     the accept rules, included by the fleet's ruleset; with it: only the set update.
+    With --kernel: whether the loaded sets hold the file's elements
+    (typhapki/firewall/kernel.py).
     """
     from typhapki.firewall import nft as rules
 
+    if opts.kernel:  # the loaded sets against the file's (no DNS)
+        from typhapki.firewall.kernel import nft_kernel, report
+
+        return report(opts, nft_kernel)
     what = "nft set update" if opts.sets_only else "nft rule"
 
     def prepare(cluster: Cluster, mode: str) -> Callable[[GatedRule], int]:

@@ -39,6 +39,7 @@ class GateOptions:
     port: int | None = None
     output: Path | None = None
     check: bool = False
+    kernel: bool = False  # compare the loaded rules with output (typhapki/firewall/kernel.py)
     nameservers: tuple[str, ...] = ()
     timeout: float | None = None
     concurrency: int | None = None

@@ -175,6 +175,20 @@ def file_state(path: Path) -> dict[str, Any]:
     return fact
 
 
+def kernel_fact(rule_file: Path) -> dict[str, Any]:
+    """Whether the kernel holds the rule file (typhapki/firewall/kernel.py): ``kernel``
+    in_sync, drift, not_loaded (nft sets no ruleset loads) or unknown (not root, a tool
+    missing), and ``kernel_detail``, one line. The same answer as `typhapki ferm|nft
+    --kernel`, with ferm.conf and the ports at their defaults."""
+    from typhapki.firewall.ferm import DEFAULT_PORT
+    from typhapki.firewall.fermconf import DEFAULT_CONF
+    from typhapki.firewall.kernel import kernel_verdict
+    from typhapki.kubernetes.typhaports import TLS_PORTS
+
+    verdict = kernel_verdict(rule_file, DEFAULT_CONF, (DEFAULT_PORT, TLS_PORTS.server))
+    return {"kernel": verdict.state, "kernel_detail": verdict.detail}
+
+
 def ferm_gate_fact(
     state_dir: Path | None, wanted: bool, cluster: str | None = None
 ) -> dict[str, Any] | None:
@@ -403,6 +417,8 @@ def gather(
             fact.update(_runtime_fact(request, settings, errors))
         if request.ferm_output is not None:
             fact["ferm"] = file_state(request.ferm_output)
+            if fact["ferm"].get("sha256"):
+                fact["ferm"].update(kernel_fact(request.ferm_output))
         wanted = request.ferm_output is not None
         gate = ferm_gate_fact(request.state_dir, wanted, request.cluster)
         if gate is not None:

@@ -408,6 +408,13 @@ FW_OUTPUT = _own(
     "output", "--output", Path, "Write here atomically, only on change (default stdout)."
 )
 FW_CHECK = _own("check", "--check", bool, "Exit 0 if --output is up to date, else 1.")
+FW_KERNEL = _own(
+    "kernel",
+    "--kernel",
+    bool,
+    "Exit 0 if the loaded rules match --output, else 1 (drift, or cannot tell: reload); "
+    "no DNS, no hiera.",
+)
 FIREWALL_TAIL = (
     NAMESERVERS,
     DNS_TIMEOUT,
@@ -706,7 +713,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         *FIREWALL_HEAD,
         _own("style", "--style", str, "plain (domain/chain block) or function (&R_SERVICE).",
              choices=("plain", "function")),
-        FW_PORT, FW_OUTPUT, FW_CHECK,
+        FW_PORT, FW_OUTPUT, FW_CHECK, FW_KERNEL,
         _own("templates", "--templates", Path, "Directory of STYLE.ferm.j2 templates."),
         _own("ferm_conf", "--ferm-conf", Path,
              "The ferm.conf that loads the rule: an --output in its directory that it does "
@@ -716,7 +723,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
     Command("nft",
             "Render the Typha rule of a cluster for nftables (named sets, accept rules); "
             "nothing\nwhile any cluster node fails DNS.", (
-        *FIREWALL_HEAD, FW_PORT, FW_OUTPUT, FW_CHECK,
+        *FIREWALL_HEAD, FW_PORT, FW_OUTPUT, FW_CHECK, FW_KERNEL,
         _own("sets_only", "--sets-only", bool,
              "Only the set update (flush set + add element) for nft -f."),
         *FIREWALL_TAIL,

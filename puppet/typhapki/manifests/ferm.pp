@@ -3,7 +3,13 @@
 # The cluster's entry of `kubernetes::clusters` is looked up on the Puppet server and
 # written to the node (typhapki::cluster_file) by typhapki::config; `typhapki ferm`
 # reads it from there (`--hiera`), with every other option from the node configuration
-# file. The exec is guarded by `typhapki ferm --check` and notifies the ferm reload.
+# file. The exec is guarded by `typhapki ferm --check`.
+#
+# The reload follows the kernel, not the exec: it runs whenever the Typha rules ferm
+# loads from `ferm.conf` differ from the kernel's (`unless => typhapki ferm --kernel`),
+# so a rule file written by hand (docs/puppet.md's staging step), or a reload that
+# failed once, is loaded on the next run. After the reload, `--kernel` asks again: a
+# reload that leaves the kernel stale fails the resource (docs/ferm.md).
 #
 # When a cluster node does not resolve (dns_gate enforce), `typhapki ferm` exits 1
 # naming it and writes nothing: the resource fails, the run reports it, and the last
@@ -46,6 +52,9 @@
 #   Resolvers for the DNS gate (`--nameserver`); empty: /etc/resolv.conf.
 # @param timeout
 #   Seconds per DNS query; undef: the CLI's default.
+# @param ferm_conf
+#   The ferm.conf the reload loads (`--ferm-conf`): what `--kernel` expands and compares
+#   with the kernel; undef: the CLI's default (/etc/ferm/ferm.conf).
 class typhapki::ferm (
   Stdlib::Absolutepath $output,
   String[1] $reload_command,
@@ -56,6 +65,7 @@ class typhapki::ferm (
   Optional[Typhapki::DnsGate] $dns_gate = undef,
   Optional[Stdlib::Port] $port = undef,
   Optional[Numeric] $timeout = undef,
+  Optional[Stdlib::Absolutepath] $ferm_conf = undef,
 ) {
   assert_private('declare class typhapki (typhapki::manage_ferm) instead of typhapki::ferm')
 
@@ -76,6 +86,7 @@ class typhapki::ferm (
       'port'       => $port,
       'nameserver' => $nameservers.empty ? { true => undef, default => $nameservers },
       'timeout'    => $timeout,
+      'ferm_conf'  => $ferm_conf,
     },
     'facts' => { 'ferm_output' => $output },
   }
@@ -91,20 +102,24 @@ class typhapki::ferm (
   }
 
   $bin = $typhapki::bin
+  $environment = ["TYPHAPKI_CONFIG=${typhapki::config_file}"]
   exec { 'typhapki-ferm':
     command     => shellquote($bin, 'ferm'),
     unless      => shellquote($bin, 'ferm', '--check'),
     path        => $typhapki::exec_path,
-    environment => ["TYPHAPKI_CONFIG=${typhapki::config_file}"],
+    environment => $environment,
     logoutput   => true,
-    notify      => Exec['typhapki-ferm-reload'],
   }
 
+  # Not refreshonly: every run asks whether the kernel holds the file.
+  $kernel = shellquote($bin, 'ferm', '--kernel')
   exec { 'typhapki-ferm-reload':
-    command     => $reload_command,
-    refreshonly => true,
+    command     => "${reload_command} && ${kernel}",
+    unless      => $kernel,
     provider    => shell,
     path        => $typhapki::exec_path,
+    environment => $environment,
     logoutput   => true,
+    require     => Exec['typhapki-ferm'],
   }
 }

@@ -7,11 +7,13 @@
 # (docs/nftables.md). An accept in a base chain of typhapki's own would not override the
 # fleet's drop, so the module never loads a table of its own.
 #
-# The exec is guarded by `typhapki nft --check`. When the file changes, the live sets
-# are refreshed in one transaction (`typhapki nft --sets-only` into `sets_output`, then
+# The exec is guarded by `typhapki nft --check`. Whenever the loaded sets differ from
+# the file's (`unless => typhapki nft --kernel`: a file written by hand, a refresh that
+# failed once), they are refreshed in one transaction (`typhapki nft --sets-only` into `sets_output`, then
 # `nft -f`): the ruleset is not reloaded, and connections from nodes that stay allowed
 # are never refused. Sets not loaded yet are left to the fleet's next ruleset load,
-# which reads the file.
+# which reads the file. After the refresh, `--kernel` asks again: a refresh that leaves
+# the sets stale fails the resource, and the next run retries it.
 #
 # The ports follow the live switch's stage, the cluster's hiera `typha: tls_stage`, read
 # from the cluster file (the module passes no stage of its own): the plain Typha's
@@ -121,7 +123,6 @@ class typhapki::nftables (
     path        => $typhapki::exec_path,
     environment => $environment,
     logoutput   => true,
-    notify      => Exec['typhapki-nft-sets'],
   }
 
   # The same gate again, then one nft transaction: flush set + add element. Sets that
@@ -131,12 +132,15 @@ class typhapki::nftables (
   $live = shellquote($nft, 'list', 'set', 'inet', 'filter', 'calico_typha_v4')
   $apply = shellquote($nft, '-f', $sets_output)
   $not_live = shellquote('echo', "typhapki: the sets are not loaded yet (no ruleset includes ${output}): nothing to refresh")
+  # Not refreshonly: every run asks whether the kernel holds the file's sets.
+  $kernel = shellquote($bin, 'nft', '--kernel')
   exec { 'typhapki-nft-sets':
-    command     => "${sets} && if ${live} >/dev/null 2>&1; then ${apply}; else ${not_live}; fi",
-    refreshonly => true,
+    command     => "${sets} && if ${live} >/dev/null 2>&1; then ${apply} && ${kernel}; else ${not_live}; fi",
+    unless      => $kernel,
     provider    => shell,
     path        => $typhapki::exec_path,
     environment => $environment,
     logoutput   => true,
+    require     => Exec['typhapki-nft'],
   }
 }

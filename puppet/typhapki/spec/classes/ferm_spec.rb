@@ -18,7 +18,7 @@ describe 'typhapki' do
             unless: '/usr/bin/typhapki ferm --check',
             environment: ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'],
             logoutput: true,
-          ).that_notifies('Exec[typhapki-ferm-reload]')
+          )
         end
 
         it 'reads the cluster entry the server wrote to the node' do
@@ -26,7 +26,15 @@ describe 'typhapki' do
           is_expected.to contain_exec('typhapki-ferm').that_requires('File[/etc/typhapki/typhapki.yaml]')
         end
 
-        it { is_expected.to contain_exec('typhapki-ferm-reload').with(command: 'systemctl reload ferm', refreshonly: true) }
+        it 'reloads whenever the kernel differs from the file, not only when Puppet wrote it (issue 39)' do
+          is_expected.to contain_exec('typhapki-ferm-reload').with(
+            command: 'systemctl reload ferm && /usr/bin/typhapki ferm --kernel',
+            unless: '/usr/bin/typhapki ferm --kernel',
+            refreshonly: nil,
+            provider: 'shell',
+            environment: ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'],
+          ).that_requires('Exec[typhapki-ferm]')
+        end
         it { is_expected.not_to contain_file('/etc/ferm/ferm.d') }
         it { expect(node_config(catalogue)['commands']['ferm']).to eq('output' => '/etc/ferm/ferm.d/10_calico-typha') }
         it { expect(node_config(catalogue)['commands']['facts']).to eq('ferm_output' => '/etc/ferm/ferm.d/10_calico-typha') }
@@ -45,7 +53,7 @@ describe 'typhapki' do
             'nameserver' => ['10.3.0.1', '10.3.0.2:5353'],
           )
         end
-        it { is_expected.to contain_exec('typhapki-ferm-reload').with_command('/usr/sbin/ferm /etc/ferm/ferm.conf') }
+        it { is_expected.to contain_exec('typhapki-ferm-reload').with_command('/usr/sbin/ferm /etc/ferm/ferm.conf && /usr/bin/typhapki ferm --kernel') }
       end
 
       context 'creating the directory of the rule' do

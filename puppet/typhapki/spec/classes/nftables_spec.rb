@@ -22,22 +22,23 @@ describe 'typhapki' do
             unless: '/usr/bin/typhapki nft --check',
             environment: ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'],
             logoutput: true,
-          ).that_notifies('Exec[typhapki-nft-sets]')
+          )
           is_expected.to contain_exec('typhapki-nft').that_requires('File[/etc/typhapki/cluster.yaml]')
           is_expected.to contain_exec('typhapki-nft').that_requires('File[/etc/typhapki/typhapki.yaml]')
         end
 
-        it 'refreshes the live sets in one nft transaction, never reloading the ruleset' do
+        it 'refreshes the live sets in one nft transaction whenever they differ from the file (issue 39)' do
           is_expected.to contain_exec('typhapki-nft-sets').with(
             command: '/usr/bin/typhapki nft --sets-only --output /etc/typhapki/calico-typha-sets.nft ' \
                      '&& if /usr/sbin/nft list set inet filter calico_typha_v4 >/dev/null 2>&1; ' \
-                     'then /usr/sbin/nft -f /etc/typhapki/calico-typha-sets.nft; ' \
+                     'then /usr/sbin/nft -f /etc/typhapki/calico-typha-sets.nft && /usr/bin/typhapki nft --kernel; ' \
                      'else echo "typhapki: the sets are not loaded yet (no ruleset includes ' \
                      '/etc/nftables.d/calico-typha.nft): nothing to refresh"; fi',
-            refreshonly: true,
+            unless: '/usr/bin/typhapki nft --kernel',
+            refreshonly: nil,
             provider: 'shell',
             environment: ['TYPHAPKI_CONFIG=/etc/typhapki/typhapki.yaml'],
-          )
+          ).that_requires('Exec[typhapki-nft]')
         end
 
         it { is_expected.not_to contain_file('/etc/nftables.d') }
@@ -66,7 +67,7 @@ describe 'typhapki' do
 
         it 'passes no port or stage of its own; a stage change is a set update like a node change' do
           expect(node_config(catalogue)['commands']['nft']).to eq('output' => '/etc/nftables.d/calico-typha.nft')
-          is_expected.to contain_exec('typhapki-nft').that_notifies('Exec[typhapki-nft-sets]')
+          is_expected.to contain_exec('typhapki-nft-sets').that_requires('Exec[typhapki-nft]')
         end
       end
 
