@@ -139,8 +139,6 @@ def write(path: Path, url: str, label: str, entry: CachedCa, profile: str = "") 
     """Record the entry atomically; a cache that cannot be written is no error."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from typhapki.pki.store import write_file_atomic
-
     doc = {
         "version": VERSION,
         "url": url,
@@ -152,11 +150,7 @@ def write(path: Path, url: str, label: str, entry: CachedCa, profile: str = "") 
         "fresh_until": entry.fresh_until,
         "retry_after": entry.retry_after,
     }
-    try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        write_file_atomic(path, json.dumps(doc, indent=1).encode(), 0o644, durable=False)
-    except (OSError, TyphapkiError):
-        pass  # the next run asks cfssl again; `check` must not fail on a cache
+    _write_best_effort(path, doc)
 
 
 @record(frozen=True)
@@ -231,8 +225,6 @@ def record_answer(path: Path, url: str, label: str, now: int, refusal: str | Non
     """Record that the signer confirmed this node at `now`, or refused it (`refusal`:
     why). Atomic; the other half of the last record is kept. A record that cannot be
     written is no error: it never stops `check` or `issue`."""
-    from typhapki.pki.store import write_file_atomic
-
     last = read_answer(path, url, label, now) or SignerAnswer()
     if refusal is None:
         answer = SignerAnswer(now, last.refused_at, last.reason, refused=False)
@@ -247,6 +239,14 @@ def record_answer(path: Path, url: str, label: str, now: int, refusal: str | Non
         "reason": answer.reason,
         "refused": answer.refused,
     }
+    _write_best_effort(path, doc)
+
+
+def _write_best_effort(path: Path, doc: dict[str, object]) -> None:
+    """Write a cache record atomically, or not at all: the next run asks cfssl again,
+    and `check` must never fail on a cache it could not write."""
+    from typhapki.pki.store import write_file_atomic
+
     try:
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         write_file_atomic(path, json.dumps(doc, indent=1).encode(), 0o644, durable=False)
