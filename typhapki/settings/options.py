@@ -253,7 +253,9 @@ class ProofFields:
         "The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
         hiera=True,
     )
-    proof_lifetime: int | None = option("Seconds an mTLS proof stays valid (default 21600).")
+    proof_lifetime: int | None = option(
+        "Seconds an mTLS proof stays valid (default 21600, at most 2592000: 30 days)."
+    )
     proof_timeout: float | None = option("Seconds per mTLS probe, connect included (default 5).")
     skip_mtls_proof: bool = option(
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. A "
