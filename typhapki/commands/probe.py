@@ -85,10 +85,12 @@ def probe(
     policy_error = result.policy.error if result.policy is not None else None
     if policy_error is not None:
         # Never a pass: a policy Typha does not enforce is one the cluster does not have.
-        raise NeedsActionError(
-            f"{address}: TLS {policy_error} (Calico reads TLS_CIPHER_SUITES since 3.31 and "
-            "TLS_MIN_VERSION since 3.32)"
+        releases = (
+            " (Calico reads TLS_CIPHER_SUITES since 3.31 and TLS_MIN_VERSION since 3.32)"
+            if result.policy is not None and result.policy.unenforced is not None
+            else ""
         )
+        raise NeedsActionError(f"{address}: TLS {policy_error}{releases}")
     served_text = f"{served.fingerprint} (not after {served.not_after:%Y-%m-%dT%H:%M:%SZ})"
     if json_out:
         return EXIT_OK if result.serves_disk else EXIT_NEEDS_ACTION
