@@ -91,3 +91,14 @@ def test_a_long_host_or_label_is_refused_before_the_resolver(issued: Path) -> No
     for host in ("a" * 254, "a" * 64 + ".example.org", "bücher.example", "[fe80::1%a/b]"):
         result = run_cli("probe", "--address", f"{host}:5473", "--out", issued)
         assert_one_line_error(result, 2, "--address")
+
+
+def test_the_monitoring_commands_name_their_own_flag(issued: Path) -> None:
+    """`metrics --probe-address` takes the same addresses as `probe --address`, and a
+    refusal names the flag typed, not `probe`'s."""
+    for command in (("metrics",), ("check", "--nagios")):
+        result = run_cli(*command, "--out", issued, "--probe-address", "a" * 254 + ":5473")
+        said = result.stderr + result.stdout  # the Nagios line is on stdout
+        assert result.returncode in (2, 3) and "--probe-address: 'aaaa" in said, said
+        assert "--address" not in said.replace("--probe-address", "")
+        assert "Traceback" not in said and len(said.splitlines()) == 1
