@@ -49,6 +49,10 @@ def test_a_timeout_from_the_node_configuration_names_its_key(issued: Path, tmp_p
                      env={"TYPHAPKI_CONFIG": str(config)})  # fmt: skip
     assert_one_line_error(result, 2, f"timeout (from {config}: commands.probe.timeout)")
     assert "--timeout" not in result.stderr  # nobody typed the flag
+    config.write_text(f"defaults:\n  address: {'a' * 254}:5473\n")
+    result = run_cli("probe", "--out", issued, env={"TYPHAPKI_CONFIG": str(config)})
+    assert_one_line_error(result, 2, f"address (from {config}: defaults.address)")
+    assert "--address" not in result.stderr
 
 
 def test_a_timeout_in_range_reaches_the_probe(issued: Path) -> None:
