@@ -420,7 +420,7 @@ def probe_cmd(
 
     pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
     # None: the local Typha of hiera's live switch stage (the TLS one's port).
-    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
+    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out, sources))
 
 
 @command("lint-hiera")

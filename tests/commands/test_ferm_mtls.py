@@ -304,6 +304,7 @@ def test_skipping_is_a_flag_only(issued: Path, lab: Path) -> None:
     [
         (("--typha-address", "a:b:c"), "--typha-address"),
         (("--proof-lifetime", "0"), "--proof-lifetime"),
+        (("--proof-lifetime", "100000000000000000000"), "--proof-lifetime"),
         (("--proof-timeout", "0"), "--proof-timeout"),
     ],
 )

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from typhapki.firewall.mtls_proof import MAX_LIFETIME
 from typhapki.firewall.state import (
     CLOCK_SKEW,
     EARLIEST,
@@ -325,3 +326,59 @@ def test_a_void_that_cannot_be_written_removes_the_earlier_proof(tmp_path: Path)
         assert warning is not None and "the old state with its mTLS proof is removed" in warning
         assert len(warning.splitlines()) == 1
         assert not _run(directory, "unknown", now + 2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    lifetime=st.integers(-(2**70), 2**70) | st.integers(MAX_LIFETIME - 2, MAX_LIFETIME + 2),
+    now=st.integers(EARLIEST, 4_000_000_000),
+)
+def test_every_proof_the_writer_takes_reads_back(
+    tmp_path_factory: pytest.TempPathFactory, lifetime: int, now: int
+) -> None:
+    """--proof-lifetime and the reader share one bound (MAX_LIFETIME): a lifetime the
+    option takes is recorded and read back, never called corrupt; any other is refused
+    by the option, in one line, before anything is written."""
+    from typhapki.errors import UsageError
+    from typhapki.firewall.mtls_proof import ENFORCED, Proof, ProofRecord, decide
+    from typhapki.firewall.pipeline import GateOptions, _check_proof_options
+
+    options = GateOptions(hiera=Path("h"), cluster="c", proof_lifetime=lifetime)
+    try:
+        _check_proof_options(options)
+    except UsageError as exc:
+        assert not 1 <= lifetime <= MAX_LIFETIME
+        assert str(exc).startswith("--proof-lifetime") and "\n" not in str(exc)
+        return
+    assert 1 <= lifetime <= MAX_LIFETIME
+    proof = Proof("127.0.0.1:5473", ENFORCED, "enforced")
+    decision = decide(ProofRecord(), proof, now=now, lifetime=lifetime, skipped=False)
+    directory = tmp_path_factory.mktemp("state")
+    assert record_run(directory, cluster="c", mode="relaxed", dns_gate="enforce",
+                      succeeded=True, failed_hosts=[], output=None, now=now,
+                      proof=decision.record) is None  # fmt: skip
+    state = read_state(directory, now=now)
+    assert (state.mtls_proven_at, state.mtls_proof_expires) == (now, now + lifetime)
+
+
+def test_a_proof_longer_than_any_lifetime_is_corrupt(tmp_path: Path) -> None:
+    """What no run writes (an expiry past MAX_LIFETIME, or one without its proof time)
+    is corrupt, as every impossible state is; the longest lifetime is not, and the
+    option's help names it."""
+    from typhapki.settings.options import BY_NAME
+
+    assert f"at most {MAX_LIFETIME}:" in BY_NAME["proof_lifetime"].help
+    for proven, expires, ok in (
+        (NOW, NOW + MAX_LIFETIME, True),
+        (NOW, NOW + MAX_LIFETIME + 1, False),
+        (NOW, NOW - 1, True),  # expired: edited by hand, but harmless
+        (None, NOW, False),
+        (NOW, None, False),
+    ):
+        doc = {**_doc(NOW, NOW, 0, 0), "mtls_proven_at": proven, "mtls_proof_expires": expires}
+        (tmp_path / "ferm.json").write_text(json.dumps(doc))
+        if ok:
+            assert read_state(tmp_path, now=NOW).mtls_proof_expires == expires
+        else:
+            with pytest.raises(StateError, match="mtls_proof_expires"):
+                read_state(tmp_path, now=NOW)

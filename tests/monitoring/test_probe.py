@@ -279,3 +279,22 @@ def test_a_bundle_anchored_at_an_intermediate_is_trusted_as_go_trusts_it(
         monkeypatch.setattr(felix_tls, "PARTIAL_CHAIN", ssl.VerifyFlags(0))
         without = probe(address, node, TYPHA)
     assert not without.accepted and "issuer" in (without.error or ""), without
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_a_typha_that_sheds_felix_is_not_said_to_refuse_it(
+    go_peers: GoPeers, issued: Path, reset: bool
+) -> None:
+    """A connection closed (or reset) before Typha answered fails the probe, exit 1, as
+    a real Felix would fail; but the line says Typha closed or reset it, not that Typha
+    refused this node's Felix (no alert said so)."""
+    from tests.support.mtlspeers import shedding_typha
+
+    with (
+        go_typha(go_peers, issued, "verify") as typha,
+        shedding_typha(typha, answered=0, reset=reset) as address,
+    ):
+        result = run_cli("probe", "--address", address, "--out", issued)
+    words = "reset" if reset else "closed the connection during the handshake"
+    assert_one_line_error(result, 1, "TLS handshake as this node's Felix failed", words)
+    assert "refused" not in result.stderr

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from tests.support import gopeers
@@ -161,3 +163,72 @@ def test_the_plain_typha_named_in_parallel_is_explained(
     text = str(refused.value)
     assert "parallel stage" in text and "runs without TLS" in text
     assert f"127.0.0.1:{TLS_PORTS.server}" in text
+
+
+# A Typha that enforces the whole policy (Calico 3.32), behind a front that drops what
+# it should refuse: how (a FIN or a RST) and which connections.
+DROPPING = {
+    "shed, FIN": ("shed", False),
+    "shed, RST": ("shed", True),
+    "picky, RST": ("picky", True),
+    "picky, FIN": ("picky", False),
+}
+
+
+@pytest.mark.parametrize("how", list(DROPPING))
+def test_a_typha_that_drops_connections_proves_no_policy(
+    go_peers: GoPeers, issued: Path, tmp_path: Path, how: str
+) -> None:
+    """A connection closed or reset before Typha answered is no refusal: a Typha that
+    accepted this node's Felix and then sheds every connection (or a front that drops
+    every TLS 1.2 offer without an alert) leaves the policy "not proven", exit 1, one
+    line saying Typha closed the connection before answering; never "enforces". The
+    same Typha reached directly refuses the offers with alerts: the policy is proven
+    (test_the_policy_is_proven_never_assumed)."""
+    from tests.support.mtlspeers import go_typha, picky_typha, shedding_typha
+
+    front, reset = DROPPING[how]
+    policy = {"tls_min_version": "'1.3'", "tls_cipher_suites": SUITE}
+    hiera_file = hiera(tmp_path / "h.yaml", **policy)
+    env = {"TLS_MIN_VERSION": "1.3", "TLS_CIPHER_SUITES": SUITE}
+    with go_typha(go_peers, issued, "verify", **env) as typha:
+        dropping = (
+            shedding_typha(typha, reset=reset)
+            if front == "shed"
+            else picky_typha(typha, reset=reset)
+        )
+        with dropping as address:
+            result = run_cli("probe", "--address", address, "--out", issued, "--json",
+                             "--hiera", hiera_file, "--cluster", "c1")  # fmt: skip
+    found = json.loads(result.stdout)
+    assert found["serves_disk_certificate"] is True
+    assert found["policy"]["enforced"] is None, found["policy"]
+    words = "reset the connection" if reset else "closed the connection"
+    assert words in found["policy"]["error"] and "without an alert" in found["policy"]["error"]
+    assert "before answering" in found["policy"]["error"]
+    assert_one_line_error(result, 1, "TLS policy not proven", words, "offered")
+
+
+RECORD = st.tuples(st.sampled_from([20, 21, 22, 23, 99]), st.binary(max_size=12))
+
+
+@settings(max_examples=50, deadline=None)
+@given(records=st.lists(RECORD, max_size=5), cut=st.integers(0, 80))
+def test_only_an_alert_in_the_plaintext_flight_is_read(
+    records: list[tuple[int, bytes]], cut: int
+) -> None:
+    """The refusal read from Typha's first flight is the first alert among its handshake
+    records, before anything else (a ChangeCipherSpec: the rest is encrypted); a cut or
+    garbled flight gives none, never an exception."""
+    from typhapki.monitoring.probe import _first_alert
+
+    wire = b"".join(bytes([kind, 3, 3]) + len(body).to_bytes(2, "big") + body
+                    for kind, body in records)  # fmt: skip
+    expected = None
+    for kind, body in records:
+        if kind == 21:
+            expected = body[1] if len(body) >= 2 else None
+        if kind != 22:
+            break
+    assert _first_alert(wire) == expected
+    _first_alert(wire[:cut])  # never raises

@@ -12,13 +12,19 @@ pair of a set under `out`:
 - `silent_tls13_typha`: Python's ssl under TLS 1.3 that asks for a certificate but
   takes none, sends no session ticket and never says a word after the handshake;
 - `closed_port`: a port bound but not listening (connections refused), held for the
-  duration so that nothing else can take it.
+  duration so that nothing else can take it;
+- `shedding_typha`: a front that hands its first connections to a Typha, then closes
+  (or resets) every later one on its ClientHello, before any answer: a Typha that sheds
+  connections;
+- `picky_typha`: a front that hands a connection whose ClientHello offers TLS 1.3 to a
+  Typha and closes (or resets) any other before any answer, never with an alert.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -141,9 +147,11 @@ def _accepting(on_client: Callable[[socket.socket], None]) -> Iterator[str]:
 
 
 @contextmanager
-def split_typha(tls12: str, tls13: str) -> Iterator[str]:
-    """HOST:PORT of a front sending each connection to `tls13` when its ClientHello
-    offers TLS 1.3, else to `tls12`, byte for byte (the TLS is end to end)."""
+def _front(route: Callable[[bytes], str | None], reset: bool = False) -> Iterator[str]:
+    """HOST:PORT of a front that reads each connection's ClientHello record and sends the
+    connection to the HOST:PORT `route` names for it, byte for byte (the TLS is end to
+    end); `route` None: the front closes it there, before any answer, with a RST when
+    `reset` (SO_LINGER 0), else a FIN."""
 
     def handle(client: socket.socket) -> None:
         with client:
@@ -154,7 +162,12 @@ def split_typha(tls12: str, tls13: str) -> Iterator[str]:
                 if not more:
                     return
                 hello += more
-            host, port = (tls13 if offers_tls13(hello) else tls12).rsplit(":", 1)
+            target = route(hello)
+            if target is None:
+                if reset:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+            host, port = target.rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=10) as server:
                 server.sendall(hello)
                 back = threading.Thread(target=_pipe, args=(server, client), daemon=True)
@@ -166,6 +179,33 @@ def split_typha(tls12: str, tls13: str) -> Iterator[str]:
         threading.Thread(target=handle, args=(client,), daemon=True).start()
 
     with _accepting(each) as address:
+        yield address
+
+
+@contextmanager
+def split_typha(tls12: str, tls13: str) -> Iterator[str]:
+    """HOST:PORT of a front sending each connection to `tls13` when its ClientHello
+    offers TLS 1.3, else to `tls12`, byte for byte (the TLS is end to end)."""
+    with _front(lambda hello: tls13 if offers_tls13(hello) else tls12) as address:
+        yield address
+
+
+@contextmanager
+def shedding_typha(typha: str, answered: int = 1, reset: bool = False) -> Iterator[str]:
+    """HOST:PORT of a front that hands its first `answered` connections to `typha`, then
+    closes every later one on its ClientHello (with a RST when `reset`): a Typha that
+    accepted Felix, then sheds every connection before its ServerHello."""
+    count = iter(range(10**6))
+    with _front(lambda _: typha if next(count) < answered else None, reset) as address:
+        yield address
+
+
+@contextmanager
+def picky_typha(typha: str, reset: bool = True) -> Iterator[str]:
+    """HOST:PORT of a front that hands a connection offering TLS 1.3 (Felix) to `typha`
+    and drops any other on its ClientHello, with a RST (`reset`) or a FIN, never an
+    alert: it answers the good client and refuses nothing in words."""
+    with _front(lambda hello: typha if offers_tls13(hello) else None, reset) as address:
         yield address
 
 

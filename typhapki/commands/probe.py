@@ -3,8 +3,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError, UsageError
 from typhapki.settings.pki import PkiOptions
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def _named(name: str, sources: Mapping[str, str]) -> str:
+    """How an error names the option `name`: its flag, or the node configuration's key
+    with the option (`timeout (from FILE: commands.probe.timeout)`)."""
+    from typhapki.settings.provenance import flag_of
+
+    flag = flag_of(name)
+    where = sources.get(name, flag)
+    return flag if where == flag else f"{name} (from {where})"
 
 
 def probe(
@@ -15,6 +29,7 @@ def probe(
     cluster: str | None,
     timeout: float,
     json_out: bool,
+    sources: Mapping[str, str] | None = None,
 ) -> int:
     """Exit 0 when Typha serves the certificate on disk (and enforces the cluster's TLS
     policy), 1 when not, when refused or when the policy is unenforced. `address` None:
@@ -22,11 +37,19 @@ def probe(
     from typhapki.kubernetes.typhatarget import typha_target
     from typhapki.monitoring.probe import parse_address
     from typhapki.monitoring.probe import probe as run_probe
+    from typhapki.numbers import seconds
     from typhapki.settings.cluster import load_typha_settings, merge_pki
+    from typhapki.settings.options import PROBE_TIMEOUT
     from typhapki.settings.wiring import Stage, resolve
 
+    sources = sources or {}
+    # nan, inf, 0 or a negative timeout would reach the socket (a traceback, or
+    # "Operation now in progress"): refused first, naming where it was given.
+    low, high = PROBE_TIMEOUT
+    timeout = seconds(timeout, low=low, high=high, what=_named("timeout", sources),
+                      error=UsageError)  # fmt: skip
     if address is not None:
-        parse_address(address)
+        parse_address(address, _named("address", sources))
     typha = load_typha_settings(hiera, cluster)
     settings = merge_pki(pki, typha)[1]
     wiring = resolve(None, None, None, typha)
@@ -62,10 +85,12 @@ def probe(
     policy_error = result.policy.error if result.policy is not None else None
     if policy_error is not None:
         # Never a pass: a policy Typha does not enforce is one the cluster does not have.
-        raise NeedsActionError(
-            f"{address}: TLS {policy_error} (Calico reads TLS_CIPHER_SUITES since 3.31 and "
-            "TLS_MIN_VERSION since 3.32)"
+        releases = (
+            " (Calico reads TLS_CIPHER_SUITES since 3.31 and TLS_MIN_VERSION since 3.32)"
+            if result.policy is not None and result.policy.unenforced is not None
+            else ""
         )
+        raise NeedsActionError(f"{address}: TLS {policy_error}{releases}")
     served_text = f"{served.fingerprint} (not after {served.not_after:%Y-%m-%dT%H:%M:%SZ})"
     if json_out:
         return EXIT_OK if result.serves_disk else EXIT_NEEDS_ACTION

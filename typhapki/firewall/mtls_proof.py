@@ -42,6 +42,10 @@ UNKNOWN = "unknown"
 VERDICTS = (ENFORCED, NOT_ENFORCED, UNKNOWN)
 
 DEFAULT_LIFETIME = 6 * 3600  # a few hours: outlives a Typha restart, not a chart upgrade
+# The longest --proof-lifetime (30 days), and so the longest proof a state file may hold
+# (typhapki/firewall/state.py reads a longer one as corrupt): what the writer takes, the
+# reader takes back. A proof that old has outlived any Typha rollout it could vouch for.
+MAX_LIFETIME = 30 * 24 * 3600
 
 # What one probe saw.
 ACCEPTED = "accepted"  # the handshake completed (TLS 1.2: after the server judged us)

@@ -320,8 +320,12 @@ def emit_text(opts: GateOptions, text: str, what: str) -> int:
 
 
 def _check_proof_options(opts: GateOptions) -> None:
-    if opts.proof_lifetime is not None and opts.proof_lifetime <= 0:
-        raise UsageError(f"--proof-lifetime: expected seconds > 0, got {opts.proof_lifetime}")
+    if opts.proof_lifetime is not None:  # at most what the state's reader takes back
+        from typhapki.firewall.mtls_proof import MAX_LIFETIME
+        from typhapki.numbers import whole_number
+
+        whole_number(opts.proof_lifetime, low=1, high=MAX_LIFETIME,
+                     what="--proof-lifetime (seconds)", error=UsageError)  # fmt: skip
     if opts.proof_timeout is not None and not 0 < opts.proof_timeout <= 300:
         raise UsageError(f"--proof-timeout: expected 0-300 seconds, got {opts.proof_timeout:g}")
     if opts.typha_address is not None:

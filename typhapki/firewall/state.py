@@ -21,7 +21,9 @@ corrupt too: a time before EARLIEST or after now (plus CLOCK_SKEW), a success af
 the last attempt, more hosts listed than failed. A "last success" in the future would
 otherwise look fresh for ever and silence the alert that watches it
 (contrib/prometheus/typhapki.rules.yml, TyphapkiFermNotRendered); read as corrupt,
-the same alert fires on ``typhapki_ferm_state{status="corrupt"}``.
+the same alert fires on ``typhapki_ferm_state{status="corrupt"}``. So is a proof
+whose expiry is more than MAX_LIFETIME seconds (typhapki/firewall/mtls_proof.py) after
+it was made: `--proof-lifetime` takes no more, so every proof a run records reads back.
 
 The ``mtls_*`` fields are the proof that Typha enforces mutual TLS, which a relaxed
 rule needs (typhapki/firewall/mtls_proof.py); a file without them (written before the
@@ -55,6 +57,7 @@ from typing import Any
 from typhapki.errors import ConfigError
 from typhapki.firewall.mtls_proof import (
     ENFORCED,
+    MAX_LIFETIME,
     NEGATIVE_REASONS,
     NOT_ENFORCED,
     VERDICTS,
@@ -236,6 +239,18 @@ def _check_possible(state: FermState, now: float | None) -> None:
         )
     if state.mtls_proven_at is not None:  # a proof made in the future would never age
         sane_timestamp(state.mtls_proven_at, "mtls_proven_at", now)
+    if (state.mtls_proven_at is None) != (state.mtls_proof_expires is None):
+        raise StateError("mtls_proven_at and mtls_proof_expires: both or neither")
+    if state.mtls_proven_at is not None and state.mtls_proof_expires is not None:
+        # The writer's bound (--proof-lifetime, typhapki/firewall/mtls_proof.py): any
+        # proof a run records reads back; a longer one was never written by typhapki.
+        # (One that expired before it was made is merely expired.)
+        lifetime = state.mtls_proof_expires - state.mtls_proven_at
+        if lifetime > MAX_LIFETIME:
+            raise StateError(
+                f"mtls_proof_expires: {state.mtls_proof_expires} is {lifetime}s after "
+                f"mtls_proven_at, over {MAX_LIFETIME}s (the longest --proof-lifetime)"
+            )
     if (state.mtls_negative_at is None) != (state.mtls_negative_reason is None):
         raise StateError("mtls_negative_at and mtls_negative_reason: both or neither")
     if state.mtls_negative_at is not None:

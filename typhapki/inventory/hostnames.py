@@ -200,18 +200,62 @@ _ADDRESS = re.compile(
 )
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473."""
-    refused = UsageError(f"--address: expected HOST:PORT or [IPV6]:PORT, got {address!r}")
+def parse_address(address: str, what: str = "--address") -> tuple[str, int]:
+    """HOST, HOST:PORT, [V6] or [V6]:PORT; the port defaults to Typha's 5473.
+
+    HOST is an IPv4 literal or a DNS name (at most MAX_NAME_LENGTH characters, labels
+    of 1-63 letters, digits and hyphens: `is_dns_name`; an international name in its
+    ASCII ``xn--`` form), V6 an IPv6 literal, with a zone (``%eth0``) of at most 15
+    letters, digits, ``_ . -`` (an interface name, or its index). Anything else is
+    refused here with one line naming `what`, never handed to the resolver, whose
+    errors on such a host (a label too long for IDNA) are not one line.
+    """
+    refused = UsageError(f"{what}: expected HOST:PORT or [IPV6]:PORT, got {shown(address)}")
     match = _ADDRESS.fullmatch(address.strip())
     if match is None:
         raise refused
     try:  # plain ASCII digits in range (typhapki/numbers.py)
         port = whole_number(match["p6"] or match["port"] or TYPHA_PORT, low=1, high=65535,
-                            what="--address: port")  # fmt: skip
+                            what=f"{what}: port")  # fmt: skip
     except ConfigError:
         raise refused from None
-    return match["v6"] or match["host"], port
+    host = match["v6"] or match["host"]
+    problem = _v6_problem(host) if match["v6"] is not None else _host_problem(host)
+    if problem is not None:
+        raise UsageError(f"{what}: {shown(host)} is not {problem}")
+    return host, port
+
+
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # IFNAMSIZ - 1; an index is digits
+
+
+def _v6_problem(text: str) -> str | None:
+    """Why `text` (inside brackets) is not an IPv6 literal with an optional zone."""
+    address, percent, zone = text.partition("%")
+    if percent and not _ZONE.fullmatch(zone):
+        return "an IPv6 address with a zone of at most 15 letters, digits, _ . or -"
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return "an IPv6 address"
+    return None
+
+
+def _host_problem(text: str) -> str | None:
+    """Why `text` is neither an IPv4 literal nor a DNS name (None: it is one)."""
+    if not text.isascii():
+        return "a host name in ASCII (an international name in its xn-- form)"
+    if parse_ip(text) is not None:
+        return None
+    name = text.lower()
+    if name.endswith(".") and not name.endswith(".."):
+        name = name[:-1]
+    if is_dns_name(name):
+        return None
+    return (
+        f"a host name (at most {MAX_NAME_LENGTH} characters, labels of 1-63 letters, "
+        "digits and hyphens) or an IP address"
+    )
 
 
 def address_ok(text: str) -> bool:

@@ -14,13 +14,18 @@ time; a Typha that accepts any of them ignores the policy, as Calico before 3.31
 suites) and 3.32 (minimum version) does, which read neither variable.
 
 A refused handshake is a result, not an exception: a real Felix on this node would be
-refused the same way, and the caller says so loudly.
+refused the same way, and the caller says so loudly. A refusal of the policy's offers
+is an alert that names it (protocol_version, handshake_failure: `REFUSAL_ALERTS`): a
+connection closed or reset before Typha answered proves nothing either way (a Typha
+that sheds connections, or restarts, closes every one), so the policy is then "not
+proven", never "enforced".
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -211,6 +216,11 @@ def probe(
                 f"{exc.verify_message or exc.reason} (verified against {paths.bundle})",
                 served,
             )
+        except ssl.SSLEOFError:  # no alert: not a refusal, but Felix gets no Typha either
+            return failed(
+                "Typha closed the connection during the handshake, without an alert: "
+                "shutting down or shedding connections?"
+            )
         except ssl.SSLError as exc:
             return failed(f"Typha refused the handshake: {_refusal(exc)}")
         except TimeoutError:
@@ -259,24 +269,91 @@ def _suite_kind(key: object) -> str:
     return "RSA" if isinstance(key, rsa.RSAPublicKey) else "ECDSA"
 
 
+# The alerts with which a TLS server refuses what a client offers (RFC 8446 6.2): Go's
+# crypto/tls, as Typha, answers a version under its MinVersion with protocol_version and
+# an offer without a suite it takes with handshake_failure; insufficient_security is
+# the same refusal in other stacks. Any other alert refuses something else.
+REFUSAL_ALERTS = {40: "handshake failure", 70: "protocol version", 71: "insufficient security"}
+_ALERT_RECORD = 21
+_HANDSHAKE_RECORD = 22
+_MAX_READ = 64 * 1024  # of the server's first flight, kept to find its alert
+
+
+def _first_alert(received: bytes | bytearray) -> int | None:
+    """The description of the first alert among the server's plaintext TLS records
+    (before its ChangeCipherSpec, where a refusal of the offer comes), else None."""
+    at = 0
+    while at + 5 <= len(received):
+        kind, length = received[at], int.from_bytes(received[at + 3 : at + 5], "big")
+        if kind == _ALERT_RECORD:
+            body = received[at + 5 : at + 5 + length]
+            return body[1] if len(body) >= 2 else None
+        if kind != _HANDSHAKE_RECORD:
+            return None  # ChangeCipherSpec (what follows is encrypted), or not TLS
+        at += 5 + length
+    return None
+
+
 def _tls12_handshake(
     host: str, port: int, ctx: ssl.SSLContext, timeout: float
 ) -> tuple[bool | None, str]:
-    """One TLS 1.2 handshake as Felix: (True, the suite) when Typha completed it, which
-    under TLS 1.2 comes after it judged everything; (False, why) when Typha refused it;
-    (None, why) when the connection failed, which proves nothing."""
+    """One TLS 1.2 handshake as Felix, over memory BIOs so that Typha's answer can be
+    read: (True, the suite) when Typha completed it, which under TLS 1.2 comes after it
+    judged everything; (False, why) when Typha refused it with an alert that names a
+    refusal of the offer (REFUSAL_ALERTS); (None, why) for anything else, which proves
+    nothing: a connection closed or reset before Typha answered (a Typha that sheds
+    connections or restarts does so, and so does a front that drops what it does not
+    like), another alert, a silence. Bounded by `timeout` in all, connect included."""
+    deadline = time.monotonic() + timeout
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
         return None, f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_side=False)
+    received = bytearray()
     with raw:
-        try:
-            with ctx.wrap_socket(raw) as tls:
+        while True:
+            try:
+                tls.do_handshake()
                 return True, (tls.cipher() or ("?",))[0]
-        except ssl.SSLError as exc:
-            return False, _refusal(exc)
-        except OSError as exc:
-            return None, f"the TLS 1.2 handshake failed: {exc.strerror or exc}"
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as exc:
+                alert = _first_alert(received)
+                if alert in REFUSAL_ALERTS:
+                    return False, f"alert {REFUSAL_ALERTS[alert]}"
+                return None, f"the TLS 1.2 handshake failed without a refusal: {_refusal(exc)}"
+            try:
+                if pending := outgoing.read():
+                    raw.sendall(pending)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                raw.settimeout(left)
+                data = raw.recv(16384)
+            except TimeoutError:
+                return None, f"no answer to TLS 1.2 within {timeout:g}s"
+            except OSError as exc:
+                return None, _closed_before_answering(received, exc)
+            if not data:
+                return None, _closed_before_answering(received, None)
+            if len(received) < _MAX_READ:
+                received += data
+            incoming.write(data)
+
+
+def _closed_before_answering(received: bytes | bytearray, exc: OSError | None) -> str:
+    """Why a connection that ended without a TLS verdict proves nothing, in words."""
+    reset = isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError)
+    if exc is not None and not reset:
+        return f"the TLS 1.2 handshake failed: {exc.strerror or exc}"
+    how = "reset" if reset else "closed"
+    when = "during the handshake" if received else "before answering (no ServerHello)"
+    return (
+        f"Typha {how} the connection {when}, without an alert: a refusal is an alert; a "
+        "Typha that sheds connections or restarts closes them too"
+    )
 
 
 def prove_policy(
@@ -309,7 +386,7 @@ def prove_policy(
             return PolicyResult(tuple(checked), f"Typha accepted a TLS 1.2 client ({what}) "
                                 "although tls_min_version is 1.3")  # fmt: skip
         if ok is None:
-            unproven = what
+            unproven = f"{checked[-1]}: {what}"
     if policy.cipher_suites:
         outside = [n for n in CIPHER_SUITES if f"_{kind}_" in n and n not in policy.cipher_suites]
         outside.sort(key=lambda n: next(
@@ -328,7 +405,7 @@ def prove_policy(
                 return PolicyResult(tuple(checked), f"Typha accepted TLS 1.2 suite {name}, "
                                     "which tls_cipher_suites does not list")  # fmt: skip
             if ok is None:
-                unproven = what
+                unproven = f"{checked[-1]}: {what}"
     return PolicyResult(tuple(checked), None, unproven)
 
 

@@ -101,7 +101,7 @@ def status_request(
     if probe_address is not None:
         from typhapki.monitoring.probe import parse_address  # ssl only when probing
 
-        parse_address(probe_address)
+        parse_address(probe_address, "--probe-address")
     return StatusRequest(
         out,
         roles=parse_roles(role),

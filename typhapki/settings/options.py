@@ -253,7 +253,9 @@ class ProofFields:
         "The cluster's Typha (HOST:PORT) to prove mTLS against when none listens here.",
         hiera=True,
     )
-    proof_lifetime: int | None = option("Seconds an mTLS proof stays valid (default 21600).")
+    proof_lifetime: int | None = option(
+        "Seconds an mTLS proof stays valid (default 21600, at most 2592000: 30 days)."
+    )
     proof_timeout: float | None = option("Seconds per mTLS probe, connect included (default 5).")
     skip_mtls_proof: bool = option(
         "Last resort: write a relaxed rule without proving that Typha enforces mTLS. A "
@@ -380,6 +382,9 @@ PROBE_ADDRESS = _own(
     "Probe the Typha at HOST:PORT. Default: 127.0.0.1:5473 when calico-typha runs here.",
 )
 NO_PROBE = _own("no_probe", "--no-probe", bool, "Never probe Typha.")
+# `probe --timeout`'s range: a socket takes neither 0 (non-blocking) nor nan, inf or a
+# negative value, and no handshake is worth waiting 5 minutes for.
+PROBE_TIMEOUT = (0.001, 300.0)
 # The uid Typha runs as: the Typha key's owner in the wiring (manifests), and the one
 # owner besides root a running Typha may have to count (facts, metrics, check --nagios;
 # typhapki/monitoring/processes.py). tigera-operator runs Typha as 10001:10001.
@@ -655,7 +660,9 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
              "hiera's tls_stage: 127.0.0.1:5473 without a stage, the TLS Typha's port "
              "in parallel, switch and retire)."),
         OUT, BY_NAME["typha_cn"], BY_NAME["typha_uri_san"], HIERA, CLUSTER,
-        _own("timeout", "--timeout", float, "Seconds for connect and handshake.", value=5.0),
+        _own("timeout", "--timeout", float,
+             f"Seconds for connect and handshake (from {PROBE_TIMEOUT[0]:g} to "
+             f"{PROBE_TIMEOUT[1]:g}).", value=5.0),
         JSON,
     )),
     Command("lint-hiera",
