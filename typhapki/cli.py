@@ -317,6 +317,7 @@ def manifests_cmd(
     typha_deployment: Optional[Path],
     hiera: Optional[Path],
     cluster: Optional[str],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.manifests import manifests
 
@@ -339,6 +340,7 @@ def manifests_cmd(
             typha_deployment,
             hiera,
             cluster,
+            stage_typed=sources.get("tls_stage") == "--tls-stage",
         )
     )
 

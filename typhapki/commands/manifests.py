@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,14 +139,15 @@ def _staged_wiring_dir(
         target = wiring_dir / name
         verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
         if name == TLS_FILE:
-            how = f"kubectl apply -f {target}"
+            how = f"kubectl apply -f {shlex.quote(str(target))}"
         else:
             assert node is not None
             how = node.command(str(target))
         print(f"{target}: {verb}; apply with: {how}")
     if stage == "retire":
         print(
-            f"then remove the plain Typha: kubectl -n {namespace} delete deployment/calico-typha "
+            f"then remove the plain Typha: kubectl -n {shlex.quote(namespace)} delete "
+            "deployment/calico-typha "
             "service/calico-typha poddisruptionbudget/calico-typha"
         )
     return 0
@@ -169,8 +171,12 @@ def manifests(
     typha_deployment: Path | None = None,
     hiera: Path | None = None,
     cluster: str | None = None,
+    stage_typed: bool = False,
 ) -> int:
-    """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid)."""
+    """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid).
+
+    `stage_typed`: `tls_stage` came from --tls-stage, not the node configuration file
+    (there a node-wide setting: the firewall and the probe read it too)."""
     from datetime import UTC, datetime
 
     from typhapki.kubernetes.manifests import (
@@ -213,6 +219,14 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
+    if stage_typed and not wiring:
+        # The Secrets (hardway) and the operator's objects carry the set alone: no stage
+        # changes them, so a typed stage would be ignored silently.
+        raise UsageError(
+            f"--tls-stage: --format {manifest_format.value} prints the set's objects, "
+            "which no stage changes; the stages are rendered by --post-render, "
+            "--kustomize-dir and --wiring-dir (docs/kubernetes.md)"
+        )
     typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
     settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
     rendering = post_render or kustomize_dir is not None

@@ -42,8 +42,13 @@ from typhapki.kubernetes.kustomize import (
     reassemble,
     strategic_merge,
 )
-from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
-from typhapki.kubernetes.tlspair import check_input, check_stages, view
+from typhapki.kubernetes.manifests import (
+    NODE_WORKLOAD,
+    TYPHA_WORKLOAD,
+    WiringPatch,
+    namespace_problem,
+)
+from typhapki.kubernetes.tlspair import check_input, check_stages, shown, view
 from typhapki.kubernetes.tlsvalues import check_tls_values
 from typhapki.kubernetes.typhaports import (
     OWN_ENV,
@@ -307,7 +312,7 @@ def goldmane_warning(documents: Sequence[Any]) -> str | None:
             continue
         server = _mapping(doc.get("spec")).get("flowLogsGoldmaneServer")
         if server:
-            name = _mapping(doc.get("metadata")).get("name", "(no name)")
+            name = shown(_mapping(doc.get("metadata")).get("name", "(no name)"))
             return (
                 f"typhapki: warning: FelixConfiguration {name} sets flowLogsGoldmaneServer: "
                 "Felix presents its Typha client certificate to Goldmane too, so the Typha "
@@ -335,6 +340,9 @@ def wiring_dir_objects(
     if view(deployment, TLS_WORKLOAD, where, [], TYPHA_WORKLOAD) != meant:
         raise ConfigError(f"{where}: Deployment {TLS_NAME}: the TLS settings are not the wiring's")
     namespace = identify(plain)[1]
+    if namespace is not None and (problem := namespace_problem(namespace)) is not None:
+        # It is printed into the command that deletes the plain Typha at retire.
+        raise ConfigError(f"{where}: metadata.namespace: {problem}")
     check_tls_values([plain, deployment], [plain], where)
     return [deployment, tls_service(namespace), tls_budget(namespace)], node_patch(
         by_key[NODE_WORKLOAD], stage
