@@ -298,3 +298,52 @@ def test_the_goldmane_warning_escapes_the_name(name: str) -> None:
     assert line is not None
     assert line.isprintable(), line
     assert name in line or repr(name) in line
+
+
+def _tree(directory: Path) -> dict[str, bytes | None]:
+    return {p.name: p.read_bytes() if p.is_file() else None for p in directory.iterdir()}
+
+
+def _refused(result: Any, code: int, needle: str) -> None:
+    """Exit `code`, one error line naming `needle` (after the set's key warning)."""
+    assert result.returncode == code, result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if not ln.startswith("typhapki: warn")]
+    assert len(errors) == 1 and errors[0].startswith("typhapki: error: "), result.stderr
+    assert needle in errors[0]
+
+
+def test_a_stage_that_fails_part_way_leaves_the_last_one_whole(
+    issued: Path, tmp_path: Path
+) -> None:
+    """A file in the way of the stage's second file: exit 4, and the directory as the
+    last stage left it, byte for byte (the first file is not half-moved to the new
+    stage)."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    shutil.copy(CHART_PATH, overlay / "calico.yaml")
+
+    def kustomize(stage: str) -> Any:
+        return run_cli("manifests", "--out", issued, "--kustomize-dir", overlay,
+                       "--kustomize-base", "calico.yaml", "--tls-stage", stage)  # fmt: skip
+
+    assert kustomize("switch").returncode == 0
+    # retire.yaml comes first, then kustomization.yaml, here in the way.
+    (overlay / "kustomization.yaml").unlink()
+    (overlay / "kustomization.yaml").mkdir()
+    before = _tree(overlay)
+    _refused(kustomize("retire"), 4, "kustomization.yaml")
+    assert _tree(overlay) == before
+
+    wiring = tmp_path / "wiring"
+    wiring.mkdir()
+    live = tmp_path / "live.yaml"
+    live.write_text(yaml.safe_dump(_live("kube-system")))
+    args = ("--out", issued, "--wiring-dir", wiring, "--typha-deployment", live)
+    assert run_cli("manifests", *args, "--tls-stage", "parallel").returncode == 0
+    (wiring / "node.yaml").mkdir()  # typha-tls.yaml comes first, then node.yaml
+    newer = _live("kube-system")
+    newer["spec"]["template"]["spec"]["containers"][0]["image"] += "-newer"
+    live.write_text(yaml.safe_dump(newer))
+    before = _tree(wiring)
+    _refused(run_cli("manifests", *args, "--tls-stage", "switch"), 4, "node.yaml")
+    assert _tree(wiring) == before

@@ -120,7 +120,7 @@ def _staged_wiring_dir(
     from typhapki.kubernetes.stages import wiring_dir_objects
     from typhapki.kubernetes.typhaports import TLS_FILE
     from typhapki.kubernetes.yamlstream import MAX_STREAM, decode, load
-    from typhapki.pki.store import write_file_atomic
+    from typhapki.pki.store import write_files_atomic
     from typhapki.safeio import read_regular
 
     where = f"--typha-deployment {deployment_file}"
@@ -135,9 +135,11 @@ def _staged_wiring_dir(
         _check_printed(bodies[node.file_name], [node], f"--wiring-dir {wiring_dir}")
     warn()
     namespace = objects[0]["metadata"].get("namespace", "kube-system")
-    for name, body in bodies.items():
+    # All of the stage's files or none: a failure part-way leaves the last stage's.
+    written = write_files_atomic(wiring_dir, {n: b.encode() for n, b in bodies.items()})
+    for name in bodies:
         target = wiring_dir / name
-        verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
+        verb = "written" if written[name] else "unchanged"
         if name == TLS_FILE:
             how = f"kubectl apply -f {shlex.quote(str(target))}"
         else:
@@ -281,7 +283,7 @@ def manifests(
         return 0
     if kustomize_dir is not None:
         from typhapki.kubernetes.kustomize import kustomization_files
-        from typhapki.pki.store import write_file_atomic
+        from typhapki.pki.store import write_files_atomic
 
         assert kustomize_base is not None
         from typhapki.kubernetes.kustomize import base_documents
@@ -297,10 +299,11 @@ def manifests(
             )
         _print_goldmane(documents)
         _warn_unreadable_key_if_here(out, typha)
-        for name, text in texts.items():
-            target = kustomize_dir / name
-            verb = "written" if write_file_atomic(target, text.encode(), 0o644) else "unchanged"
-            print(f"{target}: {verb}")
+        # kustomization.yaml names its patches: all of them change together, or none.
+        written = write_files_atomic(kustomize_dir, {n: t.encode() for n, t in texts.items()})
+        for name in texts:
+            verb = "written" if written[name] else "unchanged"
+            print(f"{kustomize_dir / name}: {verb}")
         print(f"build with: kubectl kustomize {kustomize_dir}")
         return 0
     files = load_set(out, kind, datetime.now(UTC))
@@ -314,7 +317,7 @@ def manifests(
             lambda: _warn_unreadable_key(files, typha),
         )
     if wiring_dir is not None:
-        from typhapki.pki.store import write_file_atomic
+        from typhapki.pki.store import write_files_atomic
 
         patches = with_policy(wiring_patches(files, out, namespace, typha), settings.policy)
         bodies = {
@@ -325,10 +328,10 @@ def manifests(
         }
         _check_printed("".join(bodies.values()), patches, f"--wiring-dir {wiring_dir}")
         _warn_unreadable_key(files, typha)
+        written = write_files_atomic(wiring_dir, {n: b.encode() for n, b in bodies.items()})
         for p in patches:
             target = wiring_dir / p.file_name
-            body = bodies[p.file_name]
-            verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
+            verb = "written" if written[p.file_name] else "unchanged"
             print(f"{target}: {verb}; apply with: {p.command(str(target))}")
         return 0
     if wiring:
