@@ -340,7 +340,12 @@ def manifests_cmd(
             typha_deployment,
             hiera,
             cluster,
-            stage_typed=sources.get("tls_stage") == "--tls-stage",
+            typed=tuple(
+                flag
+                for name, flag in sources.items()
+                if name in ("tls_stage", "tls_min_version", "tls_cipher_suites")
+                and flag.startswith("--")
+            ),
         )
     )
 

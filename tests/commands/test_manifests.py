@@ -229,13 +229,15 @@ def test_a_typed_stage_is_refused_where_no_stage_applies(
     issued: Path, tmp_path: Path, fmt: str
 ) -> None:
     """The Secrets and the operator's objects carry the set alone: a typed --tls-stage
-    was ignored silently. From the node configuration (node-wide: the firewall reads it
-    too) it stays harmless."""
-    result = run_cli("manifests", "--out", issued, "--format", fmt, "--tls-stage", "switch")
-    assert_one_line_error(result, 2, "--tls-stage", f"--format {fmt}")
-    assert result.stdout == ""
+    (or TLS policy flag) was ignored silently. From the node configuration (node-wide:
+    the firewall and the probe read them too) they stay harmless."""
+    for flags in (["--tls-stage", "switch"], ["--tls-min-version", "1.3"],
+                  ["--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]):  # fmt: skip
+        result = run_cli("manifests", "--out", issued, "--format", fmt, *flags)
+        assert_one_line_error(result, 2, flags[0], f"--format {fmt}")
+        assert result.stdout == ""
     config = tmp_path / "typhapki.yaml"
-    config.write_text("defaults:\n  tls_stage: switch\n")
+    config.write_text("defaults:\n  tls_stage: switch\n  tls_min_version: '1.3'\n")
     configured = run_cli(
         "manifests", "--out", issued, "--format", fmt, env={"TYPHAPKI_CONFIG": str(config)}
     )

@@ -173,12 +173,13 @@ def manifests(
     typha_deployment: Path | None = None,
     hiera: Path | None = None,
     cluster: str | None = None,
-    stage_typed: bool = False,
+    typed: Sequence[str] = (),
 ) -> int:
     """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid).
 
-    `stage_typed`: `tls_stage` came from --tls-stage, not the node configuration file
-    (there a node-wide setting: the firewall and the probe read it too)."""
+    `typed`: the wiring's flags typed (--tls-stage, --tls-min-version,
+    --tls-cipher-suites), not set by the node configuration file (node-wide settings
+    there: the firewall and the probe read them too)."""
     from datetime import UTC, datetime
 
     from typhapki.kubernetes.manifests import (
@@ -221,13 +222,13 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
-    if stage_typed and not wiring:
+    if typed and not wiring:
         # The Secrets (hardway) and the operator's objects carry the set alone: no stage
-        # changes them, so a typed stage would be ignored silently.
+        # or TLS policy changes them, so a typed one would be ignored silently.
         raise UsageError(
-            f"--tls-stage: --format {manifest_format.value} prints the set's objects, "
-            "which no stage changes; the stages are rendered by --post-render, "
-            "--kustomize-dir and --wiring-dir (docs/kubernetes.md)"
+            f"{' and '.join(typed)}: --format {manifest_format.value} prints the set's "
+            "objects, which no stage or TLS policy changes; they are rendered by "
+            "--post-render, --kustomize-dir and --wiring-dir (docs/kubernetes.md)"
         )
     typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
     settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
