@@ -133,3 +133,32 @@ def test_a_config_map_value_is_read_or_replaced(
     [entry] = [e for e in _container(node, "calico-node")["env"] if e["name"] == "TLS_MIN_VERSION"]
     assert entry == {"name": "TLS_MIN_VERSION", "value": "1.3"}
     kubernetes_validate.validate(node, kubernetes_validate.latest_version(), strict=True)
+
+
+@pytest.mark.parametrize("stage", [None, Stage.SWITCH])
+def test_env_from_the_stream_is_judged_under_an_explicit_entry(
+    chart_patches: list[WiringPatch], stage: Stage | None
+) -> None:
+    """A key TLS_CIPHER_SUITES of a ConfigMap or Secret calico-node takes through
+    envFrom: read (ConfigMap) or unknown (Secret), unless an env entry of the same name
+    overrides it, as the kubelet lets it."""
+    chart = copy.deepcopy(CHART)
+    node = _find(chart, "DaemonSet", "calico-node")
+    config = _find(chart, "ConfigMap", "calico-config")
+    assert node is not None and config is not None
+    container = _container(node, "calico-node")
+    container["envFrom"] = [{"configMapRef": {"name": "calico-config"}}]
+    config["data"]["TLS_CIPHER_SUITES"] = "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, bogus"
+    with pytest.raises(ConfigError, match=r"env TLS_CIPHER_SUITES \(from envFrom ConfigMap"):
+        _stage(chart, chart_patches, stage)
+    container["env"].append({"name": "TLS_CIPHER_SUITES", "value": CIPHER_SUITES[0]})
+    _stage(chart, chart_patches, stage)
+    container["env"].pop()
+    config["data"]["TLS_CIPHER_SUITES"] = " TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+    _stage(chart, chart_patches, stage)
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "tls", "namespace": config["metadata"]["namespace"]},
+              "data": {"TLS_MIN_VERSION": "MS4z"}}  # fmt: skip
+    container["envFrom"].append({"secretRef": {"name": "tls"}})
+    with pytest.raises(ConfigError, match=re.escape("MIN_VERSION (from envFrom Secret tls): a")):
+        _stage([*chart, secret], chart_patches, stage)

@@ -15,7 +15,9 @@ A stream that carries such a value already is refused, in one line naming the ob
 the container and the variable. The names typhapki accepts are its policy's own
 (typhapki/settings/wiring.py `MIN_VERSIONS`, `CIPHER_SUITES`): no second list. A value
 typhapki cannot read (a ``valueFrom`` other than a ``configMapKeyRef`` into a ConfigMap
-of the same stream, or a ``$(...)`` the kubelet expands) is unknown, and refused too:
+of the same stream, a Secret's key through ``envFrom``, or a ``$(...)`` the kubelet
+expands) is unknown, and refused too; ``envFrom`` from objects outside the stream is
+not seen:
 set ``tls_min_version`` / ``tls_cipher_suites`` and the wiring replaces it with a
 literal (typhapki/kubernetes/stages.py `with_policy`).
 """
@@ -94,6 +96,41 @@ def _value(entry: dict[Any, Any], documents: Sequence[Any], namespace: str | Non
     return value if isinstance(value, str) else None
 
 
+def _from_sources(
+    container: dict[Any, Any], documents: Sequence[Any], namespace: str | None
+) -> list[dict[str, Any]]:
+    """The TLS policy variables `container` takes through envFrom from objects of the
+    stream, as env entries: a ConfigMap's value as a literal, a Secret's as unknown (a
+    `valueFrom` typhapki does not read). Objects outside the stream are not seen."""
+    out: list[dict[str, Any]] = []
+    sources = container.get("envFrom")
+    for source in sources if isinstance(sources, list) else []:
+        source = mapping(source)
+        prefix = source.get("prefix") or ""
+        for field, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+            if field not in source:
+                continue
+            name = mapping(source[field]).get("name")
+            for doc in documents:
+                meta = mapping(doc.get("metadata")) if isinstance(doc, dict) else {}
+                if not (
+                    isinstance(doc, dict) and doc.get("kind") == kind and meta.get("name") == name
+                    and (meta.get("namespace") or None) == namespace
+                ):  # fmt: skip
+                    continue
+                for data_field in ("data", "stringData", "binaryData"):
+                    for key, value in mapping(doc.get(data_field)).items():
+                        variable = f"{prefix}{key}"
+                        if variable not in TLS_ENV:
+                            continue
+                        via = f"envFrom {kind} {shown(name)}"
+                        if kind == "ConfigMap" and data_field == "data":
+                            out.append({"name": variable, "value": value, "via": via})
+                        else:
+                            out.append({"name": variable, "valueFrom": {field: {}}, "via": via})
+    return out
+
+
 def check_tls_values(objects: Iterable[Any], documents: Sequence[Any], where: str) -> None:
     """ConfigError unless every TLS_MIN_VERSION / TLS_CIPHER_SUITES of a Typha or of
     calico-node in `objects` is a literal (or a ConfigMap key of `documents`) that Calico
@@ -112,12 +149,18 @@ def check_tls_values(objects: Iterable[Any], documents: Sequence[Any], where: st
             if not (isinstance(container, dict) and container.get("name") == container_name):
                 continue
             env = container.get("env")
-            for entry in env if isinstance(env, list) else []:
-                if not isinstance(entry, dict) or entry.get("name") not in TLS_ENV:
+            entries = [e for e in env if isinstance(e, dict)] if isinstance(env, list) else []
+            named = {e.get("name") for e in entries}
+            # An explicit env entry wins over envFrom, as the kubelet sets them.
+            entries += [e for e in _from_sources(container, documents, namespace)
+                        if e["name"] not in named]  # fmt: skip
+            for entry in entries:
+                if entry.get("name") not in TLS_ENV:
                     continue
+                via = f" (from {entry['via']})" if "via" in entry else ""
                 what = (
                     f"{where}: {obj.get('kind')} {meta.get('name')}: container "
-                    f"{container_name}: env {entry['name']}"
+                    f"{container_name}: env {entry['name']}{via}"
                 )
                 value = _value(entry, documents, namespace)
                 if value is None:
