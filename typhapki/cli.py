@@ -317,6 +317,7 @@ def manifests_cmd(
     typha_deployment: Optional[Path],
     hiera: Optional[Path],
     cluster: Optional[str],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.manifests import manifests
 
@@ -339,6 +340,12 @@ def manifests_cmd(
             typha_deployment,
             hiera,
             cluster,
+            typed=tuple(
+                flag
+                for name, flag in sources.items()
+                if name in ("tls_stage", "tls_min_version", "tls_cipher_suites")
+                and flag.startswith("--")
+            ),
         )
     )
 

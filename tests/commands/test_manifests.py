@@ -13,13 +13,20 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ROOT, assert_one_line_error, run_cli, typhapki_cmd
+from tests.kubernetes.conftest import chart_patches  # noqa: F401
+from typhapki.errors import ConfigError
+from typhapki.kubernetes.manifests import WiringPatch
+from typhapki.kubernetes.stages import goldmane_warning, wiring_dir_objects
 from typhapki.pki.issuance import init_ca
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.profiles import cert_pem
 from typhapki.pki.settings import KeyType, RoleName
 from typhapki.pki.store import FileSpec, publish
+from typhapki.settings.wiring import Stage
 
 K8S_VERSION = kubernetes_validate.latest_version()
 
@@ -210,3 +217,135 @@ def test_the_kustomization_needs_a_declared_stage_and_no_set(tmp_path: Path) -> 
     made = run_cli(*args, "--tls-stage", "switch", env={"TYPHAPKI_CONFIG": ""})
     assert made.returncode == 0, made.stderr
     assert (overlay / "typha-tls.yaml").exists() and not (tmp_path / "nowhere").exists()
+
+
+# --- what the command prints: a typed stage, a namespace, a name (issue 38) ---------------
+
+CHART_PATH = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
+
+
+@pytest.mark.parametrize("fmt", ["hardway", "operator"])
+def test_a_typed_stage_is_refused_where_no_stage_applies(
+    issued: Path, tmp_path: Path, fmt: str
+) -> None:
+    """The Secrets and the operator's objects carry the set alone: a typed --tls-stage
+    (or TLS policy flag) was ignored silently. From the node configuration (node-wide:
+    the firewall and the probe read them too) they stay harmless."""
+    for flags in (["--tls-stage", "switch"], ["--tls-min-version", "1.3"],
+                  ["--tls-cipher-suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]):  # fmt: skip
+        result = run_cli("manifests", "--out", issued, "--format", fmt, *flags)
+        assert_one_line_error(result, 2, flags[0], f"--format {fmt}")
+        assert result.stdout == ""
+    config = tmp_path / "typhapki.yaml"
+    config.write_text("defaults:\n  tls_stage: switch\n  tls_min_version: '1.3'\n")
+    configured = run_cli(
+        "manifests", "--out", issued, "--format", fmt, env={"TYPHAPKI_CONFIG": str(config)}
+    )
+    assert configured.returncode == 0, configured.stderr
+    assert configured.stdout == run_cli("manifests", "--out", issued, "--format", fmt).stdout
+
+
+_hostile = st.text(
+    st.sampled_from("kube-system;$`'\"\n\x1b[]() &|a"), min_size=1, max_size=20
+).filter(lambda n: not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n))
+
+
+def _live(namespace: Any) -> dict[str, Any]:
+    [plain] = [d for d in yaml.safe_load_all(CHART_PATH.read_text())
+               if d and d["kind"] == "Deployment"]  # fmt: skip
+    plain["metadata"]["namespace"] = namespace
+    return plain  # type: ignore[no-any-return]
+
+
+@settings(max_examples=25, deadline=None)
+@given(namespace=_hostile)
+def test_a_live_namespace_that_is_none_is_refused(
+    chart_patches: list[WiringPatch],  # noqa: F811
+    namespace: str,
+) -> None:
+    """--wiring-dir prints the live Deployment's namespace into the `kubectl -n ...
+    delete` the operator runs at retire: only a namespace gets there."""
+    with pytest.raises(ConfigError) as caught:
+        wiring_dir_objects([_live(namespace)], chart_patches, Stage.RETIRE, "live.yaml")
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+    assert "live.yaml: metadata.namespace" in str(caught.value)
+
+
+def test_retire_prints_no_injected_command(issued: Path, tmp_path: Path) -> None:
+    wiring = tmp_path / "wiring"
+    wiring.mkdir()
+    for namespace, code in (("kube-system; touch PWNED", 2), ("x\n\x1b[2Jy", 2), ("calico", 0)):
+        live = tmp_path / "live.yaml"
+        live.write_text(yaml.safe_dump(_live(namespace)))
+        result = run_cli("manifests", "--out", issued, "--wiring-dir", wiring, "--tls-stage",
+                         "retire", "--typha-deployment", live)  # fmt: skip
+        if code:
+            assert_one_line_error(result, 2, "metadata.namespace")
+            assert result.stdout == "" and not list(wiring.iterdir())
+        else:
+            assert result.returncode == 0, result.stderr
+            [command] = [ln for ln in result.stdout.splitlines() if "delete" in ln]
+            assert command.endswith(
+                "kubectl -n calico delete deployment/calico-typha service/calico-typha "
+                "poddisruptionbudget/calico-typha"
+            )
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.text(min_size=1, max_size=12))
+def test_the_goldmane_warning_escapes_the_name(name: str) -> None:
+    felix = {"kind": "FelixConfiguration", "metadata": {"name": name},
+             "spec": {"flowLogsGoldmaneServer": "goldmane:7443"}}  # fmt: skip
+    line = goldmane_warning([felix])
+    assert line is not None
+    assert line.isprintable(), line
+    assert name in line or repr(name) in line
+
+
+def _tree(directory: Path) -> dict[str, bytes | None]:
+    return {p.name: p.read_bytes() if p.is_file() else None for p in directory.iterdir()}
+
+
+def _refused(result: Any, code: int, needle: str) -> None:
+    """Exit `code`, one error line naming `needle` (after the set's key warning)."""
+    assert result.returncode == code, result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if not ln.startswith("typhapki: warn")]
+    assert len(errors) == 1 and errors[0].startswith("typhapki: error: "), result.stderr
+    assert needle in errors[0]
+
+
+def test_a_stage_that_fails_part_way_leaves_the_last_one_whole(
+    issued: Path, tmp_path: Path
+) -> None:
+    """A file in the way of the stage's second file: exit 4, and the directory as the
+    last stage left it, byte for byte (the first file is not half-moved to the new
+    stage)."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    shutil.copy(CHART_PATH, overlay / "calico.yaml")
+
+    def kustomize(stage: str) -> Any:
+        return run_cli("manifests", "--out", issued, "--kustomize-dir", overlay,
+                       "--kustomize-base", "calico.yaml", "--tls-stage", stage)  # fmt: skip
+
+    assert kustomize("switch").returncode == 0
+    # retire.yaml comes first, then kustomization.yaml, here in the way.
+    (overlay / "kustomization.yaml").unlink()
+    (overlay / "kustomization.yaml").mkdir()
+    before = _tree(overlay)
+    _refused(kustomize("retire"), 4, "kustomization.yaml")
+    assert _tree(overlay) == before
+
+    wiring = tmp_path / "wiring"
+    wiring.mkdir()
+    live = tmp_path / "live.yaml"
+    live.write_text(yaml.safe_dump(_live("kube-system")))
+    args = ("--out", issued, "--wiring-dir", wiring, "--typha-deployment", live)
+    assert run_cli("manifests", *args, "--tls-stage", "parallel").returncode == 0
+    (wiring / "node.yaml").mkdir()  # typha-tls.yaml comes first, then node.yaml
+    newer = _live("kube-system")
+    newer["spec"]["template"]["spec"]["containers"][0]["image"] += "-newer"
+    live.write_text(yaml.safe_dump(newer))
+    before = _tree(wiring)
+    _refused(run_cli("manifests", *args, "--tls-stage", "switch"), 4, "node.yaml")
+    assert _tree(wiring) == before

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,7 +120,7 @@ def _staged_wiring_dir(
     from typhapki.kubernetes.stages import wiring_dir_objects
     from typhapki.kubernetes.typhaports import TLS_FILE
     from typhapki.kubernetes.yamlstream import MAX_STREAM, decode, load
-    from typhapki.pki.store import write_file_atomic
+    from typhapki.pki.store import write_files_atomic
     from typhapki.safeio import read_regular
 
     where = f"--typha-deployment {deployment_file}"
@@ -134,18 +135,21 @@ def _staged_wiring_dir(
         _check_printed(bodies[node.file_name], [node], f"--wiring-dir {wiring_dir}")
     warn()
     namespace = objects[0]["metadata"].get("namespace", "kube-system")
-    for name, body in bodies.items():
+    # All of the stage's files or none: a failure part-way leaves the last stage's.
+    written = write_files_atomic(wiring_dir, {n: b.encode() for n, b in bodies.items()})
+    for name in bodies:
         target = wiring_dir / name
-        verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
+        verb = "written" if written[name] else "unchanged"
         if name == TLS_FILE:
-            how = f"kubectl apply -f {target}"
+            how = f"kubectl apply -f {shlex.quote(str(target))}"
         else:
             assert node is not None
             how = node.command(str(target))
         print(f"{target}: {verb}; apply with: {how}")
     if stage == "retire":
         print(
-            f"then remove the plain Typha: kubectl -n {namespace} delete deployment/calico-typha "
+            f"then remove the plain Typha: kubectl -n {shlex.quote(namespace)} delete "
+            "deployment/calico-typha "
             "service/calico-typha poddisruptionbudget/calico-typha"
         )
     return 0
@@ -169,8 +173,13 @@ def manifests(
     typha_deployment: Path | None = None,
     hiera: Path | None = None,
     cluster: str | None = None,
+    typed: Sequence[str] = (),
 ) -> int:
-    """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid)."""
+    """Print Kubernetes YAML for the verified set under OUT (exit 1 when it is invalid).
+
+    `typed`: the wiring's flags typed (--tls-stage, --tls-min-version,
+    --tls-cipher-suites), not set by the node configuration file (node-wide settings
+    there: the firewall and the probe read them too)."""
     from datetime import UTC, datetime
 
     from typhapki.kubernetes.manifests import (
@@ -213,6 +222,14 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
+    if typed and not wiring:
+        # The Secrets (hardway) and the operator's objects carry the set alone: no stage
+        # or TLS policy changes them, so a typed one would be ignored silently.
+        raise UsageError(
+            f"{' and '.join(typed)}: --format {manifest_format.value} prints the set's "
+            "objects, which no stage or TLS policy changes; they are rendered by "
+            "--post-render, --kustomize-dir and --wiring-dir (docs/kubernetes.md)"
+        )
     typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
     settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
     rendering = post_render or kustomize_dir is not None
@@ -267,7 +284,7 @@ def manifests(
         return 0
     if kustomize_dir is not None:
         from typhapki.kubernetes.kustomize import kustomization_files
-        from typhapki.pki.store import write_file_atomic
+        from typhapki.pki.store import write_files_atomic
 
         assert kustomize_base is not None
         from typhapki.kubernetes.kustomize import base_documents
@@ -283,10 +300,11 @@ def manifests(
             )
         _print_goldmane(documents)
         _warn_unreadable_key_if_here(out, typha)
-        for name, text in texts.items():
-            target = kustomize_dir / name
-            verb = "written" if write_file_atomic(target, text.encode(), 0o644) else "unchanged"
-            print(f"{target}: {verb}")
+        # kustomization.yaml names its patches: all of them change together, or none.
+        written = write_files_atomic(kustomize_dir, {n: t.encode() for n, t in texts.items()})
+        for name in texts:
+            verb = "written" if written[name] else "unchanged"
+            print(f"{kustomize_dir / name}: {verb}")
         print(f"build with: kubectl kustomize {kustomize_dir}")
         return 0
     files = load_set(out, kind, datetime.now(UTC))
@@ -300,7 +318,7 @@ def manifests(
             lambda: _warn_unreadable_key(files, typha),
         )
     if wiring_dir is not None:
-        from typhapki.pki.store import write_file_atomic
+        from typhapki.pki.store import write_files_atomic
 
         patches = with_policy(wiring_patches(files, out, namespace, typha), settings.policy)
         bodies = {
@@ -311,10 +329,10 @@ def manifests(
         }
         _check_printed("".join(bodies.values()), patches, f"--wiring-dir {wiring_dir}")
         _warn_unreadable_key(files, typha)
+        written = write_files_atomic(wiring_dir, {n: b.encode() for n, b in bodies.items()})
         for p in patches:
             target = wiring_dir / p.file_name
-            body = bodies[p.file_name]
-            verb = "written" if write_file_atomic(target, body.encode(), 0o644) else "unchanged"
+            verb = "written" if written[p.file_name] else "unchanged"
             print(f"{target}: {verb}; apply with: {p.command(str(target))}")
         return 0
     if wiring:

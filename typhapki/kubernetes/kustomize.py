@@ -35,6 +35,7 @@ from typhapki.kubernetes.manifests import (
     typha_pdb,
 )
 from typhapki.kubernetes.tlspair import check_pair, shown
+from typhapki.kubernetes.tlsvalues import check_tls_values
 from typhapki.record import record
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -361,6 +362,7 @@ def kustomization_files(
     workloads, merged, budget = wire(documents, patches, str(target))
     # Both sides or nothing: the objects as the patches leave them must agree on TLS.
     check_pair(merged, patches, str(target), [*documents, budget])
+    check_tls_values(merged.values(), documents, str(target))
     pdb: list[str] = [TYPHA_PDB_FILE] if budget is not None else []
     spec: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -536,6 +538,7 @@ def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin")
         identify(o)[0]: o for o in objects if isinstance(o, dict) and identify(o)[0] in WORKLOADS
     }
     check_pair(final, patches, again, objects)
+    check_tls_values(final.values(), objects, where)
     if needs_budget(objects, final[TYPHA_WORKLOAD], again):
         raise ConfigError(f"{again}: no PodDisruptionBudget selects the Typha pods")
     return result

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -163,13 +164,21 @@ class TyphaPod:
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def validate_namespace(namespace: str) -> str:
-    """A namespace is an RFC 1123 label: the API server would reject anything else."""
+def namespace_problem(namespace: str) -> str | None:
+    """Why `namespace` is no namespace (an RFC 1123 label: the API server would reject
+    anything else, and it is printed into kubectl commands); None when it is one."""
     if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
-        raise UsageError(
-            f"--namespace: {namespace!r} is not a valid namespace "
+        return (
+            f"{namespace!r} is not a valid namespace "
             "(lower-case letters, digits and '-', at most 63)"
         )
+    return None
+
+
+def validate_namespace(namespace: str) -> str:
+    """`namespace` from --namespace; UsageError unless it is a namespace."""
+    if (problem := namespace_problem(namespace)) is not None:
+        raise UsageError(f"--namespace: {problem}")
     return namespace
 
 
@@ -558,7 +567,7 @@ class WiringPatch:
     def command(self, patch_file: str | None = None) -> str:
         return (
             f"kubectl -n {self.namespace} patch {self.kind.lower()} {self.name} "
-            f"--type strategic --patch-file {patch_file or self.file_name}"
+            f"--type strategic --patch-file {shlex.quote(patch_file or self.file_name)}"
         )
 
 

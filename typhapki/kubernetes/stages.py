@@ -42,8 +42,14 @@ from typhapki.kubernetes.kustomize import (
     reassemble,
     strategic_merge,
 )
-from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
-from typhapki.kubernetes.tlspair import check_input, check_stages, view
+from typhapki.kubernetes.manifests import (
+    NODE_WORKLOAD,
+    TYPHA_WORKLOAD,
+    WiringPatch,
+    namespace_problem,
+)
+from typhapki.kubernetes.tlspair import check_input, check_stages, shown, view
+from typhapki.kubernetes.tlsvalues import check_tls_values
 from typhapki.kubernetes.typhaports import (
     OWN_ENV,
     PORT_NAME,
@@ -208,8 +214,10 @@ def node_patch(patch: WiringPatch, stage: Stage) -> WiringPatch | None:
 
 
 def with_policy(patches: Sequence[WiringPatch], policy: TlsPolicy) -> list[WiringPatch]:
-    """The patches with TLS_MIN_VERSION / TLS_CIPHER_SUITES on both containers."""
-    env = policy.env()
+    """The patches with TLS_MIN_VERSION / TLS_CIPHER_SUITES on both containers, as
+    literals: ``valueFrom: null`` drops a chart's ConfigMap or Secret reference, since
+    the API refuses an env entry with both (typhapki/kubernetes/tlsvalues.py)."""
+    env = [{**e, "valueFrom": None} for e in policy.env()]
     if not env:
         return list(patches)
     out = []
@@ -304,7 +312,7 @@ def goldmane_warning(documents: Sequence[Any]) -> str | None:
             continue
         server = _mapping(doc.get("spec")).get("flowLogsGoldmaneServer")
         if server:
-            name = _mapping(doc.get("metadata")).get("name", "(no name)")
+            name = shown(_mapping(doc.get("metadata")).get("name", "(no name)"))
             return (
                 f"typhapki: warning: FelixConfiguration {name} sets flowLogsGoldmaneServer: "
                 "Felix presents its Typha client certificate to Goldmane too, so the Typha "
@@ -332,6 +340,10 @@ def wiring_dir_objects(
     if view(deployment, TLS_WORKLOAD, where, [], TYPHA_WORKLOAD) != meant:
         raise ConfigError(f"{where}: Deployment {TLS_NAME}: the TLS settings are not the wiring's")
     namespace = identify(plain)[1]
+    if namespace is not None and (problem := namespace_problem(namespace)) is not None:
+        # It is printed into the command that deletes the plain Typha at retire.
+        raise ConfigError(f"{where}: metadata.namespace: {problem}")
+    check_tls_values([plain, deployment], [plain], where)
     return [deployment, tls_service(namespace), tls_budget(namespace)], node_patch(
         by_key[NODE_WORKLOAD], stage
     )
@@ -360,6 +372,7 @@ def post_render_staged(
     )
     again = REREAD
     check_stages(objects, patches, stage, again)
+    check_tls_values(objects, objects, where)
     return result
 
 
@@ -391,6 +404,7 @@ def staged_kustomization_files(
         if id(d) not in dropped
     ] + staged.added
     check_stages(result, patches, stage, str(target))
+    check_tls_values(result, result, str(target))
     spec: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",

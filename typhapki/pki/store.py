@@ -146,6 +146,164 @@ def write_file_atomic(path: Path, content: bytes, mode: int = 0o644, durable: bo
     return True
 
 
+# The journal of a file set being published (write_files_atomic): present only between
+# the moment every new file and every backup is on disk and the last rename.
+FILESET_JOURNAL = ".typhapki-fileset.json"
+
+
+def _same_file(path: Path, content: bytes, mode: int) -> bool:
+    """Whether `path` already holds `content` with `mode`; StoreError for what
+    write_file_atomic would refuse to replace (a directory, a FIFO, a device)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"{path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{path}: is a directory")
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"{path}: not a regular file; refusing to replace it")
+    from typhapki.safeio import UnreadableFileError, read_regular
+
+    try:
+        same = read_regular(path, "file", max(len(content), 1)) == content
+    except UnreadableFileError:
+        return False
+    return same and stat.S_IMODE(os.stat(path).st_mode) == mode
+
+
+def _roll_back_files(directory: Path, entries: Sequence[tuple[str, str, str | None]]) -> None:
+    """Undo a file set's publish from its journal entries (name, temporary, backup):
+    every name back to its backup (or gone, when it did not exist), temporaries removed,
+    then the journal. Safe to run again after a crash inside it."""
+    for name, temp, backup in entries:
+        if os.path.lexists(directory / temp):  # not renamed: `name` is as it was
+            os.unlink(directory / temp)
+        elif backup is not None:
+            # Not while the rename is undone: rename() between two links to one file
+            # does nothing, and the backup would stay.
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(directory / backup, directory / name)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)  # new in this set, already renamed
+        if backup is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / backup)
+    _fsync_dir(directory)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(directory / FILESET_JOURNAL)
+    _fsync_dir(directory)
+
+
+def recover_files(directory: Path, names: Iterable[str]) -> bool:
+    """Put `directory` back as it was before a write_files_atomic() that did not finish
+    (a crash, a kill): from its journal, the old files; without one, the leftover
+    temporaries of `names` removed. True when there was anything to undo."""
+    import json
+
+    from typhapki.safeio import UnreadableFileError, read_regular
+
+    journal = directory / FILESET_JOURNAL
+    text: bytes | None = None
+    if os.path.lexists(journal):
+        try:
+            text = read_regular(journal, "file set journal", 1024 * 1024)
+        except UnreadableFileError as exc:
+            raise StoreError(str(exc)) from None
+    undone = False
+    if text is not None:
+        try:
+            entries = json.loads(text)["files"]
+            checked = [
+                (str(n), str(t), None if b is None else str(b))
+                for n, t, b in entries
+                if all(isinstance(x, str) and "/" not in x for x in (n, t, b or ""))
+            ]
+            if len(checked) != len(entries):
+                raise ValueError("a name with a path")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StoreError(
+                f"{journal}: not a journal typhapki wrote ({exc}); remove it"
+            ) from None
+        _roll_back_files(directory, checked)
+        undone = True
+    wanted = tuple(f".{name}.{_TMP_PREFIX}" for name in (*names, FILESET_JOURNAL))
+    with os.scandir(directory) as found:
+        leftovers = [e.name for e in found if e.name.startswith(wanted)]
+    for leftover in leftovers:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / leftover)
+        undone = True
+    return undone
+
+
+def write_files_atomic(
+    directory: Path, files: Mapping[str, bytes], mode: int = 0o644
+) -> dict[str, bool]:
+    """Replace several files of `directory` together: afterwards every one holds its new
+    content, or (on any error) every one is as it was. Returns name -> written.
+
+    Every changed file is first written to a temporary name in `directory` and fsynced,
+    and each file it replaces is hard-linked to a backup name; a journal naming them is
+    then written atomically (the commit point), the temporaries renamed over the files,
+    and the journal and backups removed. A failed rename rolls the renamed files back
+    from their backups; a crash leaves the journal, and the next write (or
+    recover_files()) rolls back from it. Raises StoreError (exit 4)."""
+    import json
+
+    try:
+        recover_files(directory, files)
+        changed = {n: c for n, c in files.items() if not _same_file(directory / n, c, mode)}
+    except OSError as exc:
+        raise StoreError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
+    if not changed:
+        return dict.fromkeys(files, False)
+    token = _token()
+    entries: list[tuple[str, str, str | None]] = []
+    journal_tmp = directory / f".{FILESET_JOURNAL}.{_TMP_PREFIX}{token}"
+    try:
+        for name, content in changed.items():
+            temp = f".{name}.{_TMP_PREFIX}{token}"
+            backup = f".{name}.{_TMP_PREFIX}{token}.old"
+            entries.append((name, temp, backup if os.path.lexists(directory / name) else None))
+            _write_file(directory / temp, FileSpec(content, mode))
+            if entries[-1][2] is not None:
+                os.link(directory / name, directory / backup, follow_symlinks=False)
+        _fsync_dir(directory)
+        record = json.dumps({"files": entries}).encode()
+        _write_file(journal_tmp, FileSpec(record, 0o600))
+        os.replace(journal_tmp, directory / FILESET_JOURNAL)
+        journal_tmp = directory / FILESET_JOURNAL  # ours now: removed like the rest
+        _fsync_dir(directory)
+    except OSError as exc:
+        for _, temp, kept in entries:
+            for leftover in (temp, kept):
+                if leftover is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(directory / leftover)
+        with contextlib.suppress(OSError):
+            os.unlink(journal_tmp)
+        raise StoreError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
+    try:
+        for name, temp, _ in entries:
+            os.replace(directory / temp, directory / name)
+        _fsync_dir(directory)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # else the journal stays: the next run undoes it
+            _roll_back_files(directory, entries)
+        raise StoreError(f"{exc.filename or directory}: {exc.strerror or exc}") from None
+    # Done: the journal goes first, so a journal always has every backup beside it.
+    with contextlib.suppress(OSError):
+        os.unlink(directory / FILESET_JOURNAL)
+        for *_, kept in entries:
+            if kept is not None:
+                os.unlink(directory / kept)
+        _fsync_dir(directory)
+    return {name: name in changed for name in files}
+
+
 def _refuse_symlink(path: Path) -> None:
     if os.path.islink(path):
         raise RefusedError(
