@@ -205,7 +205,17 @@ def test_fleet_shows_a_planned_rotation_as_the_emergency_step(
         standin.nodes[f"kube{i}.example.org"] = StandInNode("lab", fact)
     shown = run_cli("fleet", "--puppetdb", standin.url, "--hiera",
                     _hiera(tmp_path / "h.yaml", None))  # fmt: skip
-    assert (
-        "emergency: none (planned reissue = emergency step 4 (felix-leaf) once Typha roll 1 "
-        "happened)" in shown.stdout
-    ), shown.stdout
+    mapped = "planned reissue = emergency step 4 (felix-leaf) once Typha roll 1 happened"
+    assert f"emergency: none ({mapped})" in shown.stdout, shown.stdout
+    # The gate shows the same mapping, and lets the emergency start from there.
+    pem, new_fp = _ca(tmp_path, "ca-new")
+    for name in standin.nodes:
+        fact = _fact([old, new_fp], new_fp, new_fp)
+        fact["trust"]["stage"] = "reissue"
+        standin.nodes[name] = StandInNode("lab", fact)
+    gate = run_cli("fleet", "gate", "--hiera", _hiera(tmp_path / "n.yaml", "felix-leaf", pem),
+                   "--old", _hiera(tmp_path / "o.yaml", "contain", pem),
+                   "--puppetdb", standin.url)  # fmt: skip
+    assert gate.returncode == EXIT_OK, gate.stdout + gate.stderr
+    assert f"cluster lab: {mapped}" in gate.stdout
+    assert "from contain to felix-leaf: all 2 members pass from-reissue" in gate.stdout
