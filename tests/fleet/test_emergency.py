@@ -219,3 +219,23 @@ def test_fleet_shows_a_planned_rotation_as_the_emergency_step(
     assert gate.returncode == EXIT_OK, gate.stdout + gate.stderr
     assert f"cluster lab: {mapped}" in gate.stdout
     assert "from contain to felix-leaf: all 2 members pass from-reissue" in gate.stdout
+
+
+def test_fleet_ready_emergency_usage_and_since(standin: StandIn) -> None:
+    """Every emergency stage but contain needs the new CA; a fact uploaded before
+    --since cannot show the step and holds it back."""
+    old, new = "a" * 64, "b" * 64
+    base = ["fleet", "ready", "--cluster", "lab", "--puppetdb", standin.url]
+    missing = run_cli(*base, "--stage", "drop")
+    assert missing.returncode == 2 and "--stage drop (emergency) needs --new-ca" in missing.stderr
+    earlier = datetime.now(UTC) - timedelta(minutes=30)
+    standin.nodes = {
+        "kube1.example.org": StandInNode("lab", _fact([new], new, new)),
+        "kube2.example.org": StandInNode("lab", _fact([new], new, new), earlier.isoformat()),
+    }
+    since = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = run_cli(*base, "--stage", "typha-roll-2", "--new-ca", new, "--since", since)
+    assert result.returncode == EXIT_NEEDS_ACTION, result.stdout + result.stderr
+    assert result.stdout.startswith("kube2.example.org: fact stale: fact uploaded ")
+    assert "before --since" in result.stdout and "kube1" not in result.stdout
+    assert old not in result.stdout
