@@ -133,6 +133,17 @@ def test_the_daemonset_is_rolled_out_only_when_updated_ready_desired_agree(
     assert (status.problems() == []) is done, status.problems()
 
 
+def test_a_daemonset_without_a_generation_is_not_current(api: FakeApi, client: KubeApi) -> None:
+    """No metadata.generation: whether the controller saw the latest spec is unknown,
+    and unknown is not current, however complete the counts look."""
+    api.cluster.daemonsets["calico-node"] = DaemonSet(
+        generation=None, observed_generation=0, desired=3, updated=3, ready=3
+    )
+    status = daemonset_status(client, "kube-system", "calico-node")
+    assert status.generation is None
+    assert any("metadata.generation" in why for why in status.problems()), status.problems()
+
+
 def test_a_missing_object_is_exit_7_naming_the_url(client: KubeApi) -> None:
     with pytest.raises(KubeApiError) as caught:
         deployment_status(client, "kube-system", "calico-typha-nope")

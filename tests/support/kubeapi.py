@@ -92,7 +92,7 @@ class DaemonSet:
     """calico-node, as its controller reports it."""
 
     name: str = "calico-node"
-    generation: int = 1
+    generation: int | None = 1  # None: the answer carries no metadata.generation
     observed_generation: int = 1
     desired: int = 0
     updated: int = 0
@@ -244,7 +244,7 @@ def daemonset_json(ds: DaemonSet, namespace: str) -> dict[str, Any]:
         "metadata": {
             "name": ds.name,
             "namespace": namespace,
-            "generation": ds.generation,
+            **({} if ds.generation is None else {"generation": ds.generation}),
             "managedFields": [
                 {"manager": "helm", "operation": "Update", "time": stamp},
                 {
