@@ -137,7 +137,7 @@ def test_a_daemonset_without_a_generation_is_not_current(api: FakeApi, client: K
     """No metadata.generation: whether the controller saw the latest spec is unknown,
     and unknown is not current, however complete the counts look."""
     api.cluster.daemonsets["calico-node"] = DaemonSet(
-        generation=None, observed_generation=0, desired=3, updated=3, ready=3
+        observed_generation=0, desired=3, updated=3, ready=3, without_generation=True
     )
     status = daemonset_status(client, "kube-system", "calico-node")
     assert status.generation is None

@@ -92,12 +92,13 @@ class DaemonSet:
     """calico-node, as its controller reports it."""
 
     name: str = "calico-node"
-    generation: int | None = 1  # None: the answer carries no metadata.generation
+    generation: int = 1
     observed_generation: int = 1
     desired: int = 0
     updated: int = 0
     ready: int = 0
     changed_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(hours=1))
+    without_generation: bool = False  # an answer without metadata.generation
 
 
 @dataclass
@@ -244,7 +245,7 @@ def daemonset_json(ds: DaemonSet, namespace: str) -> dict[str, Any]:
         "metadata": {
             "name": ds.name,
             "namespace": namespace,
-            **({} if ds.generation is None else {"generation": ds.generation}),
+            **({} if ds.without_generation else {"generation": ds.generation}),
             "managedFields": [
                 {"manager": "helm", "operation": "Update", "time": stamp},
                 {
