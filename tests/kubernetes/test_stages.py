@@ -673,26 +673,36 @@ def _host_ports(deployment: dict[str, Any]) -> set[int]:
 
 
 @pytest.mark.parametrize("stage", list(LIVE_STAGES))
-@pytest.mark.parametrize("flag", [None, "calico-system", "kube-system"])
+@pytest.mark.parametrize(
+    ("live_ns", "flag"),
+    [
+        ("calico-system", None),
+        ("calico-system", "calico-system"),
+        ("calico-system", "kube-system"),
+        ("kube-system; touch PWNED\n\x1b[2J", None),
+    ],
+)
 def test_wiring_dir_takes_one_namespace(
-    staged_set: Path, tmp_path: Path, stage: Stage, flag: str | None
+    staged_set: Path, tmp_path: Path, stage: Stage, live_ns: str, flag: str | None
 ) -> None:
     """A live Deployment in calico-system: the TLS Typha, its TYPHA_K8SNAMESPACE and
     calico-node's patch all go there when --namespace names it; without it, or with
-    another, one line and nothing written."""
+    another, one line and nothing written. A hostile namespace in the file never
+    reaches a printed command."""
     live = tmp_path / "live.yaml"
     plain = copy.deepcopy(_find(CHART, "Deployment", "calico-typha"))
     assert plain is not None
-    plain["metadata"]["namespace"] = "calico-system"
+    plain["metadata"]["namespace"] = live_ns
     live.write_text(yaml.safe_dump(plain))
     wiring = tmp_path / "wiring"
     wiring.mkdir()
     args = ["--namespace", flag] if flag else []
     result = run_cli("manifests", "--out", staged_set, "--wiring-dir", wiring, *args,
                      "--tls-stage", stage.value, "--typha-deployment", live)  # fmt: skip
-    if flag != "calico-system":
-        assert_one_line_error(result, 2, "calico-system", "--namespace")
-        assert list(wiring.iterdir()) == []
+    if flag != live_ns:
+        assert_one_line_error(result, 2, repr(live_ns) if "\n" in live_ns else live_ns)
+        assert "--namespace" in result.stderr and "\x1b" not in result.stderr
+        assert result.stdout == "" and list(wiring.iterdir()) == []
         return
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((wiring / "typha-tls.yaml").read_text()))
