@@ -99,6 +99,23 @@ def test_endpoints_carry_the_named_port_and_their_node(client: KubeApi) -> None:
     assert {e.port for e in plain} == {5473}
 
 
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(slices=st.integers(1, 4))
+def test_endpoints_are_counted_over_every_slice(api: FakeApi, client: KubeApi, slices: int) -> None:
+    """A Service spread over several EndpointSlices, as Felix 3.31+ lists them by
+    kubernetes.io/service-name: every endpoint of every slice counts, once."""
+    tls = api.cluster.deployments[TLS_NAME]
+    tls.slices = slices
+    try:
+        endpoints = service_endpoints(client, "kube-system", TLS_NAME)
+    finally:
+        tls.slices = 1
+    assert sorted(e.node or "" for e in endpoints) == NODES
+    assert {e.port for e in endpoints} == {TLS_PORTS.server}
+
+
 def test_a_slice_of_another_service_is_refused(api: FakeApi, client: KubeApi) -> None:
     """A server or proxy that drops the label selector would vouch for the plain Typhas
     as the TLS ones."""
