@@ -168,35 +168,39 @@ def _bearer(kind: str, labels: dict[str, str], namespace: str) -> dict[str, Any]
     return {"apiVersion": api, "kind": kind, "metadata": meta, "spec": {"template": template}}
 
 
-def _layout(typha_ns: str, node_ns: str, felix_ns: str | None) -> list[dict[str, Any]]:
-    """The chart with Typha's objects in `typha_ns`, calico-node's (and its ConfigMap) in
-    `node_ns`, and FELIX_TYPHAK8SNAMESPACE set to `felix_ns` (None: unset)."""
+def _layout(typha_ns: str | None, node_ns: str, felix_ns: str | None) -> list[dict[str, Any]]:
+    """The chart with Typha's objects in `typha_ns` (None: no namespace, as `helm
+    template` may render them), calico-node's (and its ConfigMap) in `node_ns`, and
+    FELIX_TYPHAK8SNAMESPACE set to `felix_ns` (None: unset)."""
     docs = [d for d in yaml.safe_load_all(CHART.read_text()) if d]
     for doc in docs:
         typha_side = doc["kind"] in ("Deployment", "Service", "PodDisruptionBudget")
         doc["metadata"]["namespace"] = typha_ns if typha_side else node_ns
+        if doc["metadata"]["namespace"] is None:
+            del doc["metadata"]["namespace"]
         if doc["kind"] == "DaemonSet" and felix_ns is not None:
             _container(doc)["env"].append({"name": "FELIX_TYPHAK8SNAMESPACE", "value": felix_ns})
     return docs
 
 
 def _felix_routes(
-    stage: Stage, typha_ns: str, felix_ns: str | None, extra: tuple[str, str, str] | None
+    stage: Stage, typha_ns: str | None, felix_ns: str | None, extra: tuple[str, str, str] | None
 ) -> bool:
     """A small model of Felix's routing: whether every Service Felix can be routed
-    through (calico-node's, the plain one, the TLS one) leads to its own Typha alone."""
-    if (felix_ns or "kube-system") != typha_ns:
+    through (calico-node's, the plain one, the TLS one) leads to its own Typha alone.
+    An object without a namespace lands where the install puts it: any namespace."""
+    if typha_ns is not None and (felix_ns or "kube-system") != typha_ns:
         return False  # Felix finds no Typha Service where it looks
     if extra is None:
         return True
     _, labels, namespace = extra
-    return not (namespace == typha_ns and labels in ("plain", "tls"))
+    return not (typha_ns in (namespace, None) and labels in ("plain", "tls"))
 
 
 @settings(max_examples=50, deadline=None)
 @given(
     stage=st.sampled_from(list(LIVE_STAGES)),
-    typha_ns=st.sampled_from(["kube-system", "calico-system", "calico-typha"]),
+    typha_ns=st.sampled_from([None, "kube-system", "calico-system", "calico-typha"]),
     node_ns=st.sampled_from(["kube-system", "calico-system"]),
     felix_ns=st.sampled_from([None, "", "kube-system", "calico-system", "calico-typha"]),
     extra=st.none()
@@ -209,7 +213,7 @@ def _felix_routes(
 def test_the_verdict_is_felix_routing(
     chart_patches: list[WiringPatch],
     stage: Stage,
-    typha_ns: str,
+    typha_ns: str | None,
     node_ns: str,
     felix_ns: str | None,
     extra: tuple[str, str, str] | None,
@@ -233,7 +237,9 @@ def test_the_verdict_is_felix_routing(
     assert routes, extra
     [tls] = [d for d in out if d["kind"] == "Deployment" and d["metadata"]["name"] == TLS_NAME]
     env = {e["name"]: e.get("value") for e in _container_named(tls, "calico-typha")["env"]}
-    assert tls["metadata"]["namespace"] == typha_ns == env["TYPHA_K8SNAMESPACE"]
+    assert tls["metadata"].get("namespace") == typha_ns
+    # Typha's peers are counted through its Service, which Felix finds in its namespace.
+    assert env["TYPHA_K8SNAMESPACE"] == (felix_ns or "kube-system")
     assert env["TYPHA_K8SSERVICENAME"] == TLS_NAME
     if extra is not None:  # left as it was
         assert any(d["metadata"]["name"] == f"rogue-{extra[0].lower()}" for d in out)

@@ -43,7 +43,7 @@ from typhapki.kubernetes.kustomize import (
     strategic_merge,
 )
 from typhapki.kubernetes.manifests import NODE_WORKLOAD, TYPHA_WORKLOAD, WiringPatch
-from typhapki.kubernetes.tlspair import check_input, check_stages, shown, view
+from typhapki.kubernetes.tlspair import check_input, check_stages, felix_namespace, shown, view
 from typhapki.kubernetes.typhaports import (
     OWN_ENV,
     PORT_NAME,
@@ -89,9 +89,11 @@ def tls_deployment(
     typha_patch: WiringPatch,
     documents: Sequence[Any],
     where: str,
+    service_namespace: str | None = None,
 ) -> dict[str, Any]:
     """The TLS Typha's Deployment, derived from the plain one (`plain`, as the chart
-    renders it or as the cluster runs it)."""
+    renders it or as the cluster runs it). `service_namespace`: where its Service
+    lands when `plain` names no namespace (where Felix looks for it)."""
     what = f"{where}: Deployment calico-typha"
     doc = copy.deepcopy(plain)
     doc.pop("status", None)
@@ -118,8 +120,9 @@ def tls_deployment(
             f"{TLS_PORTS.server}, health {TLS_PORTS.health}, metrics {TLS_PORTS.metrics})"
         )
     # Typha counts its peers through its own Service in TYPHA_K8SNAMESPACE (default
-    # kube-system): the TLS one's is where its Deployment goes, when the input says.
-    namespace = meta.get("namespace")
+    # kube-system): the TLS one's is where its Deployment goes, or, when the input
+    # names none, where Felix must find its Service.
+    namespace = meta.get("namespace") or service_namespace
     own = OWN_ENV | ({"TYPHA_K8SNAMESPACE"} if namespace else set())
     env = [
         e for e in container.get("env") or []
@@ -345,7 +348,9 @@ def stage_stream(
     namespace = workloads[TYPHA_WORKLOAD].namespace
     by_key = {(p.api_version, p.kind, p.name): p for p in patches}
     added = [
-        tls_deployment(typha, by_key[TYPHA_WORKLOAD], documents, where),
+        tls_deployment(
+            typha, by_key[TYPHA_WORKLOAD], documents, where, felix_namespace(node, documents, where)
+        ),
         tls_service(namespace),
         tls_budget(namespace),
     ]

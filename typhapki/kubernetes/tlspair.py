@@ -565,9 +565,9 @@ def check_stages(
         raise ConfigError(f"{what}: its port named calico-typha is not its TYPHA_SERVERPORT")
     if plain_value(container, "TYPHA_K8SSERVICENAME", what) != TLS_NAME:
         raise ConfigError(f"{what}: TYPHA_K8SSERVICENAME does not name its Service {TLS_NAME}")
-    own = _namespace(tls)
-    if own is not None and (plain_value(container, "TYPHA_K8SNAMESPACE", what) or
-                            FELIX_DEFAULT_NAMESPACE) != own:  # fmt: skip
+    # Its Service is where its Deployment is, or (no namespace given) where Felix finds it.
+    own = _namespace(tls) or felix_namespace(node, documents, where)
+    if (plain_value(container, "TYPHA_K8SNAMESPACE", what) or FELIX_DEFAULT_NAMESPACE) != own:
         raise ConfigError(f"{what}: TYPHA_K8SNAMESPACE does not name its namespace {shown(own)}")
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         get = _mapping(_mapping(container.get(probe)).get("httpGet"))
