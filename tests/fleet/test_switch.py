@@ -147,10 +147,17 @@ def test_switch_gate_names_hosts_and_ports_it_cannot_vouch_for() -> None:
     uploaded=st.lists(st.integers(-120, 120), min_size=3, max_size=3),  # minutes vs change
     counts=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
     lag=st.booleans(),
+    known=st.booleans(),
 )
 def test_retire_gate_passes_only_when_everything_holds(
-    felix: list[bool | None], uploaded: list[int], counts: tuple[int, int, int], lag: bool
+    felix: list[bool | None],
+    uploaded: list[int],
+    counts: tuple[int, int, int],
+    lag: bool,
+    known: bool,
 ) -> None:
+    """`known`: the DaemonSet carries metadata.generation; without one its currency is
+    unknown, and unknown is not current."""
     changed = NOW - timedelta(hours=3)
     nodes = [
         judge_node(name, member_fact(felix_tls=tls), (changed + timedelta(minutes=m)).isoformat(),
@@ -158,9 +165,12 @@ def test_retire_gate_passes_only_when_everything_holds(
         for name, tls, m in zip(NODES, felix, uploaded, strict=True)
     ]  # fmt: skip
     desired, updated, ready = counts
-    ds = DaemonSetStatus("calico-node", 5, 4 if lag else 5, desired, updated, ready, changed)
+    generation = 5 if known else None
+    ds = DaemonSetStatus(
+        "calico-node", generation, 4 if lag else 5, desired, updated, ready, changed
+    )
     verdict = retire_gate(nodes, ds)
-    rolled = not lag and desired > 0 and desired == updated == ready
+    rolled = known and not lag and desired > 0 and desired == updated == ready
     members_ok = [tls is True and m > 0 for tls, m in zip(felix, uploaded, strict=True)]
     assert verdict.ready is (rolled and all(members_ok)), verdict.holding_back
     held = {who for who, _ in verdict.holding_back}

@@ -99,6 +99,23 @@ def test_endpoints_carry_the_named_port_and_their_node(client: KubeApi) -> None:
     assert {e.port for e in plain} == {5473}
 
 
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(slices=st.integers(1, 4))
+def test_endpoints_are_counted_over_every_slice(api: FakeApi, client: KubeApi, slices: int) -> None:
+    """A Service spread over several EndpointSlices, as Felix 3.31+ lists them by
+    kubernetes.io/service-name: every endpoint of every slice counts, once."""
+    tls = api.cluster.deployments[TLS_NAME]
+    tls.slices = slices
+    try:
+        endpoints = service_endpoints(client, "kube-system", TLS_NAME)
+    finally:
+        tls.slices = 1
+    assert sorted(e.node or "" for e in endpoints) == NODES
+    assert {e.port for e in endpoints} == {TLS_PORTS.server}
+
+
 def test_a_slice_of_another_service_is_refused(api: FakeApi, client: KubeApi) -> None:
     """A server or proxy that drops the label selector would vouch for the plain Typhas
     as the TLS ones."""
@@ -131,6 +148,17 @@ def test_the_daemonset_is_rolled_out_only_when_updated_ready_desired_agree(
     assert status.changed_at == changed
     done = not lag and desired > 0 and desired == updated == ready
     assert (status.problems() == []) is done, status.problems()
+
+
+def test_a_daemonset_without_a_generation_is_not_current(api: FakeApi, client: KubeApi) -> None:
+    """No metadata.generation: whether the controller saw the latest spec is unknown,
+    and unknown is not current, however complete the counts look."""
+    api.cluster.daemonsets["calico-node"] = DaemonSet(
+        observed_generation=0, desired=3, updated=3, ready=3, without_generation=True
+    )
+    status = daemonset_status(client, "kube-system", "calico-node")
+    assert status.generation is None
+    assert any("metadata.generation" in why for why in status.problems()), status.problems()
 
 
 def test_a_missing_object_is_exit_7_naming_the_url(client: KubeApi) -> None:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import CliResult, assert_one_line_error, run_cli, typhapki_cmd
 from tests.kubernetes.test_kustomize import _normalized, kubectl  # noqa: F401
+from typhapki.errors import ConfigError
 from typhapki.kubernetes.budget import selects
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged, with_policy
@@ -546,3 +547,169 @@ def test_an_env_entry_named_by_a_list_is_one_line(
             post_render(_dump(chart), chart_patches)
         else:
             post_render_staged(_dump(chart), chart_patches, stage)
+
+
+# --- what retire removes, the TLS pod's ports, one namespace for --wiring-dir ---------------
+
+_SHARED = {"app.kubernetes.io/part-of": "calico"}  # on calico-node's and the plain Typha's pods
+_SELECTORS = {
+    "plain-only": {"k8s-app": "calico-typha"},
+    "shared": _SHARED,
+    "namespace-wide": {},
+}
+
+
+def _selecting(kind: str, api: str, selector: str) -> dict[str, Any]:
+    meta = {"name": "extra", "namespace": "kube-system"}
+    labels = _SELECTORS[selector]
+    if kind == "Service":
+        spec: dict[str, Any] = {"selector": labels, "ports": [{"name": "metrics", "port": 9091}]}
+        return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+    selector_field = {"matchLabels": labels} if labels else {}
+    spec = {"maxUnavailable": 1, "selector": selector_field}
+    return {"apiVersion": api, "kind": "PodDisruptionBudget", "metadata": meta, "spec": spec}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    stage=st.sampled_from(list(LIVE_STAGES)),
+    kind=st.sampled_from(["Service", "PodDisruptionBudget"]),
+    api=st.sampled_from(["policy/v1", "policy/v1beta1"]),
+    selector=st.sampled_from(sorted(_SELECTORS)),
+)
+def test_retire_removes_only_what_selects_the_plain_typha_alone(
+    chart_patches: list[WiringPatch], stage: Stage, kind: str, api: str, selector: str
+) -> None:
+    """A Service or budget that selects the plain Typha's pods and no other pod of the
+    stream goes at retire; one that also selects calico-node's (or, a policy/v1 budget
+    with an empty selector, the whole namespace's) serves them too and stays; a kept
+    budget that covers the TLS Typha as well is refused, naming it."""
+    docs = copy.deepcopy(CHART)
+    if kind == "PodDisruptionBudget":  # the extra one is the plain Typha's budget, if any
+        docs = [d for d in docs if d["kind"] != kind]
+    for workload in (
+        _find(docs, "Deployment", "calico-typha"),
+        _find(docs, "DaemonSet", "calico-node"),
+    ):
+        assert workload is not None
+        workload["spec"]["template"]["metadata"]["labels"].update(_SHARED)
+    docs.append(_selecting(kind, api, selector))
+    selects_pods = not (kind == "Service" and selector == "namespace-wide") and not (
+        api == "policy/v1beta1" and selector == "namespace-wide" and kind != "Service"
+    )
+    try:
+        text = post_render_staged(_dump(docs), chart_patches, stage)
+    except ConfigError as e:
+        # A namespace-wide policy/v1 budget covers the TLS Typha too: two budgets.
+        assert kind != "Service" and api == "policy/v1" and selector == "namespace-wide", str(e)
+        assert "\n" not in str(e) and "kube-system/extra" in str(e)
+        return
+    out = [d for d in yaml.safe_load_all(text) if d]
+    kept = _find(out, kind, "extra") is not None
+    alone = selector == "plain-only" and selects_pods
+    assert kept is not (stage is Stage.RETIRE and alone), (stage, kind, api, selector)
+
+
+_PORT_NUMBERS = st.sampled_from([5473, 9098, 9093, 8080, 9099])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    stage=st.sampled_from(list(LIVE_STAGES)),
+    host_network=st.booleans(),
+    extra=st.lists(st.tuples(_PORT_NUMBERS, st.sampled_from([None, "same", 18080])), max_size=3),
+    sidecar=st.lists(st.tuples(_PORT_NUMBERS, st.sampled_from([None, "same"])), max_size=2),
+)
+def test_the_tls_pod_never_takes_a_host_port_of_the_plain_pod(
+    chart_patches: list[WiringPatch],
+    stage: Stage,
+    host_network: bool,
+    extra: list[tuple[int, Any]],
+    sidecar: list[tuple[int, Any]],
+) -> None:
+    """Ports the plain Typha pod holds beyond what its env says Typha listens on (a
+    declared port of its own, a sidecar's) are not copied: the TLS pod takes Typha's
+    moved ports only, or the stream is refused in one line."""
+    docs = copy.deepcopy(CHART)
+    plain = _find(docs, "Deployment", "calico-typha")
+    assert plain is not None
+    pod = plain["spec"]["template"]["spec"]
+    pod["hostNetwork"] = host_network
+    container = _container(plain, "calico-typha")
+    for number, host in extra:
+        entry: dict[str, Any] = {"containerPort": number, "protocol": "TCP"}
+        if host is not None:
+            entry["hostPort"] = number if host == "same" else host
+        container["ports"].append(entry)
+    if sidecar:
+        ports = [{"containerPort": n, **({"hostPort": n} if h else {})} for n, h in sidecar]
+        pod["containers"].append({"name": "sidecar", "image": "busybox", "ports": ports})
+    try:
+        text = post_render_staged(_dump(docs), chart_patches, stage)
+    except ConfigError as e:
+        assert "\n" not in str(e) and "port" in str(e)
+        return
+    out = [d for d in yaml.safe_load_all(text) if d]
+    tls = _find(out, "Deployment", TLS_NAME)
+    assert tls is not None
+    mine = _host_ports(tls)
+    assert {p["containerPort"] for p in _container(tls, "calico-typha")["ports"]} <= set(
+        TLS_PORTS.values()
+    )
+    assert not mine & _host_ports(plain), (mine, _host_ports(plain))
+
+
+def _host_ports(deployment: dict[str, Any]) -> set[int]:
+    """The ports the Deployment's pods hold on their node."""
+    pod = deployment["spec"]["template"]["spec"]
+    held = set()
+    for container in pod["containers"]:
+        for port in container.get("ports", []):
+            if pod.get("hostNetwork"):
+                held.add(port["containerPort"])
+            if port.get("hostPort"):
+                held.add(port["hostPort"])
+    return held
+
+
+@pytest.mark.parametrize("stage", list(LIVE_STAGES))
+@pytest.mark.parametrize(
+    ("live_ns", "flag"),
+    [
+        ("calico-system", None),
+        ("calico-system", "calico-system"),
+        ("calico-system", "kube-system"),
+        ("kube-system; touch PWNED\n\x1b[2J", None),
+    ],
+)
+def test_wiring_dir_takes_one_namespace(
+    staged_set: Path, tmp_path: Path, stage: Stage, live_ns: str, flag: str | None
+) -> None:
+    """A live Deployment in calico-system: the TLS Typha, its TYPHA_K8SNAMESPACE and
+    calico-node's patch all go there when --namespace names it; without it, or with
+    another, one line and nothing written. A hostile namespace in the file never
+    reaches a printed command."""
+    live = tmp_path / "live.yaml"
+    plain = copy.deepcopy(_find(CHART, "Deployment", "calico-typha"))
+    assert plain is not None
+    plain["metadata"]["namespace"] = live_ns
+    live.write_text(yaml.safe_dump(plain))
+    wiring = tmp_path / "wiring"
+    wiring.mkdir()
+    args = ["--namespace", flag] if flag else []
+    result = run_cli("manifests", "--out", staged_set, "--wiring-dir", wiring, *args,
+                     "--tls-stage", stage.value, "--typha-deployment", live)  # fmt: skip
+    if flag != live_ns:
+        assert_one_line_error(result, 2, repr(live_ns) if "\n" in live_ns else live_ns)
+        assert "--namespace" in result.stderr and "\x1b" not in result.stderr
+        assert result.stdout == "" and list(wiring.iterdir()) == []
+        return
+    assert result.returncode == 0, result.stderr
+    objects = list(yaml.safe_load_all((wiring / "typha-tls.yaml").read_text()))
+    assert {o["metadata"]["namespace"] for o in objects} == {"calico-system"}
+    env = _env(_container(objects[0], "calico-typha"))
+    assert env["TYPHA_K8SNAMESPACE"] == "calico-system"
+    assert "kube-system" not in result.stdout
+    assert ("-n calico-system patch daemonset calico-node" in result.stdout) is (
+        stage is not Stage.PARALLEL
+    )

@@ -81,6 +81,7 @@ class Deployment:
     observed_generation: int = 1
     port: int = 5473  # the container port named calico-typha
     port_name: str = "calico-typha"
+    slices: int = 1  # its Service's endpoints spread over this many EndpointSlices
 
     @property
     def service(self) -> str:
@@ -98,6 +99,7 @@ class DaemonSet:
     updated: int = 0
     ready: int = 0
     changed_at: datetime = field(default_factory=lambda: datetime.now(UTC) - timedelta(hours=1))
+    without_generation: bool = False  # an answer without metadata.generation
 
 
 @dataclass
@@ -211,7 +213,8 @@ class Cluster:
             "status": self.status_of(deployment),
         }
 
-    def endpointslice_json(self, deployment: Deployment) -> dict[str, Any]:
+    def endpointslice_json(self, deployment: Deployment) -> list[dict[str, Any]]:
+        """Its Service's EndpointSlices: the endpoints dealt over `deployment.slices`."""
         endpoints = [
             {
                 "addresses": [f"10.0.0.{i + 1}"],
@@ -223,16 +226,21 @@ class Cluster:
             }
             for i, p in enumerate(sorted(self.pods_of(deployment), key=lambda p: p.name))
         ]
-        return {
-            "metadata": {
-                "name": f"{deployment.service}-abcde",
-                "namespace": self.namespace,
-                "labels": {"kubernetes.io/service-name": deployment.service},
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": deployment.port_name, "port": deployment.port, "protocol": "TCP"}],
-            "endpoints": endpoints,
-        }
+        return [
+            {
+                "metadata": {
+                    "name": f"{deployment.service}-{n:05x}",
+                    "namespace": self.namespace,
+                    "labels": {"kubernetes.io/service-name": deployment.service},
+                },
+                "addressType": "IPv4",
+                "ports": [
+                    {"name": deployment.port_name, "port": deployment.port, "protocol": "TCP"}
+                ],
+                "endpoints": endpoints[n :: deployment.slices],
+            }
+            for n in range(deployment.slices)
+        ]
 
 
 def daemonset_json(ds: DaemonSet, namespace: str) -> dict[str, Any]:
@@ -244,7 +252,7 @@ def daemonset_json(ds: DaemonSet, namespace: str) -> dict[str, Any]:
         "metadata": {
             "name": ds.name,
             "namespace": namespace,
-            "generation": ds.generation,
+            **({} if ds.without_generation else {"generation": ds.generation}),
             "managedFields": [
                 {"manager": "helm", "operation": "Update", "time": stamp},
                 {
@@ -491,7 +499,8 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                     doc = daemonset_json(cluster.daemonsets[name], cluster.namespace)
                 elif kind == "endpointslices" and name is None:
                     wanted = parse_selector(query.get("labelSelector", [""])[0])
-                    slices = [cluster.endpointslice_json(d) for d in cluster.deployments.values()]
+                    slices = [s for d in cluster.deployments.values()
+                              for s in cluster.endpointslice_json(d)]  # fmt: skip
                     doc = {"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1",
                            "items": [s for s in slices if api.ignore_label_selector
                                      or selects(wanted, s["metadata"]["labels"])]}  # fmt: skip

@@ -55,10 +55,18 @@ def _object(doc: Any, kind: str, name: str, url: str) -> tuple[dict[str, Any], d
     return meta, status
 
 
+def _generation(meta: dict[str, Any], url: str) -> int | None:
+    """metadata.generation; None when absent: the API always sets it, so an object
+    without one is not what the controller reports on, and never counts as current."""
+    if meta.get("generation") is None:
+        return None
+    return _count(meta.get("generation"), "metadata.generation", url)
+
+
 @record(frozen=True)
 class DeploymentStatus:
     name: str
-    generation: int
+    generation: int | None  # None: the API gave none, so currency is unknown
     observed: int
     replicas: int
     updated: int
@@ -68,7 +76,9 @@ class DeploymentStatus:
     def problems(self) -> list[str]:
         """Why it is not fully available (empty when it is)."""
         found = []
-        if self.observed < self.generation:
+        if self.generation is None:
+            found.append("no metadata.generation: whether the controller saw its spec is unknown")
+        elif self.observed < self.generation:
             found.append(f"observedGeneration {self.observed} < generation {self.generation}")
         if self.replicas == 0:
             found.append("0 replicas wanted")
@@ -90,7 +100,7 @@ def deployment_status(api: KubeApi, namespace: str, name: str) -> DeploymentStat
     replicas = spec.get("replicas", 1)  # the API's default
     return DeploymentStatus(
         name,
-        _count(meta.get("generation"), "metadata.generation", url),
+        _generation(meta, url),
         _count(status.get("observedGeneration"), "status.observedGeneration", url),
         _count(replicas, "spec.replicas", url),
         _count(status.get("updatedReplicas"), "status.updatedReplicas", url),
@@ -102,7 +112,7 @@ def deployment_status(api: KubeApi, namespace: str, name: str) -> DeploymentStat
 @record(frozen=True)
 class DaemonSetStatus:
     name: str
-    generation: int
+    generation: int | None  # None: the API gave none, so currency is unknown
     observed: int
     desired: int
     updated: int
@@ -112,7 +122,9 @@ class DaemonSetStatus:
     def problems(self) -> list[str]:
         """Why its rollout is not complete (empty when it is)."""
         found = []
-        if self.observed < self.generation:
+        if self.generation is None:
+            found.append("no metadata.generation: whether the controller saw its spec is unknown")
+        elif self.observed < self.generation:
             found.append(f"observedGeneration {self.observed} < generation {self.generation}")
         if self.desired == 0:
             found.append("0 pods desired")
@@ -148,7 +160,7 @@ def daemonset_status(api: KubeApi, namespace: str, name: str) -> DaemonSetStatus
     meta, status = _object(doc, "DaemonSet", name, url)
     return DaemonSetStatus(
         name,
-        _count(meta.get("generation"), "metadata.generation", url),
+        _generation(meta, url),
         _count(status.get("observedGeneration"), "status.observedGeneration", url),
         _count(status.get("desiredNumberScheduled"), "status.desiredNumberScheduled", url),
         _count(status.get("updatedNumberScheduled"), "status.updatedNumberScheduled", url),

@@ -48,7 +48,7 @@ from typhapki.kubernetes.manifests import (
     WiringPatch,
     namespace_problem,
 )
-from typhapki.kubernetes.tlspair import check_input, check_stages, shown, view
+from typhapki.kubernetes.tlspair import check_input, check_stages, felix_namespace, shown, view
 from typhapki.kubernetes.tlsvalues import check_tls_values
 from typhapki.kubernetes.typhaports import (
     OWN_ENV,
@@ -95,9 +95,11 @@ def tls_deployment(
     typha_patch: WiringPatch,
     documents: Sequence[Any],
     where: str,
+    service_namespace: str | None = None,
 ) -> dict[str, Any]:
     """The TLS Typha's Deployment, derived from the plain one (`plain`, as the chart
-    renders it or as the cluster runs it)."""
+    renders it or as the cluster runs it). `service_namespace`: where its Service
+    lands when `plain` names no namespace (where Felix looks for it)."""
     what = f"{where}: Deployment calico-typha"
     doc = copy.deepcopy(plain)
     doc.pop("status", None)
@@ -123,24 +125,42 @@ def tls_deployment(
             f"{what}: uses port {min(clash)}, which the TLS Typha needs (server "
             f"{TLS_PORTS.server}, health {TLS_PORTS.health}, metrics {TLS_PORTS.metrics})"
         )
+    # Typha counts its peers through its own Service in TYPHA_K8SNAMESPACE (default
+    # kube-system): the TLS one's is where its Deployment goes, or, when the input
+    # names none, where Felix must find its Service.
+    namespace = meta.get("namespace") or service_namespace
+    own = OWN_ENV | ({"TYPHA_K8SNAMESPACE"} if namespace else set())
     env = [
         e for e in container.get("env") or []
-        if not (isinstance(e, dict) and str(e.get("name", "")).upper() in OWN_ENV)
+        if not (isinstance(e, dict) and str(e.get("name", "")).upper() in own)
     ]  # fmt: skip
     env += [
         {"name": "TYPHA_SERVERPORT", "value": str(TLS_PORTS.server)},
         {"name": "TYPHA_HEALTHPORT", "value": str(TLS_PORTS.health)},
         {"name": "TYPHA_PROMETHEUSMETRICSPORT", "value": str(TLS_PORTS.metrics)},
         {"name": "TYPHA_K8SSERVICENAME", "value": TLS_NAME},
+        *([{"name": "TYPHA_K8SNAMESPACE", "value": str(namespace)}] if namespace else []),
     ]
     container["env"] = env
     moved = dict(zip(ports.values(), TLS_PORTS.values(), strict=True))
+    _check_sidecar_ports(doc, what)
     named = 0
+    kept = []
     for port in seq(container.get("ports"), f"{what}: ports"):
         port = _mapping(port)
-        for field in ("containerPort", "hostPort"):
-            if int_port(port.get(field)) in moved:
-                port[field] = moved[int_port(port[field])]  # type: ignore[index]
+        number = int_port(port.get("containerPort"))
+        if number not in moved:
+            continue  # not a port Typha listens on (its env says which): not copied
+        host = port.get("hostPort")
+        if host is not None and int_port(host) != number:
+            raise ConfigError(
+                f"{what}: its port {number} is published on host port {shown(host)}, which "
+                "the TLS Typha's pod on the same node could not also take"
+            )
+        port["containerPort"] = moved[number]
+        if host is not None:
+            port["hostPort"] = moved[number]
+        kept.append(port)
         if port.get("name") == PORT_NAME:
             named += 1
             if port.get("containerPort") != TLS_PORTS.server:
@@ -153,6 +173,7 @@ def tls_deployment(
             f"{what}: {named} container ports named {PORT_NAME}, expected one (Felix "
             "finds Typha by that name)"
         )
+    container["ports"] = kept
     for probe_field in PROBES:
         probe = container.get(probe_field)
         if probe is None:
@@ -165,6 +186,32 @@ def tls_deployment(
             )
         get["port"] = TLS_PORTS.health
     return strategic_merge(doc, typha_patch.patch)  # type: ignore[no-any-return]
+
+
+def _check_sidecar_ports(doc: dict[str, Any], what: str) -> None:
+    """Refuse a port another container of the Typha pod holds on the node: the TLS pod,
+    a copy on the same nodes, would clash with it (every port on the host network, a
+    hostPort otherwise). Only Typha's own ports are moved (typhaports.py)."""
+    pod = _mapping(_mapping(_mapping(doc.get("spec")).get("template")).get("spec"))
+    host_network = pod.get("hostNetwork") is True
+    running = [
+        *seq(pod.get("containers"), f"{what}: containers"),
+        *(c for c in seq(pod.get("initContainers"), f"{what}: initContainers")
+          if _mapping(c).get("restartPolicy") == "Always"),  # a native sidecar
+    ]  # fmt: skip
+    for container in running:
+        name = _mapping(container).get("name")
+        if name == "calico-typha":
+            continue
+        for port in seq(_mapping(container).get("ports"), f"{what}: container ports"):
+            port = _mapping(port)
+            held = port.get("hostPort") or (port.get("containerPort") if host_network else None)
+            if held is not None:
+                raise ConfigError(
+                    f"{what}: container {shown(name)} holds port {shown(held)} on the node: "
+                    "the TLS Typha's pod would clash with it there; take the port out of "
+                    "the Typha pod"
+                )
 
 
 def tls_service(namespace: str | None) -> dict[str, Any]:
@@ -245,12 +292,16 @@ class Staged:
 
 
 def plain_objects(documents: Sequence[Any], typha: dict[Any, Any], where: str) -> list[int]:
-    """Indexes of the plain Typha's Deployment, the Services selecting its pods, and the
-    budgets covering them: what retire removes."""
-    from typhapki.kubernetes.budget import covering, pod_labels
+    """Indexes of the plain Typha's Deployment, and of the Services and budgets that
+    select its pods and no other pod of the stream: what retire removes. A Service or
+    budget that also selects other pods (calico-node's, a namespace-wide budget) serves
+    them too and stays (docs/kubernetes.md)."""
+    from typhapki.kubernetes.budget import covering, pod_labels, selects
+    from typhapki.kubernetes.tlspair import pod_bearers, pods_labels, same_namespace
 
     labels = pod_labels(typha, where)
     budgets = set(covering(documents, typha, where))
+    others = [d for d in pod_bearers(documents) if identify(d)[0] != TYPHA_WORKLOAD]
     out = []
     for n, doc in enumerate(documents):
         if not isinstance(doc, dict):
@@ -259,11 +310,25 @@ def plain_objects(documents: Sequence[Any], typha: dict[Any, Any], where: str) -
             out.append(n)
         elif is_service(doc):
             selector = _mapping(doc.get("spec")).get("selector")
-            if isinstance(selector, dict) and selector and selector.items() <= labels.items():
+            if not (isinstance(selector, dict) and selector):
+                continue
+            if selector.items() <= labels.items() and not any(
+                same_namespace(o, doc) and selector.items() <= pods_labels(o).items()
+                for o in others
+            ):
                 out.append(n)
         elif doc.get("kind") == "PodDisruptionBudget":
             key, namespace = identify(doc)
-            if (f"{namespace}/{key[2]}" if namespace else key[2]) in budgets:
+            if (f"{namespace}/{key[2]}" if namespace else key[2]) not in budgets:
+                continue
+            selector = _mapping(doc.get("spec")).get("selector")
+            what = f"{where}: PodDisruptionBudget {key[2]}: spec.selector"
+            v1 = doc.get("apiVersion") == "policy/v1"
+            if not any(
+                same_namespace(o, doc)
+                and selects(selector, {str(k): str(v) for k, v in pods_labels(o).items()}, what, v1)
+                for o in others
+            ):
                 out.append(n)
     return out
 
@@ -291,7 +356,9 @@ def stage_stream(
     namespace = workloads[TYPHA_WORKLOAD].namespace
     by_key = {(p.api_version, p.kind, p.name): p for p in patches}
     added = [
-        tls_deployment(typha, by_key[TYPHA_WORKLOAD], documents, where),
+        tls_deployment(
+            typha, by_key[TYPHA_WORKLOAD], documents, where, felix_namespace(node, documents, where)
+        ),
         tls_service(namespace),
         tls_budget(namespace),
     ]
@@ -335,14 +402,25 @@ def wiring_dir_objects(
         )
     [plain] = found
     by_key = {(p.api_version, p.kind, p.name): p for p in patches}
+    # One namespace for the TLS Typha and calico-node's patch: the live Deployment's,
+    # which --namespace (default kube-system, where the patch goes) must name.
+    namespace = by_key[NODE_WORKLOAD].namespace
+    theirs = identify(plain)[1]
+    if theirs is not None and (problem := namespace_problem(theirs)) is not None:
+        # It would be printed into the command that deletes the plain Typha at retire.
+        raise ConfigError(f"{where}: metadata.namespace: {problem}")
+    if theirs is not None and theirs != namespace:
+        raise ConfigError(
+            f"{where}: Deployment calico-typha is in namespace {shown(theirs)}, but "
+            f"calico-node's patch would go to {shown(namespace)} (--namespace, default "
+            f"kube-system): give --namespace {shown(theirs)}"
+        )
+    plain = copy.deepcopy(plain)
+    plain.setdefault("metadata", {})["namespace"] = namespace
     deployment = tls_deployment(plain, by_key[TYPHA_WORKLOAD], [plain], where)
     meant = view(by_key[TYPHA_WORKLOAD].patch, TYPHA_WORKLOAD, "the wiring of calico-typha")
     if view(deployment, TLS_WORKLOAD, where, [], TYPHA_WORKLOAD) != meant:
         raise ConfigError(f"{where}: Deployment {TLS_NAME}: the TLS settings are not the wiring's")
-    namespace = identify(plain)[1]
-    if namespace is not None and (problem := namespace_problem(namespace)) is not None:
-        # It is printed into the command that deletes the plain Typha at retire.
-        raise ConfigError(f"{where}: metadata.namespace: {problem}")
     check_tls_values([plain, deployment], [plain], where)
     return [deployment, tls_service(namespace), tls_budget(namespace)], node_patch(
         by_key[NODE_WORKLOAD], stage

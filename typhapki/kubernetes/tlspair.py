@@ -266,23 +266,78 @@ def _agree(typha: View, node: View, where: str, typha_name: str) -> None:
         )
 
 
-def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
-    """The Typha Service calico-node's Felix finds Typha through."""
+FELIX_DEFAULT_NAMESPACE = "kube-system"  # Felix's TyphaK8sNamespace default (also for "")
+
+# Every kind whose objects make pods, and where their pods' template is; "" for a Pod,
+# which is its own template. A Service selects pods, whichever object made them.
+POD_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Pod": (),
+}
+
+
+def pod_bearers(documents: Sequence[Any]) -> list[dict[Any, Any]]:
+    """Every object of the stream that makes pods, those inside a List included."""
+    found = []
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            found += pod_bearers(doc["items"])
+        elif doc.get("kind") in POD_TEMPLATES:
+            found.append(doc)
+    return found
+
+
+def pods_labels(doc: dict[Any, Any]) -> dict[Any, Any]:
+    """The labels of the pods `doc` (a pod bearer) makes."""
+    template: Any = doc
+    for field in POD_TEMPLATES[str(doc.get("kind"))]:
+        template = _mapping(template).get(field)
+    return _mapping(_mapping(_mapping(template).get("metadata")).get("labels"))
+
+
+def same_namespace(a: dict[Any, Any], b: dict[Any, Any] | str) -> bool:
+    """Whether two objects (or an object and a namespace) may share a namespace: an
+    object without one lands wherever the install puts it, so it may share any."""
+    theirs = b if isinstance(b, str) else _namespace(b)
+    return _namespace(a) is None or theirs is None or _namespace(a) == theirs
+
+
+def described(doc: dict[Any, Any]) -> str:
+    """`Kind namespace/name` of an object, escaped, for an error line."""
+    meta = _mapping(doc.get("metadata"))
+    namespace = _namespace(doc)
+    name = f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+    return f"{shown(doc.get('kind'))} {shown(name)}"
+
+
+def service_selects(service: dict[Any, Any], documents: Sequence[Any]) -> list[dict[Any, Any]]:
+    """The pod bearers of the stream whose pods `service` selects (a Service's selector
+    is its labels, every one to match; none or an empty one selects no pod)."""
+    selector = _mapping(service.get("spec")).get("selector")
+    if not isinstance(selector, dict) or not selector:
+        return []
+    return [
+        d for d in pod_bearers(documents)
+        if same_namespace(d, service) and selector.items() <= pods_labels(d).items()
+    ]  # fmt: skip
+
+
+def _node_env(node: dict[Any, Any], documents: Sequence[Any], name: str, what: str) -> str | None:
+    """calico-node's env `name` as the container gets it: a plain value or a key of a
+    ConfigMap of the stream (in calico-node's namespace); None when unset."""
     from typhapki.kubernetes.typhaports import container_of, env_entry
 
-    what = f"{where}: DaemonSet calico-node: container calico-node"
-    container = container_of(node, "calico-node", what)
-    if env_entry(container, "FELIX_TYPHAADDR", what) is not None:
-        raise ConfigError(
-            f"{what}: sets FELIX_TYPHAADDR: Felix would not find Typha through a Service, "
-            "a shape the switch cannot wire"
-        )
-    entry = env_entry(container, "FELIX_TYPHAK8SSERVICENAME", what)
+    entry = env_entry(container_of(node, "calico-node", what), name, what)
     if entry is None:
-        raise ConfigError(
-            f"{what}: sets no FELIX_TYPHAK8SSERVICENAME: this calico-node uses no Typha "
-            "Service, a shape the switch cannot wire"
-        )
+        return None
     if isinstance(entry.get("value"), str) and "valueFrom" not in entry:
         return str(entry["value"])
     ref = _mapping(_mapping(entry.get("valueFrom")).get("configMapKeyRef"))
@@ -299,70 +354,148 @@ def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) ->
             if isinstance(value, str):
                 return value
     raise ConfigError(
-        f"{what}: env FELIX_TYPHAK8SSERVICENAME: not a plain value nor a key of a "
-        "ConfigMap of the stream, a shape the switch cannot wire"
+        f"{what}: env {name}: not a plain value nor a key of a ConfigMap of the stream, "
+        "a shape the switch cannot wire"
     )
 
 
-def _typhas_behind(
-    node: dict[Any, Any], documents: Sequence[Any], where: str
-) -> tuple[str, list[dict[Any, Any]]]:
-    """The Service calico-node names, and the Typha Deployments whose pods it selects."""
+def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
+    """The Typha Service calico-node's Felix finds Typha through."""
+    from typhapki.kubernetes.typhaports import container_of, env_entry
+
+    what = f"{where}: DaemonSet calico-node: container calico-node"
+    container = container_of(node, "calico-node", what)
+    if env_entry(container, "FELIX_TYPHAADDR", what) is not None:
+        raise ConfigError(
+            f"{what}: sets FELIX_TYPHAADDR: Felix would not find Typha through a Service, "
+            "a shape the switch cannot wire"
+        )
+    name = _node_env(node, documents, "FELIX_TYPHAK8SSERVICENAME", what)
+    if not name:
+        raise ConfigError(
+            f"{what}: sets no FELIX_TYPHAK8SSERVICENAME: this calico-node uses no Typha "
+            "Service, a shape the switch cannot wire"
+        )
+    return name
+
+
+def felix_namespace(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
+    """The namespace calico-node's Felix looks for its Typha Service in: its
+    FELIX_TYPHAK8SNAMESPACE, kube-system when unset or empty (Felix's default), not
+    calico-node's own namespace."""
+    what = f"{where}: DaemonSet calico-node: container calico-node"
+    return _node_env(node, documents, "FELIX_TYPHAK8SNAMESPACE", what) or (FELIX_DEFAULT_NAMESPACE)
+
+
+def felix_service(node: dict[Any, Any], documents: Sequence[Any], where: str) -> dict[Any, Any]:
+    """The Service calico-node's Felix dials Typha through: FELIX_TYPHAK8SSERVICENAME in
+    the namespace of FELIX_TYPHAK8SNAMESPACE; ConfigError unless the stream holds it once."""
     name = _service_name(node, documents, where)
+    namespace = felix_namespace(node, documents, where)
     services = [
         d for d in documents
         if isinstance(d, dict) and d.get("kind") == "Service" and d.get("apiVersion") == "v1"
-        and _mapping(d.get("metadata")).get("name") == name
-        and _namespace(d) in (_namespace(node), None)
+        and _mapping(d.get("metadata")).get("name") == name and same_namespace(d, namespace)
     ]  # fmt: skip
     if len(services) != 1:
         raise ConfigError(
-            f"{where}: calico-node names the Typha Service {shown(name)}, which the stream "
-            f"holds {len(services)} times (expected once)"
+            f"{where}: calico-node's Felix looks for the Typha Service {shown(name)} in "
+            f"namespace {shown(namespace)} (FELIX_TYPHAK8SNAMESPACE), which the stream holds "
+            f"{len(services)} times (expected once)"
         )
-    selector = _mapping(services[0].get("spec")).get("selector")
+    return services[0]
+
+
+def _routed(
+    service: dict[Any, Any], documents: Sequence[Any], where: str, expected: str
+) -> dict[Any, Any]:
+    """The one Typha Deployment named `expected` that `service` routes Felix to:
+    ConfigError for a Service without a selector or a calico-typha port, and for every
+    other pod bearer (of any kind) it selects too, or EndpointSlice it is given."""
+    name = shown(_mapping(service.get("metadata")).get("name"))
+    selector = _mapping(service.get("spec")).get("selector")
     if not isinstance(selector, dict) or not selector:
-        raise ConfigError(f"{where}: Service {shown(name)} has no selector: no Typha behind it")
+        raise ConfigError(f"{where}: Service {name} has no selector: no Typha behind it")
     ports = [
         _mapping(p)
-        for p in _list(_mapping(services[0].get("spec")).get("ports"), f"{where}: Service ports")
+        for p in _list(_mapping(service.get("spec")).get("ports"), f"{where}: Service ports")
     ]
     if not any(p.get("name") == "calico-typha" for p in ports):
         raise ConfigError(
-            f"{where}: Service {shown(name)} has no port named calico-typha, the name Felix "
-            "looks for"
+            f"{where}: Service {name} has no port named calico-typha, the name Felix looks for"
         )
-    typhas = []
-    for doc in documents:
-        if not (isinstance(doc, dict) and doc.get("kind") == "Deployment"):
-            continue
-        template = _mapping(_mapping(doc.get("spec")).get("template"))
-        labels = _mapping(_mapping(template.get("metadata")).get("labels"))
-        if selector.items() <= labels.items() and _namespace(doc) == _namespace(services[0]):
-            typhas.append(doc)
-    if not typhas:
-        raise ConfigError(f"{where}: Service {shown(name)} selects no Typha Deployment's pods")
-    return name, typhas
+    _check_slices(service, documents, where)
+    behind = service_selects(service, documents)
+    if not behind:
+        raise ConfigError(f"{where}: Service {name} selects no Typha Deployment's pods")
+    others = [
+        d for d in behind
+        if not (d.get("kind") == "Deployment" and d.get("apiVersion") == "apps/v1"
+                and _mapping(d.get("metadata")).get("name") == expected)
+    ]  # fmt: skip
+    if others:
+        raise ConfigError(
+            f"{where}: Service {name} selects the pods of {described(others[0])}"
+            + (f" (and {len(others) - 1} more)" if len(others) > 1 else "")
+            + f": Felix would be routed to them; only Deployment {expected} may be behind it"
+        )
+    if len(behind) != 1:
+        raise ConfigError(f"{where}: Service {name} selects {len(behind)} Deployments {expected}")
+    return behind[0]
 
 
-def _pair_behind(node: dict[Any, Any], documents: Sequence[Any], where: str) -> list[str]:
-    """Check every Typha behind calico-node's Service against its Felix env; their names."""
+def _check_slices(service: dict[Any, Any], documents: Sequence[Any], where: str) -> None:
+    """EndpointSlices of the stream for `service`: Felix (3.31 and later) lists every
+    slice labelled kubernetes.io/service-name with the Service's name and dials each
+    ready endpoint, whoever made the slice. One the stream carries is not the
+    controller's view of the selected pods: refused, with the endpoints over all its
+    slices counted."""
+    from typhapki.kubernetes.rollout import SERVICE_LABEL
+
+    name = _mapping(service.get("metadata")).get("name")
+    slices = [
+        d for d in documents
+        if isinstance(d, dict) and d.get("kind") == "EndpointSlice"
+        and _mapping(_mapping(d.get("metadata")).get("labels")).get(SERVICE_LABEL) == name
+        and same_namespace(d, service)
+    ]  # fmt: skip
+    if slices:
+        count = sum(len(_list(s.get("endpoints"), f"{where}: EndpointSlice endpoints"))
+                    for s in slices)  # fmt: skip
+        raise ConfigError(
+            f"{where}: {len(slices)} EndpointSlice(s) of the stream ({described(slices[0])}...) "
+            f"give Service {shown(name)} {count} endpoint(s) Felix would dial besides the "
+            "Typha pods it selects; take them out"
+        )
+
+
+def is_typha_service(doc: Any) -> bool:
+    """A Service Felix can find Typha through: one with a port named calico-typha."""
+    spec = _mapping(_mapping(doc).get("spec"))
+    return (
+        _mapping(doc).get("kind") == "Service"
+        and isinstance(spec.get("ports"), list)
+        and any(_mapping(p).get("name") == "calico-typha" for p in spec["ports"])
+    )
+
+
+def _pair_behind(
+    node: dict[Any, Any], documents: Sequence[Any], where: str, expected: str
+) -> dict[Any, Any]:
+    """The Typha Deployment `expected` behind calico-node's Service, checked against
+    its Felix env."""
     node_view = view(node, NODE_WORKLOAD, where, documents)
-    _, typhas = _typhas_behind(node, documents, where)
-    names = []
-    for typha in typhas:
-        name = str(_mapping(typha.get("metadata")).get("name"))
-        key = (str(typha.get("apiVersion")), "Deployment", name)
-        _agree(view(typha, key, where, documents, TYPHA_WORKLOAD), node_view, where, name)
-        names.append(name)
-    return names
+    typha = _routed(felix_service(node, documents, where), documents, where, expected)
+    key = (str(typha.get("apiVersion")), "Deployment", expected)
+    _agree(view(typha, key, where, documents, TYPHA_WORKLOAD), node_view, where, expected)
+    return typha
 
 
 def check_input(documents: Sequence[Any], where: str) -> None:
     """The chart as it comes: calico-node's Service holds Typhas whose TLS setting is
     calico-node's own (exit 2 before anything is wired)."""
     node = [d for d in documents if isinstance(d, dict) and _key(d) == NODE_WORKLOAD]
-    _pair_behind(node[0], documents, where)
+    _pair_behind(node[0], documents, where, "calico-typha")
 
 
 def _key(doc: dict[Any, Any]) -> tuple[str, str, str]:
@@ -418,13 +551,11 @@ def check_stages(
             raise ConfigError(
                 f"{where}: DaemonSet calico-node: the TLS settings are not the wiring's"
             )
-    behind = _pair_behind(node, documents, where)
-    expected = ["calico-typha"] if stage == "parallel" else [TLS_NAME]
-    if sorted(behind) != expected:
-        raise ConfigError(
-            f"{where}: calico-node's Typha Service selects {', '.join(map(shown, behind))}, "
-            f"expected {expected[0]} in stage {stage}"
-        )
+    _pair_behind(node, documents, where, "calico-typha" if stage == "parallel" else TLS_NAME)
+    for doc in documents:  # every Service Felix can be routed through, now or on a rollback
+        if is_typha_service(doc):
+            name = _mapping(doc.get("metadata")).get("name")
+            _routed(doc, documents, where, TLS_NAME if name == TLS_NAME else "calico-typha")
     what = f"{where}: Deployment {TLS_NAME}"
     container = container_of(tls, "calico-typha", what)
     ports = typha_ports(container, what)
@@ -434,6 +565,10 @@ def check_stages(
         raise ConfigError(f"{what}: its port named calico-typha is not its TYPHA_SERVERPORT")
     if plain_value(container, "TYPHA_K8SSERVICENAME", what) != TLS_NAME:
         raise ConfigError(f"{what}: TYPHA_K8SSERVICENAME does not name its Service {TLS_NAME}")
+    # Its Service is where its Deployment is, or (no namespace given) where Felix finds it.
+    own = _namespace(tls) or felix_namespace(node, documents, where)
+    if (plain_value(container, "TYPHA_K8SNAMESPACE", what) or FELIX_DEFAULT_NAMESPACE) != own:
+        raise ConfigError(f"{what}: TYPHA_K8SNAMESPACE does not name its namespace {shown(own)}")
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         get = _mapping(_mapping(container.get(probe)).get("httpGet"))
         if probe in container and get.get("port") != ports.health:
@@ -443,6 +578,7 @@ def check_stages(
     if len(budgets) != 1:
         raise ConfigError(
             f"{where}: {len(budgets)} PodDisruptionBudgets cover the TLS Typha's pods"
+            + (f" ({', '.join(map(shown, budgets))})" if budgets else "")
         )
     for doc in documents:
         if not (isinstance(doc, dict) and doc.get("kind") == "Service"):
