@@ -278,7 +278,7 @@ def test_retire_prints_no_injected_command(issued: Path, tmp_path: Path) -> None
         live = tmp_path / "live.yaml"
         live.write_text(yaml.safe_dump(_live(namespace)))
         result = run_cli("manifests", "--out", issued, "--wiring-dir", wiring, "--tls-stage",
-                         "retire", "--typha-deployment", live)  # fmt: skip
+                         "retire", "--typha-deployment", live, "--namespace", "calico")  # fmt: skip
         if code:
             assert_one_line_error(result, 2, "metadata.namespace")
             assert result.stdout == "" and not list(wiring.iterdir())
