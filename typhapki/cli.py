@@ -183,7 +183,7 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
         # A path with a control character, or a choice none of the option's, is refused
         # before the body, in one line naming where it came from.
         raise typer.Exit(
-            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)))
+            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)), sources)
         )
 
     wrapper.__name__ = body.__name__
@@ -203,10 +203,18 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
 # The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live
 # in typhapki/fastcli.py, which typhapki/entry.py calls without typer for a plain line.
 @command("ca init")
-def ca_init_cmd(*, ca_dir: Path, key_type: str, days: int, cn: Optional[str], force: bool) -> int:
+def ca_init_cmd(
+    *,
+    ca_dir: Path,
+    key_type: str,
+    days: int,
+    cn: Optional[str],
+    force: bool,
+    sources: dict[str, str],
+) -> int:
     from typhapki.commands.ca_init import ca_init
 
-    return guarded(lambda: ca_init(ca_dir, key_type, days, cn, force))
+    return guarded(lambda: ca_init(ca_dir, key_type, days, cn, force), sources)
 
 
 @command("issue")
@@ -223,6 +231,7 @@ def issue_cmd(
     pki: PkiOptions,
     signer: SignerOptions,
     state_dir: Optional[Path],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.issue import issue
     from typhapki.settings.desired import Request
@@ -230,7 +239,7 @@ def issue_cmd(
     request = Request(
         out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, state_dir=state_dir
     )
-    return guarded(lambda: issue(request, json_out, dry_run))
+    return guarded(lambda: issue(request, json_out, dry_run), sources)
 
 
 @command("install")
@@ -245,10 +254,13 @@ def install_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.install import install
 
-    return guarded(lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster))
+    return guarded(
+        lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster), sources
+    )
 
 
 @command("request")
@@ -260,10 +272,11 @@ def request_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.request import request
 
-    return guarded(lambda: request(out, role, csr_out, pki, hiera, cluster))
+    return guarded(lambda: request(out, role, csr_out, pki, hiera, cluster), sources)
 
 
 @command("sign")
@@ -276,24 +289,25 @@ def sign_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.sign import sign
 
-    return guarded(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster))
+    return guarded(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster), sources)
 
 
 @command("inspect")
-def inspect_cmd(*, paths: List[Path], json_out: bool) -> int:
+def inspect_cmd(*, paths: List[Path], json_out: bool, sources: dict[str, str]) -> int:
     from typhapki.commands.inspect_cmd import inspect
 
-    return guarded(lambda: inspect(paths, json_out))
+    return guarded(lambda: inspect(paths, json_out), sources)
 
 
 @command("rollback")
-def rollback_cmd(*, out: Path, role: Optional[str], bundle: bool) -> int:
+def rollback_cmd(*, out: Path, role: Optional[str], bundle: bool, sources: dict[str, str]) -> int:
     from typhapki.commands.rollback import rollback
 
-    return guarded(lambda: rollback(out, role, bundle))
+    return guarded(lambda: rollback(out, role, bundle), sources)
 
 
 # --- manifests and rotate-ca (issue 5) ---
@@ -317,6 +331,7 @@ def manifests_cmd(
     typha_deployment: Optional[Path],
     hiera: Optional[Path],
     cluster: Optional[str],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.manifests import manifests
 
@@ -339,7 +354,8 @@ def manifests_cmd(
             typha_deployment,
             hiera,
             cluster,
-        )
+        ),
+        sources,
     )
 
 
@@ -357,6 +373,7 @@ def rotate_ca_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.rotate_ca import rotate_ca
 
@@ -373,15 +390,16 @@ def rotate_ca_cmd(
             json_out,
             hiera,
             cluster,
-        )
+        ),
+        sources,
     )
 
 
 @command("restarted")
-def restarted_cmd(*, out: Path, component: str) -> int:
+def restarted_cmd(*, out: Path, component: str, sources: dict[str, str]) -> int:
     from typhapki.commands.restarted import restarted
 
-    return guarded(lambda: restarted(out, component))
+    return guarded(lambda: restarted(out, component), sources)
 
 
 @command("restart-typha")
@@ -395,11 +413,13 @@ def restart_typha_cmd(
     timeout: float,
     hiera: Optional[Path],
     cluster: Optional[str],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.restart_typha import restart_typha
 
     return guarded(
-        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster)
+        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster),
+        sources,
     )
 
 
@@ -420,7 +440,7 @@ def probe_cmd(
 
     pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
     # None: the local Typha of hiera's live switch stage (the TLS one's port).
-    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out))
+    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out), sources)
 
 
 @command("lint-hiera")
@@ -431,19 +451,26 @@ def lint_hiera_cmd(
     nameserver: Optional[List[str]],
     timeout: Optional[float],
     json_out: bool,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.lint_hiera import lint_hiera
 
-    return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
+    return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout), sources)
 
 
 @command("fleet")
 def fleet_cmd(
-    *, db: Any, cluster: Optional[str], hiera: Optional[Path], json_out: bool, max_age: str
+    *,
+    db: Any,
+    cluster: Optional[str],
+    hiera: Optional[Path],
+    json_out: bool,
+    max_age: str,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.fleet import fleet
 
-    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera))
+    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera), sources)
 
 
 def _fleet_kube(values: dict[str, Any]) -> Any:
@@ -464,12 +491,14 @@ def fleet_ready_cmd(
     new_ca: Optional[str],
     old_ca: Optional[str],
     max_age: str,
+    sources: dict[str, str],
     **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_ready
 
     return guarded(
-        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube))
+        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube)),
+        sources,
     )
 
 
@@ -481,11 +510,14 @@ def fleet_gate_cmd(
     base: Optional[str],
     old: Optional[Path],
     no_puppetdb: bool,
+    sources: dict[str, str],
     **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_gate
 
-    return guarded(lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)))
+    return guarded(
+        lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)), sources
+    )
 
 
 def _gate_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -496,22 +528,30 @@ def _gate_values(values: dict[str, Any]) -> dict[str, Any]:
 
 @command("ferm")
 def ferm_cmd(
-    *, hiera: Path, cluster: str, style: Optional[str], templates: Optional[Path], **gate: Any
+    *,
+    hiera: Path,
+    cluster: str,
+    style: Optional[str],
+    templates: Optional[Path],
+    sources: dict[str, str],
+    **gate: Any,
 ) -> int:
     from typhapki.commands.ferm import FermOptions, ferm
 
     opts = FermOptions(
         hiera=hiera, cluster=cluster, style=style, templates=templates, **_gate_values(gate)
     )
-    return guarded(lambda: ferm(opts))
+    return guarded(lambda: ferm(opts), sources)
 
 
 @command("nft")
-def nft_cmd(*, hiera: Path, cluster: str, sets_only: bool, **gate: Any) -> int:
+def nft_cmd(
+    *, hiera: Path, cluster: str, sets_only: bool, sources: dict[str, str], **gate: Any
+) -> int:
     from typhapki.commands.nft import NftOptions, nft
 
     opts = NftOptions(hiera=hiera, cluster=cluster, sets_only=sets_only, **_gate_values(gate))
-    return guarded(lambda: nft(opts))
+    return guarded(lambda: nft(opts), sources)
 
 
 for _spec in options.COMMANDS:  # in the table's order, as --help lists them

@@ -24,6 +24,7 @@ from pathlib import Path
 from typhapki.errors import EXIT_IO, TyphapkiError, UsageError, one_line, unprintable
 from typhapki.record import field, record
 from typhapki.settings import options
+from typhapki.settings.provenance import OptionError
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -51,14 +52,19 @@ class CliState:
         return self.origins.get(command, {}).get(name, "the node configuration file")
 
 
-def guarded(body: Callable[[], int]) -> int:
-    """The error boundary: one line and an exit code for every expected failure."""
+def guarded(body: Callable[[], int], sources: Mapping[str, str] | None = None) -> int:
+    """The error boundary: one line and an exit code for every expected failure.
+
+    `sources`, the command's (option -> a flag, or the node configuration's file and
+    key), words a refused option value (`OptionError`, typhapki/settings/provenance.py)
+    with the place that set it."""
     try:
         return body()
     except TyphapkiError as exc:
+        message = exc.worded(sources or {}) if isinstance(exc, OptionError) else str(exc)
         # Escaped here, once for every source: a key or value from a flag, the node
         # configuration or hiera that holds a newline stays on this one line.
-        print(f"typhapki: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"typhapki: error: {one_line(message)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as cat and grep do.
@@ -164,6 +170,7 @@ def check_body(
     pki: PkiOptions,
     signer: SignerOptions,
     state_dir: Path | None,
+    sources: Mapping[str, str],
 ) -> int:
     """`check`: judge the set by issue's desired state (typhapki/commands/check.py)."""
     if nagios:
@@ -185,6 +192,7 @@ def check_body(
                 signer,
                 state_dir,
                 typha_uid,
+                sources,
             )
         )
     if warning is not None or critical is not None:
@@ -197,7 +205,7 @@ def check_body(
     request = Request(
         out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source, state_dir
     )
-    return guarded(lambda: check(request, quiet))
+    return guarded(lambda: check(request, quiet), sources)
 
 
 def facts_body(
@@ -235,6 +243,7 @@ def metrics_body(
     typha_uid: int | None,
     pki: PkiOptions,
     signer: SignerOptions,
+    sources: Mapping[str, str],
 ) -> int:
     """`metrics`: the Prometheus text format (typhapki/commands/metrics.py)."""
     from typhapki.commands.metrics import metrics
@@ -254,7 +263,9 @@ def metrics_body(
             no_probe,
             signer,
             typha_uid,
-        )
+            sources,
+        ),
+        sources,
     )
 
 

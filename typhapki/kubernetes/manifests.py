@@ -40,6 +40,7 @@ from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
 from typhapki.record import record
 from typhapki.settings.options import DEFAULT_TYPHA_UID as DEFAULT_TYPHA_UID
+from typhapki.settings.provenance import OptionError
 
 
 class ManifestFormat(StrEnum):
@@ -51,7 +52,8 @@ class ManifestFormat(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise UsageError(f"--format: expected hardway or operator, got {value!r}") from None
+            problem = "expected hardway or operator"
+            raise OptionError("fmt", value, problem, flag="--format") from None
 
 
 class IdentityKind(StrEnum):
@@ -65,7 +67,7 @@ class IdentityKind(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise UsageError(f"--identity: expected cn or uri-san, got {value!r}") from None
+            raise OptionError("identity", value, "expected cn or uri-san") from None
 
 
 DEFAULT_NAMESPACE = {
@@ -111,11 +113,10 @@ class TyphaPod:
 
     @classmethod
     def parse(cls, uid: int | None, gid: int | None) -> TyphaPod:
-        for flag, value in (("--typha-uid", uid), ("--typha-gid", gid)):
+        for name, value in (("typha_uid", uid), ("typha_gid", gid)):
             if value is not None and not 1 <= value <= _MAX_ID:
-                raise UsageError(
-                    f"{flag}: {value} is out of range (1 to {_MAX_ID}; Typha never runs as root)"
-                )
+                problem = f"out of range (1 to {_MAX_ID}; Typha never runs as root)"
+                raise OptionError(name, value, problem)
         return cls(
             uid=DEFAULT_TYPHA_UID if uid is None else uid,
             gid=DEFAULT_TYPHA_GID if gid is None else gid,
@@ -166,10 +167,8 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 def validate_namespace(namespace: str) -> str:
     """A namespace is an RFC 1123 label: the API server would reject anything else."""
     if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
-        raise UsageError(
-            f"--namespace: {namespace!r} is not a valid namespace "
-            "(lower-case letters, digits and '-', at most 63)"
-        )
+        problem = "not a valid namespace (lower-case letters, digits and '-', at most 63)"
+        raise OptionError("namespace", namespace, problem)
     return namespace
 
 

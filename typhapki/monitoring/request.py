@@ -124,5 +124,10 @@ def parse_typha_uid(value: object) -> int:
     from typhapki.errors import UsageError
     from typhapki.monitoring.processes import MAX_UID
     from typhapki.numbers import whole_number
+    from typhapki.settings.provenance import parsed
 
-    return whole_number(value, low=1, high=MAX_UID, what="--typha-uid", error=UsageError)
+    return parsed(
+        "typha_uid",
+        value,
+        lambda what: whole_number(value, low=1, high=MAX_UID, what=what, error=UsageError),
+    )
