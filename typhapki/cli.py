@@ -61,9 +61,16 @@ def _root(
     """Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."""
 
 
+# What --help shows for a number option, which typer takes as text: the number parser
+# reads it (typhapki/fastcli.py `checked`), as it reads the node configuration's.
+_NUMBER_METAVARS = {int: "INTEGER", float: "FLOAT"}
+
+
 def _annotation(opt: options.Opt) -> Any:
-    """The parameter's type as typer 0.7 reads it: `Optional`/`List`, not `X | None`."""
-    kind: Any = opt.kind
+    """The parameter's type as typer 0.7 reads it: `Optional`/`List`, not `X | None`.
+    A number option is text here: click's int() and float() take what the number
+    parser refuses (Unicode digits, `1_0`, nan, inf, a sign)."""
+    kind: Any = str if opt.kind in _NUMBER_METAVARS else opt.kind
     if opt.multiple:
         return List[kind] if opt.required else Optional[List[kind]]
     return kind if opt.kind is bool or opt.default is not None else Optional[kind]
@@ -72,6 +79,9 @@ def _annotation(opt: options.Opt) -> Any:
 def _typer_param(opt: options.Opt) -> Any:
     if opt.argument:
         return typer.Argument(..., help=opt.help, metavar=opt.flag)
+    metavar = _NUMBER_METAVARS.get(opt.kind)
+    if metavar is not None:
+        return typer.Option(opt.default, *opt.decls, help=opt.help, metavar=metavar)
     return typer.Option(opt.default, *opt.decls, help=opt.help)
 
 

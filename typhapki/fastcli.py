@@ -22,9 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from typhapki.errors import EXIT_IO, TyphapkiError, UsageError, one_line, unprintable
+from typhapki.numbers import option_number
 from typhapki.record import field, record
 from typhapki.settings import options
-from typhapki.settings.provenance import OptionError
+from typhapki.settings.provenance import OptionError, parsed
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -113,6 +114,11 @@ def bundled(
     return kwargs
 
 
+def _number(kind: type, text: str) -> Callable[[str], int | float]:
+    """The number parser's reading of a number option's text, naming what it reads."""
+    return lambda what: option_number(kind, text, what)
+
+
 def checked(
     spec: options.Command, values: dict[str, Any], sources: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -128,6 +134,9 @@ def checked(
     for opt in spec.options:
         value = values.get(opt.name)
         where = sources.get(opt.name, opt.flag)
+        if opt.kind in (int, float) and isinstance(value, str):  # typer hands the text
+            values[opt.name] = parsed(opt.name, value, _number(opt.kind, value))
+            continue
         for item in value if isinstance(value, list | tuple) else [value]:
             text = os.fspath(item) if isinstance(item, str | os.PathLike) else None
             if text is None:
@@ -302,10 +311,11 @@ def _plain(opt: options.Opt, value: Any) -> Any:
     text = str(value)
     if not text or text.startswith("-"):
         raise ValueError(text)  # missing, empty or option-like: typer decides
-    if opt.kind is int and not (text.isascii() and text.isdigit()):
-        raise ValueError(text)
-    if opt.kind is float and not (text.isascii() and text.replace(".", "", 1).isdigit()):
-        raise ValueError(text)
+    if opt.kind in (int, float):
+        try:
+            return option_number(opt.kind, text, opt.name)
+        except TyphapkiError:
+            raise ValueError(text) from None  # refused by `checked`, naming its source
     return opt.kind(text)
 
 

@@ -272,16 +272,18 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
 def _problem(kind: type, text: str) -> str | None:
-    """Why the option's conversion (click's, as on the command line) refuses `text`."""
-    try:
-        if kind is int:
-            int(text)
-        elif kind is float:
-            float(text)
-        elif kind is bool and text.strip().lower() not in _TRUE | _FALSE:
-            return f"{text!r} is not a valid boolean."
-    except ValueError:
-        return f"{text!r} is not a valid {'integer' if kind is int else 'float'}."
+    """Why the option's conversion refuses `text`: a number's as on the command line
+    (the number parser, typhapki/numbers.py), a flag's as click's."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.numbers import option_number
+
+    if kind in (int, float):
+        try:
+            option_number(kind, text, "")
+        except TyphapkiError as exc:
+            return str(exc).removeprefix(": ")
+    elif kind is bool and text.strip().lower() not in _TRUE | _FALSE:
+        return f"{text!r} is not a valid boolean."
     return None
 
 
