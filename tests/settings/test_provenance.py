@@ -177,6 +177,9 @@ REFUSED = (
     Refused("critical", "check", "later", _NAGIOS),
     Refused("typha_uid", "check", "0", _NAGIOS),
     Refused("hiera", "check", "{base}/absent", (*_NAGIOS, "--cluster", "prod")),
+    Refused("probe_address", "check", "[::1", _NAGIOS),
+    Refused("probe_address", "metrics", "[::1", ("--out", "{base}/out")),
+    Refused("address", "probe", "[::1", ("--out", "{base}/out")),
     Refused("typha_uid", "metrics", "0", ("--out", "{base}/out")),
     Refused("signer", "issue", "vault", _CHECK),
     Refused("cfssl_url", "check", "ftp://pki.example", _CFSSL[:4]),
@@ -187,7 +190,7 @@ REFUSED = (
 # Options with no check of their own: flags, free text (names a later lookup finds or
 # not), and files that their reader names when it cannot read them.
 UNCHECKED = frozenset({
-    "cluster", "context", "cn", "base", "kustomize_base", "probe_address", "address",
+    "cluster", "context", "cn", "base", "kustomize_base",
     "typha_cn", "felix_cn", "typha_uri_san", "felix_uri_san", "days", "typha_lifetime",
     "felix_lifetime", "renew_before", "key_owner", "key_group", "key_mode", "cfssl_label",
     "cfssl_profile_typha", "cfssl_profile_felix", "cfssl_client_cert", "puppetdb_cert",

@@ -3,8 +3,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError
+from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError, UsageError
 from typhapki.settings.pki import PkiOptions
+from typhapki.settings.provenance import OptionError
 
 
 def probe(
@@ -26,7 +27,10 @@ def probe(
     from typhapki.settings.wiring import Stage, resolve
 
     if address is not None:
-        parse_address(address)
+        try:
+            parse_address(address)
+        except UsageError:  # named with where it was set (typhapki/settings/provenance.py)
+            raise OptionError("address", address, "expected HOST:PORT or [IPV6]:PORT") from None
     typha = load_typha_settings(hiera, cluster)
     settings = merge_pki(pki, typha)[1]
     wiring = resolve(None, None, None, typha)

@@ -99,9 +99,15 @@ def status_request(
     from typhapki.settings.options import DEFAULT_TYPHA_UID
 
     if probe_address is not None:
+        from typhapki.errors import UsageError
         from typhapki.monitoring.probe import parse_address  # ssl only when probing
+        from typhapki.settings.provenance import OptionError
 
-        parse_address(probe_address)
+        try:
+            parse_address(probe_address)
+        except UsageError:  # its words name --address, probe's option
+            problem = "expected HOST:PORT or [IPV6]:PORT"
+            raise OptionError("probe_address", probe_address, problem) from None
     return StatusRequest(
         out,
         roles=parse_roles(role),
