@@ -529,7 +529,7 @@ def test_a_number_is_read_alike_from_a_flag_and_from_the_file(
     try:
         from_file: object = nodeconfig._converted(path, f"defaults.{name}", opt, text)
     except ConfigError as exc:
-        assert str(exc).startswith(f"{path}: defaults.{name}: "), exc
+        assert str(exc).startswith(f"{name} {text!r} (from {path}: defaults.{name}): "), exc
         from_file = None
     assert (from_file is None) == (expected is None)
     try:
