@@ -23,7 +23,8 @@ from tests.support import inprocess
     [
         ["--version"],
         ["check", "--out", "{tmp}/missing"],
-        ["check", "--out", "{tmp}", "--days", "x"],  # click's usage error
+        ["check", "--out", "{tmp}", "--days", "x"],  # the number parser's usage error
+        ["check", "--out", "{tmp}", "--dayz", "3"],  # click's usage error
         ["ca", "init"],  # a required option missing
         ["issue", "--ca-dir", "{tmp}/none", "--out", "{tmp}/out"],  # one-line error
         ["facts", "--out", "{tmp}/missing"],

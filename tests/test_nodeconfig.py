@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki import nodeconfig
-from typhapki.errors import ConfigError
+from typhapki.errors import ConfigError, UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import subject_cn
+from typhapki.settings import options
 
 HIERA = """\
 kubernetes::clusters:
@@ -491,3 +492,54 @@ def test_a_deep_json_file_is_one_line(tmp_path: Path) -> None:
     deep = '{"defaults": ' + "[" * 70 + "]" * 70 + "}"
     with pytest.raises(ConfigError, match="nested more than 64 levels"):
         nodeconfig.load(Path(_config(tmp_path, deep)["TYPHAPKI_CONFIG"]))
+
+
+NUMBER_OPTIONS = sorted(
+    {(c.name, o.name) for c in options.COMMANDS for o in c.options if o.kind in (int, float)}
+)
+NUMBER_TEXT = st.one_of(
+    st.from_regex(r"\A[0-9]{1,4}(\.[0-9]{1,3})?\Z"),
+    st.sampled_from(["٣", "\uff13", "1_0", " 5", "+5", "-1", "1e3", "nan", "inf", "0x10",
+                     "5.", ".5", "", "9" * 30, "²"]),
+    st.text(alphabet="0123456789.-+_ e٣", max_size=6),
+)  # fmt: skip
+
+
+@settings(max_examples=50, deadline=None)
+@given(option=st.sampled_from(NUMBER_OPTIONS), text=NUMBER_TEXT)
+def test_a_number_is_read_alike_from_a_flag_and_from_the_file(
+    option: tuple[str, str], text: str
+) -> None:
+    """One reader for a number option's text (typhapki/numbers.py `option_number`): the
+    node configuration's, typer's (`checked`) and the fast path's agree on what they
+    take and on its value. click's int() and float() took Unicode digits, `1_0`, signs,
+    nan and inf, where the number parser refuses them."""
+    from typhapki.fastcli import _plain, checked
+    from typhapki.numbers import option_number
+    from typhapki.settings.provenance import OptionError
+
+    command, name = option
+    spec = options.COMMAND[command]
+    opt = spec.option(name)
+    try:
+        expected: object = option_number(opt.kind, text, name)
+    except UsageError:
+        expected = None
+    path = Path("/etc/typhapki/typhapki.yaml")
+    try:
+        from_file: object = nodeconfig._converted(path, f"defaults.{name}", opt, text)
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{name} {text!r} (from {path}: defaults.{name}): "), exc
+        from_file = None
+    assert (from_file is None) == (expected is None)
+    try:
+        typed = checked(spec, {name: text}, {name: opt.flag})[name]
+    except OptionError as exc:
+        assert exc.worded({name: opt.flag}).startswith(f"{name} {text!r} (from {opt.flag}): ")
+        typed = None
+    assert typed == expected
+    try:
+        fast: object = _plain(opt, text)
+    except ValueError:
+        fast = None  # typer decides: `checked` above
+    assert fast == expected

@@ -61,9 +61,16 @@ def _root(
     """Mutual TLS between Calico Felix and Typha, and a DNS-gated Typha ferm rule."""
 
 
+# What --help shows for a number option, which typer takes as text: the number parser
+# reads it (typhapki/fastcli.py `checked`), as it reads the node configuration's.
+_NUMBER_METAVARS = {int: "INTEGER", float: "FLOAT"}
+
+
 def _annotation(opt: options.Opt) -> Any:
-    """The parameter's type as typer 0.7 reads it: `Optional`/`List`, not `X | None`."""
-    kind: Any = opt.kind
+    """The parameter's type as typer 0.7 reads it: `Optional`/`List`, not `X | None`.
+    A number option is text here: click's int() and float() take what the number
+    parser refuses (Unicode digits, `1_0`, nan, inf, a sign)."""
+    kind: Any = str if opt.kind in _NUMBER_METAVARS else opt.kind
     if opt.multiple:
         return List[kind] if opt.required else Optional[List[kind]]
     return kind if opt.kind is bool or opt.default is not None else Optional[kind]
@@ -72,6 +79,9 @@ def _annotation(opt: options.Opt) -> Any:
 def _typer_param(opt: options.Opt) -> Any:
     if opt.argument:
         return typer.Argument(..., help=opt.help, metavar=opt.flag)
+    metavar = _NUMBER_METAVARS.get(opt.kind)
+    if metavar is not None:
+        return typer.Option(opt.default, *opt.decls, help=opt.help, metavar=metavar)
     return typer.Option(opt.default, *opt.decls, help=opt.help)
 
 
@@ -183,7 +193,7 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
         # A path with a control character, or a choice none of the option's, is refused
         # before the body, in one line naming where it came from.
         raise typer.Exit(
-            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)))
+            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)), sources)
         )
 
     wrapper.__name__ = body.__name__
@@ -203,10 +213,18 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
 # The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live
 # in typhapki/fastcli.py, which typhapki/entry.py calls without typer for a plain line.
 @command("ca init")
-def ca_init_cmd(*, ca_dir: Path, key_type: str, days: int, cn: Optional[str], force: bool) -> int:
+def ca_init_cmd(
+    *,
+    ca_dir: Path,
+    key_type: str,
+    days: int,
+    cn: Optional[str],
+    force: bool,
+    sources: dict[str, str],
+) -> int:
     from typhapki.commands.ca_init import ca_init
 
-    return guarded(lambda: ca_init(ca_dir, key_type, days, cn, force))
+    return guarded(lambda: ca_init(ca_dir, key_type, days, cn, force), sources)
 
 
 @command("issue")
@@ -224,6 +242,7 @@ def issue_cmd(
     pki: PkiOptions,
     signer: SignerOptions,
     state_dir: Optional[Path],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.issue import issue
     from typhapki.settings.desired import Request
@@ -232,7 +251,7 @@ def issue_cmd(
         out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster,
         state_dir=state_dir, new_ca_dir=new_ca_dir,
     )  # fmt: skip
-    return guarded(lambda: issue(request, json_out, dry_run))
+    return guarded(lambda: issue(request, json_out, dry_run), sources)
 
 
 @command("install")
@@ -247,10 +266,13 @@ def install_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.install import install
 
-    return guarded(lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster))
+    return guarded(
+        lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster), sources
+    )
 
 
 @command("request")
@@ -262,10 +284,11 @@ def request_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.request import request
 
-    return guarded(lambda: request(out, role, csr_out, pki, hiera, cluster))
+    return guarded(lambda: request(out, role, csr_out, pki, hiera, cluster), sources)
 
 
 @command("sign")
@@ -278,24 +301,25 @@ def sign_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.sign import sign
 
-    return guarded(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster))
+    return guarded(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster), sources)
 
 
 @command("inspect")
-def inspect_cmd(*, paths: List[Path], json_out: bool) -> int:
+def inspect_cmd(*, paths: List[Path], json_out: bool, sources: dict[str, str]) -> int:
     from typhapki.commands.inspect_cmd import inspect
 
-    return guarded(lambda: inspect(paths, json_out))
+    return guarded(lambda: inspect(paths, json_out), sources)
 
 
 @command("rollback")
-def rollback_cmd(*, out: Path, role: Optional[str], bundle: bool) -> int:
+def rollback_cmd(*, out: Path, role: Optional[str], bundle: bool, sources: dict[str, str]) -> int:
     from typhapki.commands.rollback import rollback
 
-    return guarded(lambda: rollback(out, role, bundle))
+    return guarded(lambda: rollback(out, role, bundle), sources)
 
 
 # --- manifests and rotate-ca (issue 5) ---
@@ -348,7 +372,8 @@ def manifests_cmd(
                 if name in ("tls_stage", "tls_min_version", "tls_cipher_suites")
                 and flag.startswith("--")
             ),
-        )
+        ),
+        sources,
     )
 
 
@@ -366,6 +391,7 @@ def rotate_ca_cmd(
     hiera: Optional[Path],
     cluster: Optional[str],
     pki: PkiOptions,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.rotate_ca import rotate_ca
 
@@ -382,15 +408,16 @@ def rotate_ca_cmd(
             json_out,
             hiera,
             cluster,
-        )
+        ),
+        sources,
     )
 
 
 @command("restarted")
-def restarted_cmd(*, out: Path, component: str) -> int:
+def restarted_cmd(*, out: Path, component: str, sources: dict[str, str]) -> int:
     from typhapki.commands.restarted import restarted
 
-    return guarded(lambda: restarted(out, component))
+    return guarded(lambda: restarted(out, component), sources)
 
 
 @command("restart-typha")
@@ -404,11 +431,13 @@ def restart_typha_cmd(
     timeout: float,
     hiera: Optional[Path],
     cluster: Optional[str],
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.restart_typha import restart_typha
 
     return guarded(
-        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster)
+        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster),
+        sources,
     )
 
 
@@ -429,7 +458,7 @@ def probe_cmd(
 
     pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
     # None: the local Typha of hiera's live switch stage (the TLS one's port).
-    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out, sources))
+    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out), sources)
 
 
 @command("lint-hiera")
@@ -440,19 +469,26 @@ def lint_hiera_cmd(
     nameserver: Optional[List[str]],
     timeout: Optional[float],
     json_out: bool,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.lint_hiera import lint_hiera
 
-    return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout))
+    return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout), sources)
 
 
 @command("fleet")
 def fleet_cmd(
-    *, db: Any, cluster: Optional[str], hiera: Optional[Path], json_out: bool, max_age: str
+    *,
+    db: Any,
+    cluster: Optional[str],
+    hiera: Optional[Path],
+    json_out: bool,
+    max_age: str,
+    sources: dict[str, str],
 ) -> int:
     from typhapki.commands.fleet import fleet
 
-    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera))
+    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera), sources)
 
 
 def _fleet_kube(values: dict[str, Any]) -> Any:
@@ -473,12 +509,14 @@ def fleet_ready_cmd(
     new_ca: Optional[str],
     old_ca: Optional[str],
     max_age: str,
+    sources: dict[str, str],
     **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_ready
 
     return guarded(
-        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube))
+        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube)),
+        sources,
     )
 
 
@@ -490,11 +528,14 @@ def fleet_gate_cmd(
     base: Optional[str],
     old: Optional[Path],
     no_puppetdb: bool,
+    sources: dict[str, str],
     **kube: Any,
 ) -> int:
     from typhapki.commands.fleet import fleet_gate
 
-    return guarded(lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)))
+    return guarded(
+        lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)), sources
+    )
 
 
 def _gate_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -505,22 +546,30 @@ def _gate_values(values: dict[str, Any]) -> dict[str, Any]:
 
 @command("ferm")
 def ferm_cmd(
-    *, hiera: Path, cluster: str, style: Optional[str], templates: Optional[Path], **gate: Any
+    *,
+    hiera: Path,
+    cluster: str,
+    style: Optional[str],
+    templates: Optional[Path],
+    sources: dict[str, str],
+    **gate: Any,
 ) -> int:
     from typhapki.commands.ferm import FermOptions, ferm
 
     opts = FermOptions(
         hiera=hiera, cluster=cluster, style=style, templates=templates, **_gate_values(gate)
     )
-    return guarded(lambda: ferm(opts))
+    return guarded(lambda: ferm(opts), sources)
 
 
 @command("nft")
-def nft_cmd(*, hiera: Path, cluster: str, sets_only: bool, **gate: Any) -> int:
+def nft_cmd(
+    *, hiera: Path, cluster: str, sets_only: bool, sources: dict[str, str], **gate: Any
+) -> int:
     from typhapki.commands.nft import NftOptions, nft
 
     opts = NftOptions(hiera=hiera, cluster=cluster, sets_only=sets_only, **_gate_values(gate))
-    return guarded(lambda: nft(opts))
+    return guarded(lambda: nft(opts), sources)
 
 
 for _spec in options.COMMANDS:  # in the table's order, as --help lists them

@@ -22,8 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from typhapki.errors import EXIT_IO, TyphapkiError, UsageError, one_line, unprintable
+from typhapki.numbers import option_number
 from typhapki.record import field, record
 from typhapki.settings import options
+from typhapki.settings.provenance import OptionError, parsed
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -51,14 +53,19 @@ class CliState:
         return self.origins.get(command, {}).get(name, "the node configuration file")
 
 
-def guarded(body: Callable[[], int]) -> int:
-    """The error boundary: one line and an exit code for every expected failure."""
+def guarded(body: Callable[[], int], sources: Mapping[str, str] | None = None) -> int:
+    """The error boundary: one line and an exit code for every expected failure.
+
+    `sources`, the command's (option -> a flag, or the node configuration's file and
+    key), words a refused option value (`OptionError`, typhapki/settings/provenance.py)
+    with the place that set it."""
     try:
         return body()
     except TyphapkiError as exc:
+        message = exc.worded(sources or {}) if isinstance(exc, OptionError) else str(exc)
         # Escaped here, once for every source: a key or value from a flag, the node
         # configuration or hiera that holds a newline stays on this one line.
-        print(f"typhapki: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"typhapki: error: {one_line(message)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as cat and grep do.
@@ -107,6 +114,11 @@ def bundled(
     return kwargs
 
 
+def _number(kind: type, text: str) -> Callable[[str], int | float]:
+    """The number parser's reading of a number option's text, naming what it reads."""
+    return lambda what: option_number(kind, text, what)
+
+
 def checked(
     spec: options.Command, values: dict[str, Any], sources: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -122,6 +134,9 @@ def checked(
     for opt in spec.options:
         value = values.get(opt.name)
         where = sources.get(opt.name, opt.flag)
+        if opt.kind in (int, float) and isinstance(value, str):  # typer hands the text
+            values[opt.name] = parsed(opt.name, value, _number(opt.kind, value))
+            continue
         for item in value if isinstance(value, list | tuple) else [value]:
             text = os.fspath(item) if isinstance(item, str | os.PathLike) else None
             if text is None:
@@ -165,6 +180,7 @@ def check_body(
     pki: PkiOptions,
     signer: SignerOptions,
     state_dir: Path | None,
+    sources: Mapping[str, str],
 ) -> int:
     """`check`: judge the set by issue's desired state (typhapki/commands/check.py)."""
     if nagios:
@@ -186,6 +202,7 @@ def check_body(
                 signer,
                 state_dir,
                 typha_uid,
+                sources,
             )
         )
     if warning is not None or critical is not None:
@@ -199,7 +216,7 @@ def check_body(
         out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source, state_dir,
         new_ca_dir,
     )  # fmt: skip
-    return guarded(lambda: check(request, quiet))
+    return guarded(lambda: check(request, quiet), sources)
 
 
 def facts_body(
@@ -237,6 +254,7 @@ def metrics_body(
     typha_uid: int | None,
     pki: PkiOptions,
     signer: SignerOptions,
+    sources: Mapping[str, str],
 ) -> int:
     """`metrics`: the Prometheus text format (typhapki/commands/metrics.py)."""
     from typhapki.commands.metrics import metrics
@@ -256,7 +274,9 @@ def metrics_body(
             no_probe,
             signer,
             typha_uid,
-        )
+            sources,
+        ),
+        sources,
     )
 
 
@@ -293,10 +313,11 @@ def _plain(opt: options.Opt, value: Any) -> Any:
     text = str(value)
     if not text or text.startswith("-"):
         raise ValueError(text)  # missing, empty or option-like: typer decides
-    if opt.kind is int and not (text.isascii() and text.isdigit()):
-        raise ValueError(text)
-    if opt.kind is float and not (text.isascii() and text.replace(".", "", 1).isdigit()):
-        raise ValueError(text)
+    if opt.kind in (int, float):
+        try:
+            return option_number(opt.kind, text, opt.name)
+        except TyphapkiError:
+            raise ValueError(text) from None  # refused by `checked`, naming its source
     return opt.kind(text)
 
 

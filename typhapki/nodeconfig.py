@@ -42,6 +42,7 @@ from typhapki.errors import ConfigError, unprintable
 from typhapki.record import field, record
 from typhapki.safeio import read_regular
 from typhapki.settings import options
+from typhapki.settings.provenance import worded
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -272,16 +273,18 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
 def _problem(kind: type, text: str) -> str | None:
-    """Why the option's conversion (click's, as on the command line) refuses `text`."""
-    try:
-        if kind is int:
-            int(text)
-        elif kind is float:
-            float(text)
-        elif kind is bool and text.strip().lower() not in _TRUE | _FALSE:
-            return f"{text!r} is not a valid boolean."
-    except ValueError:
-        return f"{text!r} is not a valid {'integer' if kind is int else 'float'}."
+    """Why the option's conversion refuses `text`: a number's as on the command line
+    (the number parser, typhapki/numbers.py), a flag's as click's."""
+    from typhapki.errors import TyphapkiError
+    from typhapki.numbers import option_number
+
+    if kind in (int, float):
+        try:
+            option_number(kind, text, "")
+        except TyphapkiError as exc:
+            return str(exc).removeprefix(": ")
+    elif kind is bool and text.strip().lower() not in _TRUE | _FALSE:
+        return "expected true or false"
     return None
 
 
@@ -308,12 +311,12 @@ def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
     if any(not isinstance(item, str) for item in items):
         raise ConfigError(f"{path}: {key}: expected a list of single values")
     for item in items:
+        # A refused value is worded as every other one (typhapki/settings/provenance.py).
+        said = worded(opt.name, item, f"{path}: {key}")
         if (problem := _problem(opt.kind, item)) is not None:
-            raise ConfigError(f"{path}: {key}: {problem}")
+            raise ConfigError(f"{said}: {problem}")
         if opt.kind is Path and (char := unprintable(item)) is not None:
-            raise ConfigError(
-                f"{path}: {key}: {item!r} is a path with the control character {char}"
-            )
+            raise ConfigError(f"{said}: a path with the control character {char}")
     return value
 
 

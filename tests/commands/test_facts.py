@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.conftest import CliResult, require, run_cli, typhapki_cmd
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
@@ -216,3 +220,40 @@ def test_the_stage_in_hiera_picks_the_typha_the_fact_probes(
             assert request.errors == [], typha
         else:
             assert any(error in e and "tls_stage" in e for e in request.errors), request.errors
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    refused=st.sampled_from([
+        ("days", "1000001"), ("typha_uid", "0"),
+        ("hiera", "absent"), ("renew_before", "later"),
+    ]),
+    source=st.sampled_from(["flag", "defaults", "commands"]),
+)  # fmt: skip
+def test_the_fact_names_where_a_refused_value_came_from(
+    tmp_path_factory: pytest.TempPathFactory, refused: tuple[str, str], source: str
+) -> None:
+    """What `facts` reports in the fact instead of exiting names the place that set it:
+    the flag, or the node configuration's file and key, never a flag nobody typed.
+    (Values whose type the file's reader refuses are its own: tests/test_nodeconfig.py.)"""
+    from tests.support.sources import place
+    from typhapki.settings import options
+
+    name, value = refused
+    base = tmp_path_factory.mktemp("fact")
+    value = str(base / value) if name == "hiera" else value
+    config, hiera = place(base, source, "facts", name, name, value)
+    argv: list[str | Path] = ["facts", "--out", base / "out", "--cluster", "prod"]
+    if name != "hiera":
+        argv += ["--hiera", hiera]
+    flag = options.COMMAND["facts"].option(name).flag
+    if source == "flag":
+        argv += [flag, value]
+    fact = _fact(run_cli(*argv, env={"TYPHAPKI_CONFIG": str(config)}))
+    where = {
+        "flag": flag,
+        "defaults": f"{config}: defaults.{name}",
+        "commands": f"{config}: commands.facts.{name}",
+    }[source]
+    assert fact["ok"] is False
+    assert f"{name} {value!r} (from {where})" in fact["error"], fact["error"]

@@ -283,9 +283,9 @@ def test_bad_hiera_is_one_line_exit_2_and_nothing_written(
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("--mode", "open"), "--mode: expected one of strict, relaxed"),
-        (("--style", "json"), "--style: expected one of plain, function"),
-        (("--port", "0"), "--port: expected 1-65535"),
+        (("--mode", "open"), "(from --mode): expected one of strict, relaxed"),
+        (("--style", "json"), "(from --style): expected one of plain, function"),
+        (("--port", "0"), "(from --port): expected 1-65535"),
         (("--check",), "--check needs --output"),
         (("--concurrency", "0"), "--concurrency"),
         (("--templates", "/nonexistent"), "templates directory not found"),

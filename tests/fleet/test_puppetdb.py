@@ -89,7 +89,7 @@ def test_tls_from_another_ca_is_refused(
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--puppetdb", "ftp://x"], "--puppetdb: expected http(s)"),
+        (["--puppetdb", "ftp://x"], "(from --puppetdb): expected http(s)"),
         (["--puppetdb", "http://127.0.0.1:99999"], "bad port"),
         (["--puppetdb", "https://127.0.0.1:1", "--puppetdb-cert", "/nonexistent.pem"],
          "/nonexistent.pem"),

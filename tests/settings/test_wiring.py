@@ -54,9 +54,12 @@ def test_a_flag_is_taken_or_refused_naming_it(version: str, suites: list[str]) -
         return
     with pytest.raises(UsageError) as caught:
         resolve(None, version, text)
-    assert str(caught.value).startswith(
-        "--tls-min-version" if not good_version else "--tls-cipher-suites"
+    said = (
+        f"tls_min_version {version!r} (from --tls-min-version): "
+        if not good_version
+        else f"tls_cipher_suites {text!r} (from --tls-cipher-suites): "
     )
+    assert str(caught.value).startswith(said)
 
 
 def test_nothing_set_is_todays_wiring() -> None:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from typhapki.monitoring.nagios import NagiosResult
@@ -24,13 +24,16 @@ def check_nagios(
     signer: SignerOptions | None = None,
     state_dir: Path | None = None,
     typha_uid: int | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> int:
     """`check --nagios`: one monitoring-plugins status line; exit 0, 1, 2 or 3.
 
     In cfssl mode the set is judged against the CA `check` and `issue` cached, as by
-    `metrics`: a monitoring probe never contacts cfssl."""
+    `metrics`: a monitoring probe never contacts cfssl. `sources` (option -> a flag or
+    the node configuration's file and key) names where a refused value was set."""
     from typhapki.errors import TyphapkiError
     from typhapki.monitoring.nagios import unknown
+    from typhapki.settings.provenance import OptionError
 
     try:
         result = _evaluate(
@@ -50,7 +53,7 @@ def check_nagios(
             typha_uid,
         )
     except TyphapkiError as exc:  # the check could not run as asked: UNKNOWN
-        result = unknown(str(exc))
+        result = unknown(exc.worded(sources or {}) if isinstance(exc, OptionError) else str(exc))
     except Exception as exc:  # never a traceback to the monitoring system
         result = unknown(f"{type(exc).__name__}: {exc}")
     sys.stdout.write(result.text())

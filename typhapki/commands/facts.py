@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from typhapki.errors import EXIT_OK, ConfigError, UsageError
@@ -33,19 +33,28 @@ class RawFactOptions:
         return self.values.get(name)
 
 
-def _days(value: str | None, source: str) -> int | None:
+def _days(value: str | None) -> int | None:
     from typhapki.numbers import whole_number
+    from typhapki.settings.provenance import parsed
 
     if value is None:
         return None
-    return whole_number(value, low=0, high=10**6, what=f"days (from {source})", error=UsageError)
+    return parsed("days", value, lambda what: whole_number(value, low=0, high=10**6, what=what))
+
+
+def _seconds(value: str) -> Callable[[str], float]:
+    """The number parser's reading of seconds, naming what it reads."""
+    from typhapki.numbers import seconds
+
+    return lambda what: seconds(value, low=0, high=1e12, what=what)
 
 
 def _signer_options(raw: RawFactOptions) -> SignerOptions:
     """The signer options from their text, converted as their flags convert them; a
-    value that does not convert is a usage error naming it and where it came from."""
-    from typhapki.numbers import seconds
+    value that does not convert is an OptionError, which the fact words with where it
+    came from."""
     from typhapki.settings import options
+    from typhapki.settings.provenance import parsed
     from typhapki.settings.signer import OPTION_NAMES, SignerOptions
 
     given: dict[str, Any] = {}
@@ -54,11 +63,8 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
         if value is None or kind in (str, bool):
             given[name] = value
         elif kind is float:
-            try:  # plain decimal digits (typhapki/numbers.py); the range is checked later
-                given[name] = seconds(value, low=0, high=1e12, what=name)
-            except ConfigError:
-                source = raw.sources.get(name, options.BY_NAME[name].flag)
-                raise UsageError(f"{name} {value!r} (from {source}): expected seconds") from None
+            # Plain decimal digits (typhapki/numbers.py); the range is checked later.
+            given[name] = parsed(name, value, _seconds(value))
         else:
             given[name] = Path(value)
     return SignerOptions(**given, sources=raw.sources)
@@ -70,9 +76,15 @@ def facts(raw: RawFactOptions) -> int:
     from typhapki.puppet.facts import FactRequest, gather
     from typhapki.settings.desired import observe
     from typhapki.settings.pki import OPTION_NAMES, PkiOptions, parse_roles
+    from typhapki.settings.provenance import OptionError
     from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
+
+    def said(exc: Exception) -> str:
+        """An error as the fact says it: a refused option value with where it was set."""
+        return exc.worded(raw.sources) if isinstance(exc, OptionError) else str(exc)
+
     if raw.config_error:
         errors.append(raw.config_error)
     if raw.extra_args:
@@ -81,21 +93,22 @@ def facts(raw: RawFactOptions) -> int:
     try:
         roles = parse_roles(raw.get("role"))
     except UsageError as exc:
-        errors.append(str(exc))
+        errors.append(said(exc))
 
     ferm_output = Path(raw.get("ferm_output")) if raw.get("ferm_output") else None
     try:
         flags = _signer_options(raw)
     except UsageError as exc:
-        errors.append(str(exc))
+        errors.append(said(exc))
         flags = SignerOptions()
     pki = PkiOptions()
     try:
         given = {name: raw.get(name) for name in OPTION_NAMES}
-        given["days"] = _days(raw.get("days"), raw.sources.get("days", "--days"))
+        given["days"] = _days(raw.get("days"))
         pki = PkiOptions(**given, sources=raw.sources)
     except UsageError as exc:
-        pki_error: UsageError | None = exc  # reported when the settings are built
+        # Reported when the settings are built, worded with where the value came from.
+        pki_error: UsageError | None = UsageError(said(exc))
     else:
         pki_error = None
     # The one resolution `check` makes (hiera read once, typha.trust included), with a
@@ -109,7 +122,7 @@ def facts(raw: RawFactOptions) -> int:
         Path(raw.get("ca_dir")) if raw.get("ca_dir") else None,
         roles,
     )
-    errors += [str(exc) or type(exc).__name__ for exc in observed.errors]
+    errors += [said(exc) or type(exc).__name__ for exc in observed.errors]
     if ferm_output is None and observed.typha is not None and observed.typha.ferm_output:
         ferm_output = Path(observed.typha.ferm_output)
 
@@ -126,7 +139,7 @@ def facts(raw: RawFactOptions) -> int:
     try:
         wiring = resolve(None, None, None, observed.typha) if observed.typha else WiringSettings()
     except (UsageError, ConfigError) as exc:
-        errors.append(str(exc))
+        errors.append(said(exc))
         wiring = WiringSettings()
 
     from typhapki.monitoring.request import parse_typha_uid
@@ -136,9 +149,8 @@ def facts(raw: RawFactOptions) -> int:
     if raw.get("typha_uid") is not None:
         try:
             typha_uid = parse_typha_uid(raw.get("typha_uid"))
-        except UsageError as exc:  # said in the fact; Typha judged by the default uid
-            source = raw.sources.get("typha_uid", "--typha-uid")
-            errors.append(f"{exc} (from {source})")
+        except OptionError as exc:  # said in the fact; Typha judged by the default uid
+            errors.append(said(exc))
 
     request = FactRequest(
         out=Path(raw.get("out")) if raw.get("out") else None,

@@ -62,12 +62,14 @@ def _kube_access(kube: KubeOptions, context: str | None, why: str) -> KubeAccess
 
     if kube.kubeconfig is None:
         raise UsageError(f"{why} is judged against the Kubernetes API: give --kubeconfig")
+    from typhapki.settings.provenance import OptionError
+
     try:
         valid_namespace(kube.namespace)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise OptionError("namespace", kube.namespace, str(exc)) from None
     if not 0 < kube.kube_timeout <= 3600:
-        raise UsageError(f"--kube-timeout: expected 0 < SECONDS <= 3600, got {kube.kube_timeout}")
+        raise OptionError("kube_timeout", kube.kube_timeout, "expected 0 < SECONDS <= 3600")
     return load_kubeconfig(kube.kubeconfig, context)
 
 
@@ -132,8 +134,9 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
 def _max_age(value: str) -> timedelta:
     """--max-age: 90m, 2h, 1d or seconds, as every duration option reads it."""
     from typhapki.pki.settings import parse_duration
+    from typhapki.settings.provenance import parsed
 
-    return parse_duration(value, "--max-age")
+    return parsed("max_age", value, lambda what: parse_duration(value, what))
 
 
 def _nodes(
@@ -170,7 +173,9 @@ def fleet(
     stages = emergencies = None
     if hiera is not None:
         from typhapki.fleet.gate import rotation_keys
+        from typhapki.settings.provenance import existing
 
+        existing("hiera", hiera, "hiera file or directory")
         keys = rotation_keys(hiera)
         stages = {name: k.tls_stage for name, k in keys.items()}
         emergencies = {name: (k.emergency, k.emergency_ca) for name, k in keys.items()}
@@ -187,20 +192,22 @@ def fleet(
     return EXIT_OK if healthy else EXIT_NEEDS_ACTION
 
 
-def ca_fingerprint(value: str, flag: str) -> str:
-    """A CA given as a SHA-256 fingerprint (hex, colons allowed) or a PEM file."""
+def ca_fingerprint(value: str, name: str) -> str:
+    """The option `name`'s CA, given as a SHA-256 fingerprint (hex, colons allowed) or a
+    PEM file."""
     from typhapki.pki.pem import load_certs
     from typhapki.pki.verify import fingerprint
+    from typhapki.settings.provenance import OptionError
 
     compact = value.replace(":", "").lower()
     if re.fullmatch(r"[0-9a-f]{64}", compact):
         return compact
     path = Path(value)
     if not path.exists():
-        raise UsageError(f"{flag}: {value!r:.80} is neither a SHA-256 fingerprint nor a file")
+        raise OptionError(name, value[:80], "neither a SHA-256 fingerprint nor a file")
     certs = load_certs(path, "CA certificate")
     if len(certs) != 1:
-        raise ConfigError(f"{flag}: {path}: expected one CA certificate, found {len(certs)}")
+        raise OptionError(name, value, f"expected one CA certificate, found {len(certs)}")
     return fingerprint(certs[0])
 
 
@@ -221,6 +228,7 @@ def fleet_ready(
     from typhapki.fleet.moves import SWITCH_GATES, gated_targets
     from typhapki.fleet.nodes import BrokenFact, parse_time, shown
     from typhapki.fleet.summary import READY_STAGES, ready
+    from typhapki.settings.provenance import OptionError
 
     # The live switch's gated stages come from the stage-move rule (typhapki/fleet/moves.py).
     switching = gated_targets().get(stage) in SWITCH_GATES
@@ -231,19 +239,19 @@ def fleet_ready(
             *(t for t, g in gated_targets().items() if g in SWITCH_GATES),
             *(f"{s} (emergency)" for s in emergency.READY_STAGES),
         )
-        raise UsageError(f"--stage: expected {', '.join(choices)}, got {stage!r:.40}")
+        raise OptionError("stage", stage[:40], f"expected {', '.join(choices)}")
     if emergent and emergency.needs_new_ca(stage) and new_ca is None:
         raise UsageError(f"--stage {stage} (emergency) needs --new-ca FILE|FINGERPRINT")
     if stage in ("trust-new", "reissue") and new_ca is None:
         raise UsageError(f"--stage {stage} needs --new-ca FILE|FINGERPRINT")
     if stage == "drop-old" and old_ca is None:
         raise UsageError("--stage drop-old needs --old-ca FILE|FINGERPRINT")
-    new_fp = ca_fingerprint(new_ca, "--new-ca") if new_ca else None
-    old_fp = ca_fingerprint(old_ca, "--old-ca") if old_ca else None
+    new_fp = ca_fingerprint(new_ca, "new_ca") if new_ca else None
+    old_fp = ca_fingerprint(old_ca, "old_ca") if old_ca else None
     try:
-        since_at = parse_time(since, "--since") if since is not None else None
+        since_at = parse_time(since, "since") if since is not None else None
     except BrokenFact as exc:
-        raise UsageError(f"{exc}, got {since!r:.40}") from None
+        raise OptionError("since", (since or "")[:40], str(exc).removeprefix("since: ")) from None
     now, age = datetime.now(UTC), _max_age(max_age)
     kube = kube or KubeOptions()
     access = _kube_access(kube, kube.context, f"--stage {stage}") if switching else None
@@ -362,13 +370,14 @@ def fleet_gate(
     from typhapki.fleet.moves import EMERGENCY_GATES, NO_LEAF, SWITCH_GATES
     from typhapki.fleet.nodes import shown
     from typhapki.fleet.summary import reached
+    from typhapki.settings.provenance import existing
 
     if (base is None) == (old is None):
         raise UsageError("give exactly one of --base REV (git) and --old PATH")
+    existing("hiera", hiera, "hiera file or directory")
     with tempfile.TemporaryDirectory(prefix="typhapki-gate-") as tmp:
         if old is not None:
-            if not os.path.lexists(old):
-                raise UsageError(f"--old {old}: no such file or directory")
+            existing("old", old, "file or directory")
             old_path, refused_entries = old, unjudged(old)
             refused_entries += unjudged(hiera)
         else:  # the base's tree, and the working tree as git sees it

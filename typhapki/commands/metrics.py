@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from typhapki.errors import EXIT_OK
@@ -24,13 +24,16 @@ def metrics(
     no_probe: bool,
     signer: SignerOptions | None = None,
     typha_uid: int | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> int:
     """Write (or print) the node's metrics; a broken set is reported in them, not raised.
 
     In cfssl mode the set is judged against the CA `check` and `issue` cached: metrics
-    never contact cfssl."""
+    never contact cfssl. `sources` (option -> a flag or the node configuration's file
+    and key) names where a refused value was set."""
     from typhapki.monitoring.metrics import render, write_textfile
     from typhapki.monitoring.status import collect, message
+    from typhapki.settings.provenance import OptionError
 
     # What fails to resolve is the settings' error series, and the set is still judged.
     observed, request = observed_request(
@@ -39,7 +42,8 @@ def metrics(
     )  # fmt: skip
     status = collect(request, observed.built_settings)
     for exc in observed.errors:
-        status.error("settings", message(exc))
+        said = exc.worded(sources or {}) if isinstance(exc, OptionError) else message(exc)
+        status.error("settings", said)
     for source, text in sorted(status.errors.items()):
         # The series say that something failed; the journal says what.
         print(f"typhapki: metrics: {source}: {text}", file=sys.stderr)

@@ -5,20 +5,7 @@ from pathlib import Path
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError, UsageError
 from typhapki.settings.pki import PkiOptions
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-
-def _named(name: str, sources: Mapping[str, str]) -> str:
-    """How an error names the option `name`: its flag, or the node configuration's key
-    with the option (`timeout (from FILE: commands.probe.timeout)`)."""
-    from typhapki.settings.provenance import flag_of
-
-    flag = flag_of(name)
-    where = sources.get(name, flag)
-    return flag if where == flag else f"{name} (from {where})"
+from typhapki.settings.provenance import parsed
 
 
 def probe(
@@ -29,7 +16,6 @@ def probe(
     cluster: str | None,
     timeout: float,
     json_out: bool,
-    sources: Mapping[str, str] | None = None,
 ) -> int:
     """Exit 0 when Typha serves the certificate on disk (and enforces the cluster's TLS
     policy), 1 when not, when refused or when the policy is unenforced. `address` None:
@@ -42,14 +28,15 @@ def probe(
     from typhapki.settings.options import PROBE_TIMEOUT
     from typhapki.settings.wiring import Stage, resolve
 
-    sources = sources or {}
     # nan, inf, 0 or a negative timeout would reach the socket (a traceback, or
-    # "Operation now in progress"): refused first, naming where it was given.
+    # "Operation now in progress"): refused first, named with where it was given
+    # (typhapki/settings/provenance.py `parsed`).
     low, high = PROBE_TIMEOUT
-    timeout = seconds(timeout, low=low, high=high, what=_named("timeout", sources),
-                      error=UsageError)  # fmt: skip
+    timeout = parsed("timeout", timeout, lambda what: seconds(
+        timeout, low=low, high=high, what=what, error=UsageError))  # fmt: skip
     if address is not None:
-        parse_address(address, _named("address", sources))
+        checked = address
+        parsed("address", checked, lambda what: parse_address(checked, what))
     typha = load_typha_settings(hiera, cluster)
     settings = merge_pki(pki, typha)[1]
     wiring = resolve(None, None, None, typha)

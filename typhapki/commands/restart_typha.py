@@ -28,21 +28,26 @@ def restart_typha(
     `hiera` and `cluster` are given (the TLS Typha in parallel, switch and retire, the
     plain one without a stage), else the TLS Typha when this node runs one, else the
     plain one (typhapki/kubernetes/eviction.py `restart_on_node`)."""
-    from typhapki.errors import UsageError
     from typhapki.kubernetes.eviction import KubeApi, restart_on_node, valid_namespace, valid_node
     from typhapki.kubernetes.kubeconfig import load_kubeconfig
     from typhapki.kubernetes.typhatarget import typha_target
     from typhapki.pki.restarts import Component, clear_restart, marker_path
     from typhapki.settings.cluster import load_typha_settings
+    from typhapki.settings.provenance import OptionError
     from typhapki.settings.wiring import resolve
 
-    try:
-        namespace = valid_namespace(namespace)
-        node = valid_node(node if node is not None else default_node())
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    named = node is not None  # else this host's name, the default
+    node = node if node is not None else default_node()
+    for name, value, valid, where in (
+        ("namespace", namespace, valid_namespace, ""),
+        ("node", node, valid_node, "" if named else "the host name"),
+    ):
+        try:
+            valid(value)
+        except ValueError as exc:
+            raise OptionError(name, value, str(exc), where=where) from None
     if not 0 < timeout <= 600:
-        raise UsageError(f"--timeout: {timeout:g} is not between 0 and 600 seconds")
+        raise OptionError("timeout", timeout, "not between 0 and 600 seconds")
     # Hiera first, as every command that takes it: a bad one is named even when no
     # restart is pending.
     typha = load_typha_settings(hiera, cluster)

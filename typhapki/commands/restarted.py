@@ -6,8 +6,12 @@ from pathlib import Path
 def restarted(out: Path, component: str) -> int:
     """Remove OUT/.restart-COMPONENT after the component restarted (docs/kubernetes.md)."""
     from typhapki.pki.restarts import Component, clear_restart, marker_path
+    from typhapki.settings.provenance import OptionError
 
-    which = Component.parse(component)
+    try:
+        which = Component(component)
+    except ValueError:
+        raise OptionError("component", component, "expected typha or felix") from None
     if clear_restart(out, which):
         print(f"{marker_path(out, which)}: removed ({which.value} restarted)")
     else:

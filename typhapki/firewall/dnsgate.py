@@ -34,6 +34,7 @@ from typhapki.errors import UsageError
 from typhapki.inventory.hostnames import not_a_node, parse_ip, validate_host
 from typhapki.numbers import whole_number
 from typhapki.record import field, record
+from typhapki.settings.provenance import OptionError
 
 # Where --nameserver is not given: lets a pre-commit hook point at a resolver.
 NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"
@@ -98,6 +99,9 @@ def _address_key(address: str) -> tuple[int, int]:
     return (ip.version, int(ip))
 
 
+_NOT_A_NAMESERVER = "expected IP, IP:PORT or [IPv6]:PORT"
+
+
 def parse_nameserver(value: str) -> Nameserver:
     """``IP``, ``IP:PORT``, ``IPv6`` or ``[IPv6]:PORT`` -> (ip, port)."""
     text = value.strip()
@@ -105,17 +109,19 @@ def parse_nameserver(value: str) -> Nameserver:
     if text.startswith("["):
         end = text.find("]")
         if end < 0 or (end + 1 < len(text) and text[end + 1] != ":"):
-            raise UsageError(f"--nameserver: {value!r} is not IP, IP:PORT or [IPv6]:PORT")
+            raise OptionError("nameserver", value, _NOT_A_NAMESERVER)
         host, port_text = text[1:end], text[end + 2 :]
     elif text.count(":") == 1:
         host, port_text = text.split(":")
     address = parse_ip(host)
     if address is None:
-        raise UsageError(f"--nameserver: {value!r} is not IP, IP:PORT or [IPv6]:PORT")
+        raise OptionError("nameserver", value, _NOT_A_NAMESERVER)
     port = DEFAULT_PORT
     if port_text or text.endswith(":"):
-        port = whole_number(port_text, low=1, high=65535, error=UsageError,
-                            what=f"--nameserver: {value!r}: port")  # fmt: skip
+        try:
+            port = whole_number(port_text, low=1, high=65535, error=UsageError, what="port")
+        except UsageError as exc:
+            raise OptionError("nameserver", value, str(exc)) from None
     return (str(address), port)
 
 
@@ -389,9 +395,9 @@ async def resolve_all_async(
 ) -> GateResult:
     """Resolve every host concurrently; see the module docstring for the rules."""
     if concurrency < 1:
-        raise UsageError(f"--concurrency: must be at least 1, got {concurrency}")
+        raise OptionError("concurrency", concurrency, "must be at least 1")
     if not timeout > 0:
-        raise UsageError(f"--timeout: must be positive, got {timeout}")
+        raise OptionError("timeout", timeout, "must be positive")
     if retries < 0:
         raise UsageError(f"retries: must be 0 or more, got {retries}")
     # Defence in depth: whatever the caller passes, only valid names reach DNS and rules.
@@ -457,6 +463,5 @@ def nameservers_from(
     values = env.get(NAMESERVERS_ENV, "").replace(",", " ").split()
     try:
         return [parse_nameserver(v) for v in values] or None
-    except UsageError as exc:
-        detail = str(exc).removeprefix("--nameserver: ")
-        raise UsageError(f"${NAMESERVERS_ENV}: {detail}") from None
+    except OptionError as exc:
+        raise UsageError(f"${NAMESERVERS_ENV}: {exc.value!r}: {exc.problem}") from None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.record import record
+from typhapki.settings.provenance import OptionError, existing, parsed
 from typhapki.settings.wiring import Stage
 
 if TYPE_CHECKING:
@@ -128,10 +129,12 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
         ("--dns-gate", opts.dns_gate, DNS_GATES),
     ):
         if value is not None and value not in allowed:
-            raise UsageError(f"{flag}: expected one of {', '.join(allowed)}, got {value!r}")
+            name = flag[2:].replace("-", "_")
+            raise OptionError(name, value, f"expected one of {', '.join(allowed)}", flag=flag)
     if opts.port is not None and not 1 <= opts.port <= 65535:
-        raise UsageError(f"--port: expected 1-65535, got {opts.port}")
+        raise OptionError("port", opts.port, "expected 1-65535")
     _check_proof_options(opts)
+    existing("hiera", opts.hiera, "hiera file or directory")
 
     cluster = load_cluster(opts.hiera, opts.cluster)
     typha = cluster.typha
@@ -353,17 +356,17 @@ def _check_proof_options(opts: GateOptions) -> None:
         from typhapki.firewall.mtls_proof import MAX_LIFETIME
         from typhapki.numbers import whole_number
 
-        whole_number(opts.proof_lifetime, low=1, high=MAX_LIFETIME,
-                     what="--proof-lifetime (seconds)", error=UsageError)  # fmt: skip
+        lifetime = opts.proof_lifetime
+        parsed("proof_lifetime", lifetime, lambda what: whole_number(
+            lifetime, low=1, high=MAX_LIFETIME, what=what, error=UsageError))  # fmt: skip
     if opts.proof_timeout is not None and not 0 < opts.proof_timeout <= 300:
-        raise UsageError(f"--proof-timeout: expected 0-300 seconds, got {opts.proof_timeout:g}")
+        raise OptionError("proof_timeout", opts.proof_timeout, "expected 0-300 seconds")
     if opts.typha_address is not None:
         from typhapki.firewall.mtls_probe import address_ok
 
         if not address_ok(opts.typha_address):
-            raise UsageError(
-                f"--typha-address: expected HOST:PORT or [IPV6]:PORT, got {opts.typha_address!r}"
-            )
+            problem = "expected HOST:PORT or [IPV6]:PORT"
+            raise OptionError("typha_address", opts.typha_address, problem)
 
 
 def _mtls_guard(

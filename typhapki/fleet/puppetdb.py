@@ -30,6 +30,7 @@ from typhapki.errors import PuppetDBError, UsageError
 from typhapki.fleet.answer import MalformedJson, decode
 from typhapki.record import record
 from typhapki.safeio import private_copies, read_regular, read_secret
+from typhapki.settings.provenance import OptionError
 
 DEFAULT_TIMEOUT = 60.0
 MAX_ANSWER_BYTES = 512 * 1024 * 1024  # 5,000 nodes' facts are tens of MiB
@@ -63,19 +64,20 @@ class PuppetDB:
     def __init__(self, url: str, tls: ClientTls, timeout: float | None = None) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UsageError(f"--puppetdb: expected http(s)://HOST[:PORT], got {url!r:.80}")
+            raise OptionError("puppetdb", url[:80], "expected http(s)://HOST[:PORT]")
         if parsed.query or parsed.fragment or parsed.username or parsed.password:
-            raise UsageError(f"--puppetdb: {url!r:.80}: no credentials, query or fragment")
+            raise OptionError("puppetdb", url[:80], "no credentials, query or fragment")
         try:
             self.port = parsed.port or (8081 if parsed.scheme == "https" else 8080)
         except ValueError:
-            raise UsageError(f"--puppetdb: {url!r:.80}: bad port") from None
+            raise OptionError("puppetdb", url[:80], "bad port") from None
         self.url = url.rstrip("/")
         self.host = parsed.hostname
         self.prefix = parsed.path.rstrip("/")
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         if not 0 < self.timeout <= 3600:
-            raise UsageError(f"--puppetdb-timeout: expected 0 < SECONDS <= 3600, got {timeout}")
+            problem = "expected 0 < SECONDS <= 3600"
+            raise OptionError("puppetdb_timeout", timeout, problem)
         self.context = self._context(tls) if parsed.scheme == "https" else None
         self.deadline = time.monotonic() + self.timeout
 

@@ -52,13 +52,13 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 def valid_namespace(value: str) -> str:
     if not _LABEL.match(value):
-        raise ValueError(f"--namespace: {value!r} is not a Kubernetes namespace name")
+        raise ValueError("not a Kubernetes namespace name")
     return value
 
 
 def valid_node(value: str) -> str:
     if not _SUBDOMAIN.match(value):
-        raise ValueError(f"--node: {value!r} is not a Kubernetes node name")
+        raise ValueError("not a Kubernetes node name")
     return value
 
 

@@ -41,6 +41,7 @@ from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
 from typhapki.record import record
 from typhapki.settings.options import DEFAULT_TYPHA_UID as DEFAULT_TYPHA_UID
+from typhapki.settings.provenance import OptionError
 
 
 class ManifestFormat(StrEnum):
@@ -52,7 +53,8 @@ class ManifestFormat(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise UsageError(f"--format: expected hardway or operator, got {value!r}") from None
+            problem = "expected hardway or operator"
+            raise OptionError("fmt", value, problem, flag="--format") from None
 
 
 class IdentityKind(StrEnum):
@@ -66,7 +68,7 @@ class IdentityKind(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise UsageError(f"--identity: expected cn or uri-san, got {value!r}") from None
+            raise OptionError("identity", value, "expected cn or uri-san") from None
 
 
 DEFAULT_NAMESPACE = {
@@ -112,11 +114,10 @@ class TyphaPod:
 
     @classmethod
     def parse(cls, uid: int | None, gid: int | None) -> TyphaPod:
-        for flag, value in (("--typha-uid", uid), ("--typha-gid", gid)):
+        for name, value in (("typha_uid", uid), ("typha_gid", gid)):
             if value is not None and not 1 <= value <= _MAX_ID:
-                raise UsageError(
-                    f"{flag}: {value} is out of range (1 to {_MAX_ID}; Typha never runs as root)"
-                )
+                problem = f"out of range (1 to {_MAX_ID}; Typha never runs as root)"
+                raise OptionError(name, value, problem)
         return cls(
             uid=DEFAULT_TYPHA_UID if uid is None else uid,
             gid=DEFAULT_TYPHA_GID if gid is None else gid,
@@ -168,17 +169,15 @@ def namespace_problem(namespace: str) -> str | None:
     """Why `namespace` is no namespace (an RFC 1123 label: the API server would reject
     anything else, and it is printed into kubectl commands); None when it is one."""
     if len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace):
-        return (
-            f"{namespace!r} is not a valid namespace "
-            "(lower-case letters, digits and '-', at most 63)"
-        )
+        return "not a valid namespace (lower-case letters, digits and '-', at most 63)"
     return None
 
 
 def validate_namespace(namespace: str) -> str:
-    """`namespace` from --namespace; UsageError unless it is a namespace."""
+    """`namespace` from --namespace (or the node configuration); refused, named with
+    where it came from, unless it is a namespace."""
     if (problem := namespace_problem(namespace)) is not None:
-        raise UsageError(f"--namespace: {problem}")
+        raise OptionError("namespace", namespace, problem)
     return namespace
 
 

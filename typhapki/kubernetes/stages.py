@@ -408,7 +408,7 @@ def wiring_dir_objects(
     theirs = identify(plain)[1]
     if theirs is not None and (problem := namespace_problem(theirs)) is not None:
         # It would be printed into the command that deletes the plain Typha at retire.
-        raise ConfigError(f"{where}: metadata.namespace: {problem}")
+        raise ConfigError(f"{where}: metadata.namespace {shown(theirs)}: {problem}")
     if theirs is not None and theirs != namespace:
         raise ConfigError(
             f"{where}: Deployment calico-typha is in namespace {shown(theirs)}, but "

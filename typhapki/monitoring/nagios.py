@@ -74,8 +74,16 @@ class Thresholds:
     @classmethod
     def parse(cls, warning: str | None, critical: str | None) -> Thresholds:
         """--warning / --critical; CRITICAL must come first, and before expiry."""
-        warn = None if warning is None else parse_duration(warning, "--warning")
-        crit = None if critical is None else parse_duration(critical, "--critical")
+        from typhapki.settings.provenance import parsed
+
+        def duration(name: str, value: str | None) -> timedelta | None:
+            return (
+                None
+                if value is None
+                else parsed(name, value, lambda what: parse_duration(value, what))
+            )
+
+        warn, crit = duration("warning", warning), duration("critical", critical)
         if warn is not None and crit is not None and crit >= warn:
             raise UsageError(
                 f"--critical {critical} must be shorter than --warning {warning} "

@@ -100,8 +100,10 @@ def status_request(
 
     if probe_address is not None:
         from typhapki.monitoring.probe import parse_address  # ssl only when probing
+        from typhapki.settings.provenance import parsed
 
-        parse_address(probe_address, "--probe-address")
+        parsed("probe_address", probe_address,
+               lambda what: parse_address(probe_address, what))  # fmt: skip
     return StatusRequest(
         out,
         roles=parse_roles(role),
@@ -124,5 +126,10 @@ def parse_typha_uid(value: object) -> int:
     from typhapki.errors import UsageError
     from typhapki.monitoring.processes import MAX_UID
     from typhapki.numbers import whole_number
+    from typhapki.settings.provenance import parsed
 
-    return whole_number(value, low=1, high=MAX_UID, what="--typha-uid", error=UsageError)
+    return parsed(
+        "typha_uid",
+        value,
+        lambda what: whole_number(value, low=1, high=MAX_UID, what=what, error=UsageError),
+    )

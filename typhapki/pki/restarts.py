@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from enum import Enum
 from pathlib import Path
 
-from typhapki.errors import StoreError, UsageError
+from typhapki.errors import StoreError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, write_file_atomic
@@ -53,13 +53,6 @@ class Component(Enum):
 
     TYPHA = "typha"
     FELIX = "felix"
-
-    @classmethod
-    def parse(cls, value: str) -> Component:
-        try:
-            return cls(value)
-        except ValueError:
-            raise UsageError(f"--component must be typha or felix, not {value!r}") from None
 
 
 # Which components must restart to load the files of each scope a Change names: those

@@ -269,7 +269,7 @@ def renewal_spread(node_name: str) -> float:
 
 def validate_node_name(name: str) -> str:
     if not name.strip() or len(name) > 253 or any(c.isspace() or ord(c) < 0x20 for c in name):
-        raise UsageError(f"--node-name: expected a host name, got {name!r}")
+        raise UsageError(f"expected a host name, got {name!r}")
     return name
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typhapki.errors import ConfigError, UsageError
 from typhapki.settings import options
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
+from typhapki.settings.provenance import existing
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def load_typha_settings(hiera: Path | None, cluster: str | None) -> TyphaSetting
     assert hiera is not None and cluster is not None
     from typhapki.inventory.hiera import load_cluster  # yaml only when hiera is used
 
+    existing("hiera", hiera, "hiera file or directory")
     return load_cluster(hiera, cluster, reads=()).typha  # each reader requires its own
 
 

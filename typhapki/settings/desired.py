@@ -20,6 +20,7 @@ from typhapki.pki.settings import check_renewal
 from typhapki.record import record
 from typhapki.settings.cluster import load_typha_settings, merge_cluster, merge_pki, merged_signer
 from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
+from typhapki.settings.provenance import existing
 from typhapki.settings.signer import SignerOptions
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -226,6 +227,8 @@ def resolve_loaded(
     from typhapki.pki.plan import Desired
     from typhapki.pki.verify import load_trusted
 
+    for path in request.trust:
+        existing("trust", path, "trusted CA certificate file")
     pki, settings, signer_opts = merge_cluster(request.pki, request.signer, typha)
     roles = tuple(parse_roles(request.role))
     _ = signer_opts.kind  # a misspelt --signer fails here, in check as in issue

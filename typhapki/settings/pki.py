@@ -27,7 +27,7 @@ from typhapki.pki.settings import (
 )
 from typhapki.record import field, fields, record
 from typhapki.settings.options import PkiFields
-from typhapki.settings.provenance import Sourced
+from typhapki.settings.provenance import OptionError, Sourced
 from typhapki.settings.provenance import named as _named
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
@@ -233,4 +233,4 @@ def parse_roles(role: str) -> list[RoleName]:
     try:
         return [RoleName(role)]
     except ValueError:
-        raise UsageError(f"--role: expected typha, felix or both, got {role!r}") from None
+        raise OptionError("role", role, "expected typha, felix or both") from None

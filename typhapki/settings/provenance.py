@@ -13,7 +13,11 @@ value was given, in one wording for all of them:
 A value that was set but has no entry came from its own flag (options built in code); a
 value that was not set at all is the default. An error about a value names it, the value
 and its source: ``cfssl_label 'a-b' (from --cfssl-label): ...``, so the user knows which
-place to fix. Nothing heavy: this module is on the path of every `check`.
+place to fix. A check that does not know where its value came from (the firewall's port,
+the fleet's timeouts, a hiera path that is not there) raises `OptionError` naming the
+option, and the command's boundary (typhapki/fastcli.py `guarded`, handed the command's
+`sources`) words it the same way. Nothing heavy: this module is on the path of every
+`check`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typhapki.errors import TyphapkiError, UsageError
 TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
     from typing import Any, NoReturn, TypeVar
 
     T = TypeVar("T")
@@ -48,6 +53,58 @@ def unset(value: object) -> bool:
     return value is None or value is False
 
 
+def worded(name: str, value: Any, where: str) -> str:
+    """The one wording of a value and its source, as every error about an option's
+    value names them: ``cfssl_timeout 400.0 (from --cfssl-timeout)``."""
+    if where == DEFAULT:
+        return f"{name} ({DEFAULT})"
+    if value is True:  # a flag: its name is the value
+        return f"{name} (from {where})"
+    return f"{name} {shown(value)} (from {where})"
+
+
+class OptionError(UsageError):
+    """A value of the option `name` refused by a check that does not know where the value
+    came from (exit 2). The command's boundary knows (typhapki/fastcli.py `guarded`, with
+    the command's `sources`) and words it there: ``kube_timeout -1.0 (from FILE:
+    defaults.kube_timeout): expected ...``. `where`, when the check knows it (hiera's
+    file and key), wins; without either, the value came from the option's `flag`."""
+
+    def __init__(
+        self, name: str, value: object, problem: str, *, flag: str = "", where: str = ""
+    ) -> None:
+        self.name, self.value, self.problem = name, value, problem
+        self.flag, self.where = flag or flag_of(name), where
+        super().__init__(self.worded({}))
+
+    def worded(self, sources: Mapping[str, str]) -> str:
+        """The error's one line, the value named with where it came from."""
+        where = self.where or sources.get(self.name) or self.flag
+        return f"{worded(self.name, self.value, where)}: {self.problem}"
+
+
+def parsed(name: str, value: object, parse: Callable[[str], T]) -> T:
+    """`parse(what)`: a parser's reading of `value` that names it `what` in its error
+    (``what: problem``: the number parser's `whole_number` and `seconds` in
+    typhapki/numbers.py, the durations' `parse_duration` in typhapki/pki/settings.py),
+    whose refusal becomes an OptionError about the option `name`, worded with the
+    value's source like every other one."""
+    try:
+        return parse(name)
+    except TyphapkiError as exc:
+        raise OptionError(name, value, str(exc).removeprefix(f"{name}: ")) from None
+
+
+def existing(name: str, path: Path, what: str) -> Path:
+    """`path`, given by the option `name` (--hiera, --trust), when something is there;
+    else an OptionError naming the option, the path and where it was set (a flag, or
+    the node configuration's file and key), not only the path nobody typed. What is
+    there is its reader's to judge."""
+    if not os.path.lexists(path):
+        raise OptionError(name, path, f"no such {what}")
+    return path
+
+
 class Sourced:
     """What an options class with a `sources` mapping can say about its values."""
 
@@ -63,13 +120,7 @@ class Sourced:
     def said(self, name: str) -> str:
         """`name`, its value and its source, as an error names them:
         ``cfssl_timeout 400.0 (from --cfssl-timeout)``."""
-        where = self.source(name)
-        if where == DEFAULT:
-            return f"{name} ({DEFAULT})"
-        value = getattr(self, name)
-        if value is True:  # a flag: its name is the value
-            return f"{name} (from {where})"
-        return f"{name} {shown(value)} (from {where})"
+        return worded(name, getattr(self, name), self.source(name))
 
     def refuse(self, name: str, problem: str, error: type[TyphapkiError] = UsageError) -> NoReturn:
         """Raise `error` (exit 2) saying that the value of `name` has `problem`, naming

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from typhapki.errors import ConfigError, UsageError
 from typhapki.record import field, record
 from typhapki.settings.options import CIPHER_SUITES as _CIPHER_SUITES
+from typhapki.settings.provenance import OptionError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,59 +68,46 @@ class WiringSettings:
     policy: TlsPolicy = field(default_factory=TlsPolicy)
 
 
-def _min_version(value: str, where: str) -> str:
-    if value not in MIN_VERSIONS:
-        raise UsageError(f"{where}: expected 1.2 or 1.3, got {value!r}")
-    return value
-
-
-def _suites(value: str, where: str) -> tuple[str, ...]:
-    from typhapki.inventory.hiera import cipher_suites
-
-    try:
-        return cipher_suites(value)
-    except ValueError as exc:
-        raise UsageError(f"{where}: {exc}") from None
-
-
 def resolve(
     stage: str | None,
     min_version: str | None,
     cipher_suites: str | None,
     typha: TyphaSettings | None = None,
 ) -> WiringSettings:
-    """The flags over the cluster's hiera (flags win). A bad flag is a usage error, a
-    bad hiera value hiera's (both exit 2), each naming where it was written."""
-    if typha is not None:
-        from typhapki.inventory.hiera import WIRING
+    """The given values (a flag, or the node configuration's key) over the cluster's
+    hiera (they win). A bad given value is an `OptionError`, which the command's
+    boundary words with where it was set (typhapki/settings/provenance.py); hiera's
+    values were judged by the one judge of a hiera value (`require`), which names
+    hiera's file, line and key. Both exit 2."""
+    from typhapki.inventory.hiera import WIRING
+    from typhapki.inventory.hiera import cipher_suites as suites_of
+    from typhapki.settings.options import BY_NAME
 
+    if typha is not None:
         typha.require(WIRING)  # a value the judge refused (typhapki/inventory/hiera.py)
-    values: dict[str, tuple[str, str]] = {}
-    for name, flag, given in (
-        ("tls_stage", "--tls-stage", stage),
-        ("tls_min_version", "--tls-min-version", min_version),
-        ("tls_cipher_suites", "--tls-cipher-suites", cipher_suites),
+    values: dict[str, tuple[str, str]] = {}  # name -> (value, hiera's place or "")
+    for name, given in (
+        ("tls_stage", stage),
+        ("tls_min_version", min_version),
+        ("tls_cipher_suites", cipher_suites),
     ):
         if given is not None:
-            values[name] = (given, flag)
+            values[name] = (given, "")
         elif typha is not None and getattr(typha, name) is not None:
             values[name] = (getattr(typha, name), f"hiera {typha.sources.get(name, name)}")
-    try:
-        chosen_stage = None
-        if "tls_stage" in values:
-            text, where = values["tls_stage"]
-            try:
-                chosen_stage = Stage(text)
-            except ValueError:
-                raise UsageError(f"{where}: expected {', '.join(Stage)}, got {text!r}") from None
-        version = None
-        if "tls_min_version" in values:
-            version = _min_version(*values["tls_min_version"])
-        suites: tuple[str, ...] = ()
-        if "tls_cipher_suites" in values:
-            suites = _suites(*values["tls_cipher_suites"])
-    except UsageError as exc:
-        if str(exc).startswith("hiera "):
-            raise ConfigError(str(exc)[len("hiera ") :]) from None
-        raise
-    return WiringSettings(chosen_stage, TlsPolicy(version, suites))
+    for name, (text, where) in values.items():
+        choices = BY_NAME[name].choices  # the judge's choices (typhapki/inventory/hiera.py)
+        if choices and text not in choices:
+            *first, last = choices
+            problem = f"expected {', '.join(first)} or {last}"
+            raise OptionError(name, text, problem, where=where)
+    suites: tuple[str, ...] = ()
+    if "tls_cipher_suites" in values:
+        text, where = values["tls_cipher_suites"]
+        try:
+            suites = suites_of(text)
+        except ValueError as exc:
+            raise OptionError("tls_cipher_suites", text, str(exc), where=where) from None
+    chosen = Stage(values["tls_stage"][0]) if "tls_stage" in values else None
+    version = values["tls_min_version"][0] if "tls_min_version" in values else None
+    return WiringSettings(chosen, TlsPolicy(version, suites))
