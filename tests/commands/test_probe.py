@@ -38,7 +38,9 @@ def test_a_timeout_out_of_range_is_one_line(issued: Path, text: str) -> None:
     """From the flag: exit 2, the flag named, before any connection (nothing listens
     on port 1, which would be another error)."""
     result = run_cli("probe", "--address", "127.0.0.1:1", "--out", issued, f"--timeout={text}")
-    assert_one_line_error(result, 2, "--timeout", f"from {MIN_TIMEOUT:g} to {MAX_TIMEOUT:g}")
+    # Text that is no number at all is refused by the one reader of number options
+    # (typhapki/numbers.py option_number); a number out of the probe's range by its range.
+    assert_one_line_error(result, 2, "(from --timeout)", "expected seconds from")
 
 
 def test_a_timeout_from_the_node_configuration_names_its_key(issued: Path, tmp_path: Path) -> None:
@@ -47,11 +49,11 @@ def test_a_timeout_from_the_node_configuration_names_its_key(issued: Path, tmp_p
     config.chmod(0o644)
     result = run_cli("probe", "--address", "127.0.0.1:1", "--out", issued,
                      env={"TYPHAPKI_CONFIG": str(config)})  # fmt: skip
-    assert_one_line_error(result, 2, f"timeout (from {config}: commands.probe.timeout)")
+    assert_one_line_error(result, 2, f"(from {config}: commands.probe.timeout)")
     assert "--timeout" not in result.stderr  # nobody typed the flag
     config.write_text(f"defaults:\n  address: {'a' * 254}:5473\n")
     result = run_cli("probe", "--out", issued, env={"TYPHAPKI_CONFIG": str(config)})
-    assert_one_line_error(result, 2, f"address (from {config}: defaults.address)")
+    assert_one_line_error(result, 2, f"(from {config}: defaults.address)")
     assert "--address" not in result.stderr
 
 
@@ -117,6 +119,6 @@ def test_the_monitoring_commands_name_their_own_flag(issued: Path) -> None:
     for command in (("metrics",), ("check", "--nagios")):
         result = run_cli(*command, "--out", issued, "--probe-address", "a" * 254 + ":5473")
         said = result.stderr + result.stdout  # the Nagios line is on stdout
-        assert result.returncode in (2, 3) and "--probe-address: 'aaaa" in said, said
+        assert result.returncode in (2, 3) and "(from --probe-address): 'aaaa" in said, said
         assert "--address" not in said.replace("--probe-address", "")
         assert "Traceback" not in said and len(said.splitlines()) == 1

@@ -348,7 +348,7 @@ def test_every_proof_the_writer_takes_reads_back(
         _check_proof_options(options)
     except UsageError as exc:
         assert not 1 <= lifetime <= MAX_LIFETIME
-        assert str(exc).startswith("--proof-lifetime") and "\n" not in str(exc)
+        assert "(from --proof-lifetime)" in str(exc) and "\n" not in str(exc)
         return
     assert 1 <= lifetime <= MAX_LIFETIME
     proof = Proof("127.0.0.1:5473", ENFORCED, "enforced")

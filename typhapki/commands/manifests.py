@@ -222,16 +222,17 @@ def manifests(
             "in the namespace they already have"
         )
     wiring = bool(modes)
+    typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
+    settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
     if typed and not wiring:
         # The Secrets (hardway) and the operator's objects carry the set alone: no stage
-        # or TLS policy changes them, so a typed one would be ignored silently.
+        # or TLS policy changes them, so a typed one (its value judged first,
+        # naming its source) would be ignored silently.
         raise UsageError(
             f"{' and '.join(typed)}: --format {manifest_format.value} prints the set's "
             "objects, which no stage or TLS policy changes; they are rendered by "
             "--post-render, --kustomize-dir and --wiring-dir (docs/kubernetes.md)"
         )
-    typha_settings = load_typha_settings(hiera, cluster)  # hiera read once
-    settings = resolve(tls_stage, tls_min_version, tls_cipher_suites, typha_settings)
     rendering = post_render or kustomize_dir is not None
     # all-at-once renders as before the live switch: no TLS Typha of its own.
     stage = settings.stage if settings.stage is not None and settings.stage.live else None
