@@ -47,6 +47,9 @@ from typhapki.pki.settings import DEFAULT_FELIX_CN, DEFAULT_TYPHA_CN, RoleName
 
 PORT = TLS_PORTS.server  # the TLS Typha's port: the one the rule opens from retire on
 TYPHA_SIDE = {"node": "10.250.41.1", "attacker": "10.250.42.1"}
+# The fleet drill's first node (tests/support/drill.py), and an address beside it in its
+# /24 that no drill node has: inside the relaxed rule, outside the strict one.
+NODE_ADDRESS, ATTACKER_ADDRESS = "10.64.0.10", "10.64.0.250"
 
 TCP_CONNECT = """
 import socket, sys
