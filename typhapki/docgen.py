@@ -361,6 +361,7 @@ def _typha_key_type(key: str) -> str:
         "signer": "Typhapki::Typha::Signer",
         "days": "Integer[1]",
         "trust": "Array[String]",
+        "emergency": "Typhapki::Typha::Emergency",
         "mode": _enum(hiera._MODES),
         "style": _enum(hiera._STYLES),
         "dns_gate": _enum(hiera._DNS_GATES),
@@ -392,6 +393,7 @@ def puppet_types() -> dict[str, str]:
     switch stage, and the cfssl auth keys each role needs."""
     from typhapki.inventory import hiera
     from typhapki.kubernetes.typhaports import TLS_PORTS
+    from typhapki.pki import emergency
     from typhapki.settings.wiring import MIN_VERSIONS, Stage
 
     tls = TLS_PORTS.server
@@ -428,6 +430,21 @@ def puppet_types() -> dict[str, str]:
             f"#   {tls} (`tls_stage` {' or '.join(hiera.SIDE_BY_SIDE)}).\n"
             f"type Typhapki::Typha::PlainPort = Variant[Integer[1, {tls - 1}], "
             f"Integer[{tls + 1}, 65535]]\n"
+        ),
+        "types/typha/emergency.pp": (
+            "# @summary The emergency CA roll of a cluster (`typha.emergency`,\n"
+            "#   docs/rotation.md): its step, the new CA (PEM) and, in cfssl mode, the\n"
+            "#   new intermediate's label.\n"
+            "#   `contain` needs no new CA; every later step does.\n"
+            "type Typhapki::Typha::Emergency = Variant[\n"
+            "  Struct[{\n"
+            f"    step                => {_enum(emergency.STEPS[:1])},\n"
+            "    Optional[new_ca]    => Optional[String[1]],\n"
+            "    Optional[new_label] => Optional[Typhapki::CfsslName],\n  }],\n"
+            "  Struct[{\n"
+            f"    step                => {_enum(emergency.STEPS[1:])},\n"
+            "    new_ca              => String[1],\n"
+            "    Optional[new_label] => Optional[Typhapki::CfsslName],\n  }],\n]\n"
         ),
         "types/typha/signer.pp": (
             "# @summary Who signs the cluster's certificates (`typha.signer`).\n"

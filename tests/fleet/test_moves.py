@@ -199,3 +199,50 @@ def test_rotation_stage_1_rolls_back_while_no_member_holds_a_leaf_of_it(
 def test_docs_fleet_prints_the_rule() -> None:
     page = (ROOT / "docs" / "fleet.md").read_text()
     assert moves.markdown() in page
+
+
+# The emergency CA roll (issue 41's table), written out independently of the module:
+# the hiera steps in order, each forward move behind the gate of the step before it.
+EMERGENCY_ORDER = ["none", "contain", "trust", "typha-leaf", "felix-leaf", "drop", "done"]
+EMERGENCY_GATES = {
+    ("contain", "trust"): "strict-in-force",
+    ("trust", "typha-leaf"): "both-cas",
+    ("typha-leaf", "felix-leaf"): "typha-roll-1",
+    ("felix-leaf", "drop"): "felix-new",
+    ("drop", "done"): "typha-roll-2",
+    ("contain", "felix-leaf"): "from-reissue",  # a planned rotation at reissue, roll 1 done
+}
+EMERGENCY_STEP = st.sampled_from(EMERGENCY_ORDER)
+
+
+@settings(max_examples=50)
+@given(source=EMERGENCY_STEP, target=EMERGENCY_STEP)
+def test_every_emergency_move_as_the_issue_says(source: str, target: str) -> None:
+    move = moves.judge(moves.EMERGENCY, source, target)
+    if source == target:
+        assert move is None
+        return
+    assert move is not None
+    assert move in moves.TABLE or not move.allowed  # a refusal may be made up
+    a, b = EMERGENCY_ORDER.index(source), EMERGENCY_ORDER.index(target)
+    finished = (source, target) == ("done", "none")
+    forward = b == a + 1 or (source, target) == ("contain", "felix-leaf")
+    back = b == a - 1 and b >= 1  # one step back, never to none
+    assert move.allowed == (forward or back or finished), move
+    assert move.gate == EMERGENCY_GATES.get((source, target)), move
+    if move.allowed:
+        return
+    if target == "none":
+        assert move.why == moves.REOPENS  # back past step 0
+    elif b > a:
+        assert move.why == f"it skips step {EMERGENCY_ORDER[a + 1]}"
+    else:
+        assert move.why.endswith(f"it skips step {EMERGENCY_ORDER[a - 1]}")
+
+
+def test_the_emergency_steps_are_the_modules() -> None:
+    from typhapki.pki import emergency
+
+    assert ["none", *emergency.STEPS] == EMERGENCY_ORDER
+    for gate in EMERGENCY_GATES.values():
+        assert gate in moves.GATES

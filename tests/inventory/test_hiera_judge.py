@@ -64,6 +64,7 @@ BAD: dict[str, Any] = {
     "prefix_v6": 200,
     "ferm_output": "",
     "dns_gate": "off",
+    "emergency": "contain",  # a mapping of step, new_ca and new_label
 }
 BAD_CLUSTER: dict[str, Any] = {
     "cluster_nodes": ["not a host!"],
@@ -205,3 +206,42 @@ def test_the_stages_hiera_accepts_are_the_wirings() -> None:
     from typhapki.settings.wiring import Stage
 
     assert options.BY_NAME["tls_stage"].choices == tuple(s.value for s in Stage)
+
+
+def _ca_pem(tmp_path: Path) -> str:
+    ca = tmp_path / "ca"
+    assert run_cli("ca", "init", "--ca-dir", ca).returncode == 0
+    return (ca / "typhaca.crt").read_text()
+
+
+def test_the_emergency_is_judged_key_by_key(tmp_path: Path) -> None:
+    """typha.emergency (docs/rotation.md, "Emergency: the CA key is stolen"): each of
+    its keys refused naming the key, by ferm/nft as by `issue` (a refused emergency
+    must never leave the relaxed rule open), and accepted as one Emergency."""
+    pem = _ca_pem(tmp_path)
+    leaf_like = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    cases: list[tuple[Any, str | None]] = [
+        ({"step": "contain"}, None),
+        ({"step": "trust", "new_ca": pem}, None),
+        ({"step": "typha-leaf", "new_ca": pem, "new_label": "lab2026"}, None),
+        ({"step": "now"}, "typha.emergency.step: expected one of contain, trust"),
+        ({"step": "trust"}, "typha.emergency: step trust needs new_ca"),
+        ({"step": "trust", "new_ca": leaf_like}, "typha.emergency.new_ca"),
+        ({"step": "contain", "new_label": "lab-2026"}, "typha.emergency.new_label: cfssl"),
+        ({"step": "contain", "stepp": 1}, "typha.emergency.stepp: unknown key"),
+        ({"new_ca": pem}, "typha.emergency: needs step"),
+        ("contain", "typha.emergency: expected a mapping"),
+    ]
+    for value, refused in cases:
+        path = _write(tmp_path / "h.yaml", {"emergency": value, "mode": "relaxed"})
+        verdicts = _verdicts(path)
+        assert verdicts[hiera.FIREWALL] == verdicts[hiera.CERTS] == (refused is not None)
+        if refused is None:
+            emergency = hiera.load_cluster(path, CLUSTER).typha.emergency
+            assert emergency is not None and emergency.step == value["step"]
+            assert emergency.new_ca == value.get("new_ca")
+            continue
+        with pytest.raises(ConfigError) as caught:
+            hiera.load_cluster(path, CLUSTER)
+        assert refused in str(caught.value), str(caught.value)
+        assert "Traceback" not in str(caught.value)

@@ -1,22 +1,26 @@
 """The stage-move rule: which move of a cluster's stage, forward or back, is allowed,
 and behind which gate. One table for the live switch (hiera's `typha.tls_stage`) and
-the CA rotation (`typha.trust` and the signer); `fleet gate` and `fleet ready`
+the CA rotation (`typha.trust` and the signer) and the emergency CA roll
+(`typha.emergency.step`, typhapki/pki/emergency.py); `fleet gate` and `fleet ready`
 (typhapki/commands/fleet.py) ask it, and docs/fleet.md prints it
 (tests/fleet/test_moves.py holds the page to the table). Pure: no I/O.
 
 A move the table does not list is refused: a skipped stage, or, for the live switch, a
-move back past `switch` (the TLS Typha would go before Felix leaves it). Another kind
-of move (an emergency CA roll, say) is rows of its own `track`, never a second rule.
+move back past `switch` (the TLS Typha would go before Felix leaves it), or, for the
+emergency, a move back past `contain` (the relaxed rule would open again while the key
+is stolen). Another kind of move is rows of its own `track`, never a second rule.
 """
 
 from __future__ import annotations
 
+from typhapki.pki import emergency as roll
 from typhapki.record import record
 from typhapki.settings.wiring import LIVE_STAGES, Stage
 
 # The tracks: what a move moves.
 LIVE_SWITCH = "tls_stage"
 ROTATION = "rotation"
+EMERGENCY = "emergency"
 
 NONE = "none"  # no `typha.tls_stage` in hiera; no rotation under way
 
@@ -26,6 +30,14 @@ RETIRE_GATE = "retire"  # typhapki/fleet/switch.py retire_gate
 AT_NONE = "none"  # every member's fact shows rotation stage none
 AT_TRUST_NEW = "trust-new"  # every member's fact shows trust-new or reissue
 NO_LEAF = "no-leaf"  # no member holds a leaf signed by the CA that leaves typha.trust
+# The emergency's gates (typhapki/fleet/emergency.py judges them from the facts).
+STRICT_IN_FORCE = "strict-in-force"
+BOTH_CAS = "both-cas"
+TYPHA_ROLL_1 = roll.ROLL_1
+FELIX_NEW = "felix-new"
+TYPHA_ROLL_2 = roll.ROLL_2
+FROM_REISSUE = "from-reissue"
+EMERGENCY_GATES = (STRICT_IN_FORCE, BOTH_CAS, TYPHA_ROLL_1, FELIX_NEW, TYPHA_ROLL_2, FROM_REISSUE)
 
 SWITCH_GATES = (SWITCH_GATE, RETIRE_GATE)  # judged from the facts and the Kubernetes API
 GATES = {
@@ -34,6 +46,13 @@ GATES = {
     AT_NONE: "every member at rotation stage none",
     AT_TRUST_NEW: "every member at trust-new (or reissue)",
     NO_LEAF: "no member holds a leaf signed by the CA dropped",
+    STRICT_IN_FORCE: "every Typha host's fact shows the strict rule in force",
+    BOTH_CAS: "every member's bundle holds the new CA and the old",
+    TYPHA_ROLL_1: "every member's Typha leaf by the new CA, every Typha started after it",
+    FELIX_NEW: "every member's Felix leaf by the new CA",
+    TYPHA_ROLL_2: "every member's bundle the new CA alone, every Typha started after it",
+    FROM_REISSUE: "the strict rule in force, every leaf by the new CA, every Typha "
+    "started after its leaf (a planned rotation at reissue, roll 1 done)",
 }
 
 FORWARD = "forward"
@@ -44,6 +63,7 @@ REFUSED = "refused"
 SKIPS = "it skips a stage"
 CUTS_FELIX = "the TLS Typha goes before Felix leaves it"
 OUTAGE = "Typha and Felix would switch at once, an outage while the pods roll"
+REOPENS = "it goes back past step 0: the relaxed rule would open again while the key is stolen"
 
 
 @record(frozen=True)
@@ -75,6 +95,22 @@ def _rotation(source: str, target: str, kind: str, gate: str | None, why: str) -
     return Move(ROTATION, source, target, kind, gate, why)
 
 
+def _emergency(source: str, target: str, kind: str, gate: str | None, why: str) -> Move:
+    return Move(EMERGENCY, source, target, kind, gate, why)
+
+
+# Each forward step of the emergency behind the gate of the step before (issue 41's
+# table; steps 3 and 5b, the Typha rolls, are in the gates of the step after them).
+_FORWARD_STEPS = (
+    (NONE, roll.CONTAIN, None, "the strict rule replaces the relaxed one, at once"),
+    (roll.CONTAIN, roll.TRUST, STRICT_IN_FORCE, "every bundle trusts old and new"),
+    (roll.TRUST, roll.TYPHA_LEAF, BOTH_CAS, "Typha's leaf from the new CA"),
+    (roll.TYPHA_LEAF, roll.FELIX_LEAF, TYPHA_ROLL_1, "Felix's leaf from the new CA"),
+    (roll.FELIX_LEAF, roll.DROP, FELIX_NEW, "the bundle drops the stolen CA"),
+    (roll.DROP, roll.DONE, TYPHA_ROLL_2, "the emergency is over; the rule stays strict"),
+    (roll.DONE, NONE, None, "typha.mode rules the firewall again"),
+)
+
 P, S, R = (stage.value for stage in LIVE_STAGES)
 A = Stage.ALL_AT_ONCE.value
 TABLE: tuple[Move, ...] = (
@@ -96,6 +132,20 @@ TABLE: tuple[Move, ...] = (
     _rotation("reissue", "trust-new", ROLLBACK, AT_TRUST_NEW, "moves the signer back"),
     _rotation("trust-new", NONE, ROLLBACK, NO_LEAF, "removes the CA only just trusted"),
     _rotation(NONE, "reissue", REFUSED, None, "moves the signer to a CA no bundle trusts yet"),
+    # The emergency CA roll (docs/rotation.md, "Emergency: the CA key is stolen").
+    *(_emergency(s, t, FORWARD, g, why) for s, t, g, why in _FORWARD_STEPS),
+    _emergency(
+        roll.CONTAIN,
+        roll.FELIX_LEAF,
+        FORWARD,
+        FROM_REISSUE,
+        "a planned rotation at reissue, roll 1 done, is step 4",
+    ),
+    *(
+        _emergency(t, s, ROLLBACK, None, "one step back; the rule stays strict")
+        for s, t, _g, _w in _FORWARD_STEPS[1:-1]
+    ),
+    *(_emergency(s, NONE, REFUSED, None, REOPENS) for s in roll.STEPS[:-1]),
 )
 
 _BY_MOVE = {(m.track, m.source, m.target): m for m in TABLE}
@@ -110,7 +160,20 @@ def judge(track: str, source: str | None, target: str | None) -> Move | None:
     found = _BY_MOVE.get((track, before, after))
     if found is not None:
         return found
+    if track == EMERGENCY:
+        return Move(track, before, after, REFUSED, None, _emergency_refusal(before, after))
     return Move(track, before, after, REFUSED, None, SKIPS)
+
+
+def _emergency_refusal(before: str, after: str) -> str:
+    """Why the emergency's move no row lists is refused, naming the step it skips."""
+    steps = (NONE, *roll.STEPS)
+    if before not in steps or after not in steps:
+        return f"{SKIPS}: expected one of {', '.join(steps)}"
+    start, end = steps.index(before), steps.index(after)
+    if end > start:
+        return f"it skips step {steps[start + 1]}"
+    return f"it goes back more than one step: it skips step {steps[start - 1]}"
 
 
 def live_stages() -> tuple[str, ...]:
@@ -132,5 +195,5 @@ def markdown() -> str:
         lines.append(
             f"| `{m.track}` | `{m.source}` | `{m.target}` | {allowed} | {gate} | {m.why} |"
         )
-    lines.append(f"| either | any other move | | refused | | {SKIPS} |")
+    lines.append(f"| any | any other move | | refused | | {SKIPS} (naming the step skipped) |")
     return "\n".join(lines) + "\n"

@@ -103,6 +103,17 @@ class YNode:
 
 
 @record(frozen=True)
+class Emergency:
+    """`typha.emergency`: the step (typhapki/pki/emergency.py STEPS), the new CA as PEM
+    text (needed from `trust` on) and, in cfssl mode, the new intermediate's label
+    (needed from `typha-leaf` on)."""
+
+    step: str
+    new_ca: str | None = None
+    new_label: str | None = None
+
+
+@record(frozen=True)
 class TyphaSettings(PkiFields, SignerFields, ProofFields, WiringFields):
     """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set.
 
@@ -132,6 +143,9 @@ class TyphaSettings(PkiFields, SignerFields, ProofFields, WiringFields):
     prefix_v6: int | None = None
     ferm_output: str | None = None
     dns_gate: str | None = None
+    # The emergency CA roll (docs/rotation.md, "Emergency: the CA key is stolen"): its
+    # step and the new CA; None when no emergency is under way.
+    emergency: Emergency | None = None
     # Where each value set above was written (FILE:LINE: KEY), for an error about a
     # value the PKI layer refuses (typhapki/settings/pki.py).
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -629,6 +643,10 @@ TYPHA_READERS = {
         CERTS if key == "trust" else FIREWALL)  # the ferm rule's own keys
     for key in sorted(_KNOWN)
 }  # fmt: skip
+# The emergency is the certificates' (`issue` signs by it); the firewall requires every
+# reader, so a refused emergency stops `ferm` and `nft` too: never a relaxed rule left
+# open because the emergency could not be read.
+TYPHA_READERS["emergency"] = CERTS
 MAX_RENEW = 36500 * 86400  # 100 years, as for any duration (pki/settings.py)
 # Keys that would put a secret into hiera (and so into catalogs and PuppetDB): the
 # options marked secret where they are declared, and two names a user may try.
@@ -720,6 +738,8 @@ def _typha_value(key: str, item: YNode) -> Any:
         return str(value)  # a numeric uid/gid
     if key == "trust":
         return _trusted_pems(item)
+    if key == "emergency":
+        return _emergency(item)
     if key == "days":
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -810,6 +830,43 @@ def _trusted_pems(item: YNode) -> tuple[str, ...]:
         trusted_cas(parse_certs(text.encode(), entry.where), entry.where)
         pems.append(text)
     return tuple(pems)
+
+
+_EMERGENCY_KEYS = ("step", "new_ca", "new_label")
+
+
+def _emergency(item: YNode) -> Emergency:
+    """typha.emergency: {step, new_ca, new_label}, each checked here, so lint-hiera
+    and every command name the key that is wrong."""
+    from typhapki.pki import emergency as roll
+
+    items = _expect_mapping(item, "a mapping of step, new_ca and new_label")
+    for key, value in items.items():
+        if key not in _EMERGENCY_KEYS:
+            raise ConfigError(
+                f"{value.where}: unknown key in typha.emergency (known: "
+                f"{', '.join(_EMERGENCY_KEYS)})"
+            )
+    if "step" not in items or items["step"].value is None:
+        raise ConfigError(f"{item.where}: needs step: one of {', '.join(roll.STEPS)}")
+    step = _expect_choice(items["step"], roll.STEPS)
+    new_ca: str | None = None
+    if (ca := items.get("new_ca")) is not None and ca.value is not None:
+        from typhapki.pki.pem import parse_certs
+        from typhapki.pki.verify import trusted_cas
+
+        new_ca = _expect_str(ca)
+        certs = trusted_cas(parse_certs(new_ca.encode(), ca.where), ca.where)
+        if len(certs) != 1:
+            raise ConfigError(f"{ca.where}: expected one CA certificate, got {len(certs)}")
+    elif roll.needs_new_ca(step):
+        raise ConfigError(f"{item.where}: step {step} needs new_ca: the new CA's certificate (PEM)")
+    label: str | None = None
+    if (given := items.get("new_label")) is not None and given.value is not None:
+        if (problem := cfssl_name_problem(given.value)) is not None:
+            raise ConfigError(f"{given.where}: {problem}")
+        label = str(given.value)
+    return Emergency(step, new_ca, label)
 
 
 def _expect_str(item: YNode) -> str:

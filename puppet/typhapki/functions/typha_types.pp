@@ -12,6 +12,7 @@ function typhapki::typha_types() >> Hash[String[1], Type] {
     'cfssl_url'           => String,
     'days'                => Integer[1],
     'dns_gate'            => Enum['enforce', 'warn'],
+    'emergency'           => Typhapki::Typha::Emergency,
     'felix_cn'            => String,
     'felix_lifetime'      => Variant[String, Integer],
     'felix_uri_san'       => String,
