@@ -49,7 +49,16 @@ import yaml
 
 from tests.conftest import run_cli
 from tests.support.attacker import AttackerLab, Leaf, stolen_leaf
-from tests.support.drill import CLUSTER, NEW_LABEL, OLD_LABEL, Drill, Hiera, Node, Services
+from tests.support.drill import (
+    CLUSTER,
+    NEW_LABEL,
+    OLD_LABEL,
+    Drill,
+    Hiera,
+    Node,
+    Report,
+    Services,
+)
 from typhapki.calico import Component as Calico
 from typhapki.monitoring.processes import Process, restart_status
 from typhapki.pki.layout import SetPaths
@@ -162,6 +171,30 @@ class EmergencyReport:
             "attacker's stolen leaf, by phase: "
             + "; ".join(f"{k}: {'/'.join(sorted(v))}" for k, v in verdicts.items()),
         ]
+
+
+def side_by_side(emergency: EmergencyReport, planned: Report | None) -> list[str]:
+    """Each step's time in Puppet intervals and Typha rolls, the emergency's beside the
+    planned rotation's of the same run (None: not walked, as in CI)."""
+    out = ["planned rotation and emergency, side by side (Puppet intervals, Typha rolls):"]
+    if planned is None:
+        out.append("  planned: not walked in this run (bench/bench_drill.py --walk both)")
+    else:
+        stages = [s for s in planned.stages if s.name in ("trust-new", "reissue", "drop-old")]
+        total = sum(s.took for s in stages) / emergency.interval
+        out.append(
+            "  planned:   "
+            + ", ".join(f"{s.name} {s.took / emergency.interval:.2f} (1 roll)" for s in stages)
+            + f"; total {total:.2f} intervals, {len(stages)} rolls; the rule never weakens"
+        )
+    total = sum(p.intervals for p in emergency.phases)
+    out.append(
+        "  emergency: "
+        + ", ".join(f"{p.name.split()[0]} {p.intervals:.2f}" for p in emergency.phases)
+        + f"; total {total:.2f} intervals, {emergency.rolls} rolls; the attacker in for "
+        f"{emergency.exposure:.2f} intervals"
+    )
+    return out
 
 
 class EmergencyDrill(Drill):
@@ -387,6 +420,7 @@ class EmergencyDrill(Drill):
             node.spec = "retire"
         self.puppet_runs(self.interval)
         self.helm("retire")
+        generation = self.kube.daemonsets["calico-node"].generation
         hosts = [n for n in self.nodes if n.typha_host]
         for key in list(self.typhas):
             self.typhas.pop(key).stop()
@@ -436,7 +470,16 @@ class EmergencyDrill(Drill):
         self.puppet_runs(self.now + self.interval)
         self.traffic("done")
         self.attack("after roll 2")
-        self.emergency.pod_restarts = self.kube.daemonsets["calico-node"].generation - 1
+        # The DaemonSet's spec never changes after day 0: no calico-node pod restarts.
+        ds = self.kube.daemonsets["calico-node"]
+        self.emergency.pod_restarts = (ds.generation - generation) * len(self.live)
+        for proc in list(self.typhas.values()):
+            proc.stop()  # its last lines counted
+        self.report.typha_accepted = sum(p.accepted for p in self.all_typhas)
+        self.report.typha_refused = sum(p.refused for p in self.all_typhas)
+        self.report.typha_processes = len(self.all_typhas)
+        self.report.fact_uploads = self.svc.puppetdb.uploads
+        self.report.puppetdb = type(self.svc.puppetdb).__name__
         self.emergency.wall = time.monotonic() - started
         return self.emergency
 
