@@ -167,13 +167,15 @@ def fleet(
     from typhapki.fleet.summary import render_table, summarise
 
     now, age = datetime.now(UTC), _max_age(max_age)
-    stages = None
+    stages = emergencies = None
     if hiera is not None:
         from typhapki.fleet.gate import rotation_keys
 
-        stages = {name: keys.tls_stage for name, keys in rotation_keys(hiera).items()}
+        keys = rotation_keys(hiera)
+        stages = {name: k.tls_stage for name, k in keys.items()}
+        emergencies = {name: (k.emergency, k.emergency_ca) for name, k in keys.items()}
     members, nodes = _nodes(_client(opts), cluster, age, now)
-    clusters = summarise(members, nodes, stages)
+    clusters = summarise(members, nodes, stages, emergencies)
     healthy = bool(clusters) and all(c.healthy for c in clusters)
     if as_json:
         print(json.dumps({"healthy": healthy, "clusters": [c.as_json() for c in clusters]}))
@@ -215,15 +217,23 @@ def fleet_ready(
     """Exit 0 when every member of CLUSTER reached STAGE by fingerprints (or, for the
     live switch's switch and retire, its gate passes), else 1 listing what holds it
     back."""
+    from typhapki.fleet import emergency
     from typhapki.fleet.moves import SWITCH_GATES, gated_targets
     from typhapki.fleet.nodes import BrokenFact, parse_time, shown
     from typhapki.fleet.summary import READY_STAGES, ready
 
     # The live switch's gated stages come from the stage-move rule (typhapki/fleet/moves.py).
     switching = gated_targets().get(stage) in SWITCH_GATES
-    if stage not in READY_STAGES and not switching:
-        choices = (*READY_STAGES, *(t for t, g in gated_targets().items() if g in SWITCH_GATES))
+    emergent = stage in emergency.READY_STAGES
+    if stage not in READY_STAGES and not switching and not emergent:
+        choices = (
+            *READY_STAGES,
+            *(t for t, g in gated_targets().items() if g in SWITCH_GATES),
+            *(f"{s} (emergency)" for s in emergency.READY_STAGES),
+        )
         raise UsageError(f"--stage: expected {', '.join(choices)}, got {stage!r:.40}")
+    if emergent and emergency.needs_new_ca(stage) and new_ca is None:
+        raise UsageError(f"--stage {stage} (emergency) needs --new-ca FILE|FINGERPRINT")
     if stage in ("trust-new", "reissue") and new_ca is None:
         raise UsageError(f"--stage {stage} needs --new-ca FILE|FINGERPRINT")
     if stage == "drop-old" and old_ca is None:
@@ -242,11 +252,16 @@ def fleet_ready(
     if access is not None:
         api = _kube_api(access, kube)
         verdict = switch_verdict(stage, nodes, api, kube.namespace, since_at)
+    elif emergent:
+        if since_at is not None:
+            nodes = [_before_since(n, since_at) for n in nodes]
+        verdict = emergency.ready(stage, nodes, new_fp)
     else:
         verdict = ready(stage, nodes, new_fp, old_fp, since_at)
+    named = f"emergency {stage}" if emergent else stage
     if verdict.ready:
         said = (f"{stage} may start: its gate passes for all {verdict.members} members"
-                if switching else f"all {verdict.members} members reached {stage}")  # fmt: skip
+                if switching else f"all {verdict.members} members reached {named}")  # fmt: skip
         print(f"cluster {shown(cluster)}: {said}")
         return EXIT_OK
     if not verdict.members:
@@ -256,10 +271,21 @@ def fleet_ready(
     print(
         f"cluster {shown(cluster)}: {len(verdict.holding_back)} "
         f"{'members or objects' if switching else f'of {verdict.members} members'} "
-        f"hold {stage} back",
+        f"hold {named} back",
         file=sys.stderr,
     )
     return EXIT_NEEDS_ACTION
+
+
+def _before_since(node: Node, since: datetime) -> Node:
+    """NODE, stale when its fact was uploaded before --since: it cannot show the step."""
+    from typhapki.fleet.nodes import STALE
+    from typhapki.record import replace
+
+    if node.produced_at is not None and node.produced_at >= since:
+        return node
+    when = "never" if node.produced_at is None else f"{node.produced_at:%Y-%m-%dT%H:%M:%SZ}"
+    return replace(node, state=STALE, reason=f"fact uploaded {when}, before --since")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -331,8 +357,9 @@ def fleet_gate(
     (typhapki/fleet/moves.py), or that advances a cluster's rotation or live switch
     before the move's gate passes; with --no-puppetdb, refuse what hiera alone decides,
     warn about the gated moves and pass them."""
+    from typhapki.fleet import emergency
     from typhapki.fleet.gate import advances, holds_no_leaf, rotation_keys, unjudged
-    from typhapki.fleet.moves import NO_LEAF, SWITCH_GATES
+    from typhapki.fleet.moves import EMERGENCY_GATES, NO_LEAF, SWITCH_GATES
     from typhapki.fleet.nodes import shown
     from typhapki.fleet.summary import reached
 
@@ -379,13 +406,20 @@ def fleet_gate(
     access = {c: _gate_kube_access(kube, c, len(switching)) for c in switching}  # usage first
     db = _client(opts)  # one client: one deadline for every cluster's queries
     for move in gated:
-        age = timedelta(days=36500) if move.cluster not in access else _max_age("2h")
+        # The live switch and the emergency judge what runs now: a stale fact holds them.
+        current = move.cluster in access or move.gate in EMERGENCY_GATES
+        age = _max_age("2h") if current else timedelta(days=36500)
         _, nodes = _nodes(db, move.cluster, age, datetime.now(UTC))
         if move.gate in SWITCH_GATES:
             api = _kube_api(access[move.cluster], kube)  # each cluster's own deadline
             verdict = switch_verdict(move.stage, nodes, api, kube.namespace, None)
             said = f"the {move.stage} gate passes for all {verdict.members} members"
             held = f"{len(verdict.holding_back)} members or objects hold the {move.stage} gate"
+        elif move.gate in EMERGENCY_GATES:
+            assert move.gate is not None
+            verdict = emergency.gate(move.gate, nodes, move.new_ca)
+            said = f"all {verdict.members} members pass {move.gate}"
+            held = f"{len(verdict.holding_back)} of {verdict.members} members miss {move.gate}"
         elif move.gate == NO_LEAF:
             verdict = holds_no_leaf(move.dropped, nodes)
             said = f"none of the {verdict.members} members holds a leaf of the CA that goes"

@@ -11,6 +11,9 @@ whether it is allowed and behind which gate (docs/fleet.md). The CA rotation
   both wait until no member holds a leaf of the CA that goes).
 The live switch (docs/kubernetes.md section 4) moves when the cluster's `typha:
 tls_stage` changes; the gates of switch and retire are typhapki/fleet/switch.py.
+The emergency CA roll (docs/rotation.md, "Emergency: the CA key is stolen") moves when
+`typha: emergency: step` changes; its gates are typhapki/fleet/emergency.py, judged
+against the new CA the new tree names (`typha: emergency: new_ca`).
 Defaults (`kubernetes::clusters_defaults`) are merged in first, so a change to the
 defaults moves every cluster it reaches. The trees are loaded here, PuppetDB is asked
 by the caller.
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from typhapki.errors import ConfigError
-from typhapki.fleet.moves import LIVE_SWITCH, NONE, ROTATION, Move, judge
+from typhapki.fleet.moves import EMERGENCY, LIVE_SWITCH, NONE, ROTATION, Move, judge
 from typhapki.fleet.nodes import Node, shown
 from typhapki.fleet.summary import Readiness
 from typhapki.inventory import hiera as inventory
@@ -156,6 +159,9 @@ class RotationKeys:
     trust: frozenset[str]  # each entry as canonical JSON
     signer: str | None  # typha.cfssl_label, else pki_intermediate_base
     tls_stage: str | None = None  # typha.tls_stage: the live switch's stage
+    emergency: str | None = None  # typha.emergency.step: the emergency CA roll's step
+    # The SHA-256 fingerprint of typha.emergency.new_ca (None: none, or unreadable).
+    emergency_ca: str | None = None
 
 
 @record(frozen=True)
@@ -168,6 +174,7 @@ class Advance:
     move: Move
     what: str  # the change, for the message
     dropped: frozenset[str] | None = frozenset()
+    new_ca: str | None = None  # the emergency's new CA (SHA-256), for its gates
 
     @property
     def stage(self) -> str:
@@ -205,12 +212,35 @@ def rotation_keys(hiera: Path) -> dict[str, RotationKeys]:
                 f"{hiera}: cluster {shown(str(name))}: typha.tls_stage: expected "
                 f"{', '.join(TLS_STAGES)} or nothing, got {shown(str(stage), 40)!r}"
             )
+        step, new_ca = _emergency(hiera, str(name), typha.get("emergency"))
         keys[name] = RotationKeys(
             frozenset(json.dumps(e, sort_keys=True) for e in entries),
             None if label is None else str(label),
             stage,
+            step,
+            new_ca,
         )
     return keys
+
+
+def _emergency(hiera: Path, name: str, value: object) -> tuple[str | None, str | None]:
+    """(step, the new CA's SHA-256) of typha.emergency; a step the rule does not know is
+    refused (ConfigError), an unreadable new_ca is None (its gates then hold)."""
+    from typhapki.pki.emergency import STEPS
+
+    if value is None:
+        return None, None
+    step = value.get("step") if isinstance(value, dict) else None
+    if step not in STEPS:
+        shown_step = shown(str(step), 40)
+        raise ConfigError(
+            f"{hiera}: cluster {shown(name)}: typha.emergency.step: expected "
+            f"{', '.join(STEPS)}, got {shown_step!r}"
+        )
+    assert isinstance(value, dict)
+    pem = value.get("new_ca")
+    found = ca_fingerprints(frozenset({json.dumps(pem)})) if isinstance(pem, str) else None
+    return step, (next(iter(found)) if found is not None and len(found) == 1 else None)
 
 
 def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list[Advance]:
@@ -246,6 +276,10 @@ def advances(old: dict[str, RotationKeys], new: dict[str, RotationKeys]) -> list
             what = "removes a CA from typha.trust (drop-old, or trust-new rolled back)"
             drop = _row(ROTATION, "reissue", "drop-old")
             found.append(Advance(name, drop, what, ca_fingerprints(removed)))
+        emergency = judge(EMERGENCY, before.emergency, after.emergency)
+        if emergency is not None:
+            what = f"moves typha.emergency {_stages(emergency)}"
+            found.append(Advance(name, emergency, what, new_ca=after.emergency_ca))
         switch = judge(LIVE_SWITCH, before.tls_stage, after.tls_stage)
         if switch is not None:
             found.append(Advance(name, switch, f"moves typha.tls_stage {_stages(switch)}"))

@@ -78,6 +78,15 @@ class Node:
     felix_tls: bool | None = None
     felix_why: str = ""
     tls_typhas: tuple[tuple[int, bool, str], ...] = ()
+    # The emergency CA roll's evidence (typhapki/fleet/emergency.py): each leaf's
+    # issuer, the Typha rule in force (None: the node writes none), and whether a
+    # Typha runs here and started after its live files.
+    typha_issuer: str | None = None
+    felix_issuer: str | None = None
+    rule: str | None = None
+    writes_rule: bool = False
+    typha_running: bool = False
+    typha_pending: bool = False
 
     @property
     def judged(self) -> bool:
@@ -174,6 +183,37 @@ def _trust(fact: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str], str
         ),
         stage,
     )
+
+
+_RULES = ("strict", "relaxed")
+
+
+def _emergency_evidence(fact: Mapping[str, Any]) -> dict[str, Any]:
+    """What the emergency's gates read (typhapki/fleet/emergency.py): each leaf's
+    issuer (`trust.leaf_issuers`, checked by `_trust`), the rule in force
+    (`ferm_gate.rule`), and Typha's process against its files (`restart.typha`)."""
+    issuers = fact["trust"]["leaf_issuers"]
+    found: dict[str, Any] = {
+        "typha_issuer": issuers.get("typha"),
+        "felix_issuer": issuers.get("felix"),
+    }
+    gate = fact.get("ferm_gate")
+    if gate is not None:
+        rule = _mapping(gate, "ferm_gate").get("rule")
+        if rule is not None and rule not in _RULES:
+            raise BrokenFact("ferm_gate.rule: expected strict, relaxed or null")
+        found.update(rule=rule, writes_rule=True)
+    restart = fact.get("restart")
+    typha = _mapping(restart, "restart").get("typha") if restart is not None else None
+    if typha is not None:
+        typha = _mapping(typha, "restart.typha")
+        running = typha.get("running")
+        found["typha_running"] = running is not None and _bool(running, "restart.typha.running")
+        pending = typha.get("restart_pending")
+        found["typha_pending"] = pending is not None and _bool(
+            pending, "restart.typha.restart_pending"
+        )
+    return found
 
 
 def _set_state(fact: Mapping[str, Any], now: datetime) -> tuple[str, str, datetime | None]:
@@ -330,6 +370,7 @@ def judge_node(
         runtime = _runtime_state(fact)
         felix_ok = _felix_set_ok(fact, now)
         felix_tls, felix_why, tls_typhas = _switch_evidence(fact)
+        evidence = _emergency_evidence(fact)
     except BrokenFact as exc:
         return Node(certname, BROKEN, str(exc), has_fact=True)
     except Exception as exc:  # belt and braces: a hostile value must never end the run
@@ -356,4 +397,5 @@ def judge_node(
         felix_tls=felix_tls,
         felix_why=felix_why,
         tls_typhas=tls_typhas,
+        **evidence,
     )

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from typhapki.fleet.nodes import HEALTHY, STATES, Node, shown
+from typhapki.fleet.readiness import Readiness as Readiness  # its home for the gates
 from typhapki.record import field, record
 
 READY_STAGES = ("trust-new", "reissue", "drop-old")
@@ -28,6 +29,38 @@ class ClusterSummary:
     # The live switch's stage hiera says ("none" when it names none), None when no
     # hiera was given (`fleet --hiera`).
     tls_stage: str | None = None
+    # The emergency CA roll hiera says (typha.emergency.step, None: none) and its new
+    # CA's SHA-256; `hiera` False when no hiera was given.
+    emergency: str | None = None
+    emergency_ca: str | None = None
+    hiera: bool = False
+
+    def emergency_view(self) -> dict[str, Any] | None:
+        """The emergency's step and, per member, what it still misses for the next
+        step's gate (typhapki/fleet/emergency.py); with no emergency under way, the
+        emergency step a planned rotation in progress equals. None: nothing to show."""
+        from typhapki.fleet import emergency as roll
+        from typhapki.pki.emergency import NUMBERS
+
+        mapped = roll.planned_maps_to(self.nodes)
+        if self.emergency is None:
+            if mapped is None or not self.hiera:
+                return None
+            return {"step": None, "planned_maps_to": mapped}
+        view: dict[str, Any] = {
+            "step": self.emergency,
+            "number": NUMBERS[self.emergency],
+            "planned_maps_to": mapped,
+            "next": None,
+            "gate": None,
+            "holding": [],
+        }
+        following = roll.next_gate(self.emergency)
+        if following is not None:
+            view["next"], view["gate"] = following
+            verdict = roll.gate(following[1], self.nodes, self.emergency_ca)
+            view["holding"] = [{"certname": c, "why": w} for c, w in verdict.holding_back]
+        return view
 
     @property
     def counts(self) -> Counter[str]:
@@ -64,6 +97,7 @@ class ClusterSummary:
                 "stage": self.tls_stage,
                 "felix": {k: felix.get(k, 0) for k in ("tls", "plain", "unknown")},
             },
+            "emergency": self.emergency_view(),
             "counts": {state: self.counts.get(state, 0) for state in STATES},
             "stages": dict(sorted(self.stages().items())),
             "first_expiries": [
@@ -86,14 +120,19 @@ def summarise(
     members: Mapping[str, str],
     nodes: Iterable[Node],
     tls_stages: Mapping[str, str | None] | None = None,
+    emergencies: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> list[ClusterSummary]:
     """Clusters in name order; `members` maps certname -> cluster (from the catalogs),
-    `tls_stages` cluster -> the live switch's stage in hiera (when hiera was given)."""
+    `tls_stages` cluster -> the live switch's stage in hiera, `emergencies` cluster ->
+    the emergency's step and new CA in hiera (both when hiera was given)."""
     clusters: dict[str, ClusterSummary] = {}
     for node in nodes:
         cluster = members[node.certname]
         stage = None if tls_stages is None else (tls_stages.get(cluster) or "none")
-        summary = clusters.setdefault(cluster, ClusterSummary(cluster, [], stage))
+        step, new_ca = (emergencies or {}).get(cluster, (None, None))
+        summary = clusters.setdefault(
+            cluster, ClusterSummary(cluster, [], stage, step, new_ca, emergencies is not None)
+        )
         summary.nodes.append(node)
     return [clusters[name] for name in sorted(clusters)]
 
@@ -119,6 +158,7 @@ def render_table(clusters: list[ClusterSummary]) -> str:
                 f"{felix.get('tls', 0)} of {len(c.nodes)} (plain {felix.get('plain', 0)}, "
                 f"unknown {felix.get('unknown', 0)})"
             )
+        lines.extend(_emergency_lines(c))
         for n in c.first_expiries():
             lines.append(f"  first expiry: {_iso(n.first_expiry)} {shown(n.certname)}")
         shown_nodes = [
@@ -132,15 +172,29 @@ def render_table(clusters: list[ClusterSummary]) -> str:
     return "\n".join(lines)
 
 
-@record(frozen=True)
-class Readiness:
-    stage: str
-    members: int
-    holding_back: list[tuple[str, str]]  # (certname, why)
-
-    @property
-    def ready(self) -> bool:
-        return self.members > 0 and not self.holding_back
+def _emergency_lines(c: ClusterSummary) -> list[str]:
+    view = c.emergency_view()
+    if view is None:
+        return []
+    if view["step"] is None:
+        return [f"  emergency: none ({view['planned_maps_to']})"]
+    head = f"  emergency: step {view['step']} ({view['number']})"
+    if view["next"] is None:
+        head += "; over: removing typha.emergency lets typha.mode rule the firewall again"
+    else:
+        held = len(view["holding"])
+        head += (
+            f"; next: {view['next']} behind {view['gate']}: "
+            f"{held} of {len(c.nodes)} members miss it"
+        )
+    lines = [head]
+    if view["planned_maps_to"]:
+        lines.append(f"  emergency: {view['planned_maps_to']}")
+    for entry in view["holding"][:20]:
+        lines.append(f"  emergency holds: {shown(entry['certname'])}: {entry['why']}")
+    if len(view["holding"]) > 20:
+        lines.append(f"  ... and {len(view['holding']) - 20} more (--json lists them all)")
+    return lines
 
 
 def ready(
