@@ -138,6 +138,12 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     stage = firewall_stage(typha.tls_stage)
     requested = opts.mode or typha.mode or rules.DEFAULT_MODE
     mode = stage_mode(stage, requested)
+    # The emergency CA roll (docs/rotation.md): with the CA key stolen anyone can mint a
+    # leaf, so the relaxed rule's subnets close at once, whatever its mTLS proof says,
+    # and stay closed until the emergency leaves hiera.
+    contained = typha.emergency is not None and mode != "strict"
+    if contained:
+        mode = "strict"
     port = opts.port or typha.port or rules.DEFAULT_PORT  # the plain Typha's
     ports = open_ports(stage, port)
     if len(set(ports)) != len(ports):
@@ -156,11 +162,25 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     # While both Typhas run the rule is strict: what made it relaxed waits for retire,
     # the warn gate of a relaxed rule of fixed networks too (a strict rule is enforced).
     waiting = [f"mode {requested}"] if requested != mode else []
-    if waiting and dns_gate == "warn" and (typha.networks or typha.network_variable):
+    if contained:
+        assert typha.emergency is not None
+        waiting = []  # the emergency says why, below
+        if dns_gate == "warn":
+            dns_gate = "enforce"
+    if (waiting or contained) and dns_gate == "warn" and (typha.networks or typha.network_variable):
         waiting.append("dns_gate warn")
         dns_gate = "enforce"
+    if contained:
+        assert typha.emergency is not None
+        print(
+            f"typhapki: warning: cluster {cluster.name}: typha.emergency (step "
+            f"{typha.emergency.step}) makes the rule strict: mode {requested} waits until "
+            "the emergency leaves hiera",
+            file=sys.stderr,
+        )
     if not cluster.cluster_nodes and not fixed:
         staged = f" (tls_stage {stage} makes the rule strict)" if waiting else ""
+        staged = " (typha.emergency makes the rule strict)" if contained else staged
         raise ConfigError(
             f"{cluster.where}: no cluster_nodes, but a {_built_from(mode)} needs them{staged} "
             "(give cluster_nodes, or mode: relaxed with networks or network_variable)"
@@ -264,6 +284,15 @@ def gated_rule(opts: GateOptions, prepare: Prepare, choices: Sequence[Choice] = 
     elif problems and dns_gate == "enforce":
         for _, line in problems:
             print(f"typhapki: DNS gate: {line}", file=sys.stderr)
+        if typha.emergency is not None:
+            # Step 0 cannot be written: the operator must close the port by hand.
+            hosts = ", ".join(failed_hosts[:5]) + (" ..." if len(failed_hosts) > 5 else "")
+            print(
+                f"typhapki: emergency: cluster {cluster.name}: the strict rule cannot be "
+                f"written: {hosts} does not resolve; firewall tcp/{ports[-1]} by hand "
+                "(the node addresses only) while DNS is fixed (docs/rotation.md)",
+                file=sys.stderr,
+            )
         print(
             f"typhapki: DNS gate failed for cluster {cluster.name}: {len(problems)} problem(s) "
             f"among {total} cluster_nodes; nothing written",
