@@ -4,7 +4,7 @@ from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, Si
 
 TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
-    from typhapki.pki.plan import Plan
+    from typhapki.pki.plan import Desired, Plan
     from typhapki.pki.settings import PkiSettings
     from typhapki.pki.verify import SetReport
     from typhapki.settings.desired import Request
@@ -43,16 +43,26 @@ def check(request: Request, quiet: bool) -> int:
     once per TTL; refused (3) and signer down while signing is needed (5) as in `issue`.
     Without --ca-dir or a signer, the set is judged by the bundle on disk alone.
     """
+
+    from typhapki.settings.desired import resolve_each
+
+    # One desired state, or one per signer at the emergency's step typha-leaf.
+    each = resolve_each(request, require_signer=False)
+    if len(each) > 1:
+        codes = [_check_one(desired, quiet) for desired in each]
+        return max(codes)
+    return _check_one(each[0], quiet)
+
+
+def _check_one(desired: Desired, quiet: bool) -> int:
     from datetime import UTC, datetime
 
     from typhapki.pki.plan import plan
-    from typhapki.settings.desired import resolve
 
-    desired = resolve(request, require_signer=False)
     now = datetime.now(UTC)
     report = desired.judge(now)
     found = plan(desired, report, now)
-    out = request.out
+    out = desired.out
     if report.bundle is not None and len(report.bundle) > 1 and not quiet:
         # Several CAs in the bundle: say which rotation stage the node is in.
         from typhapki.pki.rotation import describe_rotation

@@ -46,27 +46,29 @@ def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
 
     from typhapki.pki.issuance import apply
     from typhapki.pki.plan import plan
-    from typhapki.settings.desired import resolve
+    from typhapki.settings.desired import resolve_each
 
-    desired = resolve(request, require_signer=True)
-    roles = [r.value for r in desired.roles]
+    # One desired state, or one per signer at the emergency's step typha-leaf.
+    each = resolve_each(request, require_signer=True)
+    roles = [r.value for desired in each for r in desired.roles]
     if dry_run:
         from typhapki.commands.check import verdict
 
         now = datetime.now(UTC)
-        found = plan(desired, desired.judge(now), now)
-        code = verdict(found)
+        found = [plan(desired, desired.judge(now), now) for desired in each]
+        code = max(verdict(f) for f in found)
+        steps = [s for f in found for s in f.steps]
         if as_json:
-            steps = [
+            listed = [
                 {"scope": s.scope, "path": str(s.path), "action": s.action, "reason": s.reason}
-                for s in found.steps
+                for s in steps
             ]
-            print(json.dumps({"changed": False, "plan": steps}, indent=2))
-        elif not found.steps:
+            print(json.dumps({"changed": False, "plan": listed}, indent=2))
+        elif not steps:
             print(f"{request.out}: {', '.join(roles)} set valid and fresh; nothing to do")
-        for step in found.steps if not as_json else ():
+        for step in steps if not as_json else ():
             print(f"{step.scope}: would {step.action} {step.path} ({step.reason})")
         return code
-    changes = apply(desired)
+    changes = [change for desired in each for change in apply(desired)]
     report_changes(request.out, roles, changes, as_json)
     return 0

@@ -48,7 +48,7 @@ from typhapki.pki.verify import (
     trusts_line,
 )
 from typhapki.pki.x509compat import valid_from, valid_until
-from typhapki.record import record
+from typhapki.record import record, replace
 
 
 def default_ca_cn(now: datetime) -> str:
@@ -334,9 +334,7 @@ def apply(desired: Desired, now: datetime | None = None, keep_leaves: bool = Fal
         except _CaMoved:
             # cfssl moved to another CA since it was cached: plan again with the new one.
             current = signer.current_ca(refresh=True)
-            desired = Desired(
-                desired.out, desired.roles, desired.settings, signer, current, desired.trusted
-            )
+            desired = replace(desired, current=current)
             continue
         # Closing OUT's mode is what taking the lock does anyway; done here, it is said
         # (once, whichever attempt publishes).
@@ -466,7 +464,7 @@ def _publish(
             changes.append(
                 Change(role.value, state.cert_path, action, step.reason, hint, serial, fp)
             )
-        scopes = [c.scope for c in changes if c.restarts]
+        scopes = [c.scope for c in changes if c.restarts and c.scope not in desired.deferred]
         with restarts_recorded(desired.out, scopes) as restart:
             if items:
                 publish_all(items, drop_previous)

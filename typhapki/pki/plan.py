@@ -65,6 +65,9 @@ class Desired:
     # Shipped mode (`--from DIR`): the set Puppet shipped, read and judged; the live set
     # must be it, byte for byte (typhapki/pki/install.py).
     shipped: Shipped | None = None
+    # Scopes whose change asks for no restart now (the emergency's step trust: its
+    # bundle is loaded by Typha roll 1 with the new leaf, typhapki/pki/emergency.py).
+    deferred: frozenset[str] = frozenset()
 
     @property
     def paths(self) -> SetPaths:

@@ -47,6 +47,8 @@ class Request:
     hiera: Path | None = None
     cluster: str | None = None
     source: Path | None = None  # shipped mode: `--from DIR`
+    # The emergency CA roll's new CA in local CA mode (docs/rotation.md).
+    new_ca_dir: Path | None = None
     # --state-dir or the node configuration's state_dir as given (None: not given);
     # `state_root` resolves it once per run (typhapki/firewall/state.py `state_dir`).
     state_dir: Path | None = None
@@ -128,6 +130,92 @@ def resolve(request: Request, require_signer: bool, ask_signer: bool = True) -> 
     return resolve_loaded(request, typha, require_signer, ask_signer)
 
 
+def resolve_each(
+    request: Request, require_signer: bool, ask_signer: bool = True
+) -> tuple[Desired, ...]:
+    """`resolve`, one desired state per group of roles one signer signs: one, except at
+    the emergency's step typha-leaf (docs/rotation.md), where the new CA signs Typha's
+    leaf and the old one Felix's; both want the same bundle (old + new). `issue` and
+    `check` judge and carry out each in turn."""
+    from typhapki.pki import emergency as roll
+    from typhapki.record import replace
+
+    typha = load_typha_settings(request.hiera, request.cluster)  # hiera read once
+    emergency = typha.emergency if typha is not None else None
+    roles = tuple(parse_roles(request.role))
+    if emergency is None or request.source is not None:
+        return (resolve_loaded(request, typha, require_signer, ask_signer),)
+    sides: dict[str, list[RoleName]] = {}
+    for role in roles:
+        sides.setdefault(roll.signer_side(emergency.step, role.value), []).append(role)
+    if len(sides) == 1:
+        return (resolve_loaded(request, typha, require_signer, ask_signer),)
+    return tuple(
+        resolve_loaded(replace(request, role=group[0].value), typha, require_signer, ask_signer)
+        for group in sides.values()
+    )
+
+
+SHIPPED_EMERGENCY = (
+    "typha.emergency: shipped sets are made on the admin host: run the emergency's steps "
+    "there, on the central signer (typhapki issue --ca-dir/--trust per step, "
+    "docs/rotation.md), and ship each step's set"
+)
+
+
+def _emergency_signing(
+    request: Request,
+    typha: TyphaSettings,
+    signer_opts: SignerOptions,
+    roles: tuple[RoleName, ...],
+) -> tuple[SignerOptions, Path | None, str, tuple[x509.Certificate, ...]]:
+    """The emergency's step applied to one run's roles (docs/rotation.md): the signer
+    options and CA directory of the CA that signs them (cfssl: the new intermediate's
+    label `new_label`), which side that is, and the new CA when the bundle holds it
+    beside the signer's. Refused (exit 2) for a shipped set, for roles two CAs sign at
+    this step, and for a signer the step needs and hiera does not name."""
+    from typhapki.errors import ConfigError, UsageError
+    from typhapki.pki import emergency as roll
+    from typhapki.pki.pem import parse_certs
+    from typhapki.record import replace
+
+    emergency = typha.emergency
+    assert emergency is not None
+    where = f"hiera {typha.sources.get('emergency', 'typha.emergency')}"
+    if request.source is not None:
+        raise UsageError(SHIPPED_EMERGENCY)
+    sides = {roll.signer_side(emergency.step, role.value) for role in roles}
+    if len(sides) > 1:
+        raise UsageError(
+            f"{where}: step {emergency.step} signs Typha's leaf by the new CA and Felix's by "
+            "the old: one run per role (typhapki issue and check do it themselves)"
+        )
+    [side] = sides
+    new_ca: tuple[x509.Certificate, ...] = ()
+    if emergency.new_ca is not None:
+        new_ca = tuple(parse_certs(emergency.new_ca.encode(), f"{where}.new_ca"))
+    ca_dir = request.ca_dir
+    if side == roll.NEW:
+        if signer_opts.labelled:
+            if emergency.new_label is None:
+                raise ConfigError(
+                    f"{where}: step {emergency.step} signs by the new CA: cfssl mode needs "
+                    "new_label, the new intermediate's label"
+                )
+            sources = {**signer_opts.sources, "cfssl_label": f"{where}.new_label"}
+            signer_opts = replace(signer_opts, cfssl_label=emergency.new_label, sources=sources)
+        elif request.new_ca_dir is None:
+            raise ConfigError(
+                f"{where}: step {emergency.step} signs by the new CA: local CA mode needs "
+                "the new CA's directory on the node (--new-ca-dir)"
+            )
+        else:
+            ca_dir = request.new_ca_dir
+    # The bundle holds both CAs from trust to felix-leaf: the signer's, and the other.
+    both = roll.bundle_sides(emergency.step) == (roll.OLD, roll.NEW)
+    return signer_opts, ca_dir, side, (new_ca if both or side == roll.NEW else ())
+
+
 def resolve_loaded(
     request: Request, typha: TyphaSettings | None, require_signer: bool, ask_signer: bool = True
 ) -> Desired:
@@ -143,22 +231,73 @@ def resolve_loaded(
         from typhapki.errors import UsageError
         from typhapki.pki.install import read_shipped
 
+        if typha is not None and typha.emergency is not None:
+            raise UsageError(SHIPPED_EMERGENCY)
+
         if request.ca_dir is not None or signer_opts.signer is not None:
             given = f": {signer_opts.said('signer')}" if signer_opts.signer is not None else ""
             raise UsageError(f"--from (a shipped set) excludes --ca-dir and --signer{given}")
         shipped = read_shipped(request.source, settings, roles)
         return Desired(request.out, roles, settings, shipped=shipped)
     state = state_root(request.state_dir)
-    signer = checked_signer(
-        signer_opts, request.ca_dir, settings, pki, roles, state, require_signer
-    )
+    ca_dir, emergency = request.ca_dir, None
+    if typha is not None and typha.emergency is not None:
+        signer_opts, ca_dir, side, new_ca = _emergency_signing(request, typha, signer_opts, roles)
+        emergency = (side, new_ca)
+    signer = checked_signer(signer_opts, ca_dir, settings, pki, roles, state, require_signer)
     if signer is None:
         return Desired(request.out, roles, settings)
     trusted = tuple(load_trusted(request.trust)) + hiera_trusted(typha)
     current = signer.current_ca() if ask_signer else None
     if current is not None:
         check_signer_renewal(settings, current, roles, signer.name)
-    return Desired(request.out, roles, settings, signer, current, trusted)
+    if emergency is None:
+        return Desired(request.out, roles, settings, signer, current, trusted)
+    from typhapki.pki.emergency import defers_typha_restart
+
+    assert typha is not None and typha.emergency is not None
+    trusted += _emergency_trusted(request, typha, emergency, current, state, ask_signer)
+    deferred = frozenset({"bundle"} if defers_typha_restart(typha.emergency.step) else ())
+    return Desired(request.out, roles, settings, signer, current, trusted, deferred=deferred)
+
+
+def _emergency_trusted(
+    request: Request,
+    typha: TyphaSettings | None,
+    emergency: tuple[str, tuple[x509.Certificate, ...]],
+    current: CurrentCa | None,
+    state: Path,
+    ask_signer: bool,
+) -> tuple[x509.Certificate, ...]:
+    """The CAs the emergency's step adds to the bundle beside the signer's: the new CA
+    while the old one signs (trust to felix-leaf), the old one while the new signs and
+    the bundle still holds both (typha-leaf, felix-leaf), nothing at drop and after.
+    The new signer's CA must be the new CA hiera names, or nothing is signed."""
+    from typhapki.errors import ConfigError
+    from typhapki.pki import emergency as roll
+    from typhapki.pki.verify import fingerprint
+
+    assert typha is not None and typha.emergency is not None
+    side, new_ca = emergency
+    where = f"hiera {typha.sources.get('emergency', 'typha.emergency')}"
+    if side == roll.OLD:
+        return new_ca
+    if current is not None and new_ca and fingerprint(current.cert) != fingerprint(new_ca[0]):
+        raise ConfigError(
+            f"{where}.new_ca: the new signer's CA {current.cert.subject.rfc4514_string()} "
+            f"(SHA-256 {fingerprint(current.cert)}) is not the new CA hiera names"
+        )
+    if roll.bundle_sides(typha.emergency.step) != (roll.OLD, roll.NEW) or not ask_signer:
+        return ()
+    # The old CA is the cluster's own signer's: asked as `check` asks it (its cache).
+    from typhapki.record import replace
+
+    old_request = replace(request, role="felix")
+    _, settings, old_opts = merge_cluster(old_request.pki, old_request.signer, typha)
+    roles = tuple(parse_roles("felix"))
+    old = checked_signer(old_opts, request.ca_dir, settings, old_request.pki, roles, state, True)
+    assert old is not None
+    return (old.current_ca().cert,)
 
 
 @record(frozen=True)

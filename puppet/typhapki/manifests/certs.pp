@@ -173,6 +173,13 @@ class typhapki::certs (
     }
   }
 
+  # The emergency CA roll (docs/rotation.md) signs on the central signer: a shipped
+  # set is made there, step by step, never on the node.
+  if $issuance == 'shipped' and $typha['emergency'] =~ NotUndef {
+    $how = "run the emergency's steps there, on the central signer (typhapki issue --ca-dir/--trust per step, docs/rotation.md)"
+    fail("typhapki::certs: ${typha_keys['emergency']}: shipped sets are made on the admin host: ${how}, and ship each step's set")
+  }
+
   $with_typha = $role in ['typha', 'both']
   $with_felix = $role in ['felix', 'both']
 

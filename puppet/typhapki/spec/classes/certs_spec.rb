@@ -237,6 +237,8 @@ describe 'typhapki' do
           'bad_stray_secret' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' unrecognized key 'ca_key'},
           'bad_mode' => %r{Class\[Typhapki::Certs\]: parameter 'mode' expects a match for Typhapki::Mode = Enum\['cfssl', 'local', 'shipped'\], got 'vault'},
           'bad_key_type' => %r{Class\[Typhapki::Certs\]: parameter 'key_type' expects a match for Typhapki::KeyType.*got 'dsa-1024'},
+          # The emergency CA roll runs on the central signer (docs/rotation.md).
+          'bad_shipped_emergency' => %r{typhapki::certs: kubernetes::clusters\.main\.staging-eqiad\.typha\.emergency: shipped sets are made on the admin host: run the emergency's steps there, on the central signer},
         }.each do |bad, message|
           context bad do
             let(:spec_case) { bad }
