@@ -128,6 +128,7 @@ class EmergencyReport:
     emergency_start: float = 0.0
     roll_2_done: float = 0.0
     early_passes: list[str] = field(default_factory=list)  # gates passed the model denies
+    early_refusals: dict[str, int] = field(default_factory=dict)  # phase -> fleet ready's exit
     skip_refused: int = 0  # fleet gate's exit on contain -> typha-leaf
     skip_words: str = ""
     ferm_runs: int = 0
@@ -168,6 +169,9 @@ class EmergencyReport:
                 for h, t in sorted(self.contained_at.items())
             )
             + ")",
+            "fleet ready right after each step's hiera change (1: held back): "
+            + ", ".join(f"{k} exit {v}" for k, v in self.early_refusals.items())
+            + f"; fleet gate on contain -> typha-leaf: exit {self.skip_refused}",
             "attacker's stolen leaf, by phase: "
             + "; ".join(f"{k}: {'/'.join(sorted(v))}" for k, v in verdicts.items()),
         ]
@@ -216,7 +220,6 @@ class EmergencyDrill(Drill):
         # The nodes that play Calico 3.30's Felix (module docstring).
         self.felixes_330 = {n.name for i, n in enumerate(self.nodes) if i % 2 == 1}
         self.emergency.felixes_330 = len(self.felixes_330)
-        self.early_refusals: dict[str, int] = {}
         self.phase_restarts = 0
         self.emergency.typha_hosts = sorted(n.name for n in self.nodes if n.typha_host)
 
@@ -445,7 +448,7 @@ class EmergencyDrill(Drill):
                 self.log(f"t={self.now:.0f}: emergency {step}")
                 since = self.now
                 # Its facts predate the change: fleet ready must hold the step back.
-                self.early_refusals[name] = self.ready_step(stage)
+                self.emergency.early_refusals[name] = self.ready_step(stage)
             if step == "contain":
                 # A move that skips a step is refused, naming it (from hiera alone).
                 self.emergency.skip_refused = self.gate(self.step_hiera("typha-leaf"))
