@@ -213,6 +213,7 @@ def ca_init_cmd(*, ca_dir: Path, key_type: str, days: int, cn: Optional[str], fo
 def issue_cmd(
     *,
     ca_dir: Optional[Path],
+    new_ca_dir: Optional[Path],
     out: Path,
     role: str,
     trust: Optional[List[Path]],
@@ -228,8 +229,9 @@ def issue_cmd(
     from typhapki.settings.desired import Request
 
     request = Request(
-        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, state_dir=state_dir
-    )
+        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster,
+        state_dir=state_dir, new_ca_dir=new_ca_dir,
+    )  # fmt: skip
     return guarded(lambda: issue(request, json_out, dry_run))
 
 

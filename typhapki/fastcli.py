@@ -150,6 +150,7 @@ def check_body(
     out: Path,
     role: str,
     ca_dir: Path | None,
+    new_ca_dir: Path | None,
     trust: Sequence[Path] | None,
     quiet: bool,
     hiera: Path | None,
@@ -195,8 +196,9 @@ def check_body(
     from typhapki.settings.desired import Request
 
     request = Request(
-        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source, state_dir
-    )
+        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster, source, state_dir,
+        new_ca_dir,
+    )  # fmt: skip
     return guarded(lambda: check(request, quiet))
 
 

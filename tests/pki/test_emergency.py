@@ -130,3 +130,55 @@ def test_a_shipped_set_refuses_the_emergency_in_one_line(tmp_path: Path) -> None
     assert "\n" not in str(caught.value)
     assert "shipped sets are made on the admin host" in str(caught.value)
     assert "central signer" in str(caught.value)
+
+
+def test_issue_and_check_take_the_new_ca_dir_from_the_command_line(tmp_path: Path) -> None:
+    """Local CA mode through the CLI: `check` agrees with `issue` at each step (Puppet's
+    `unless`), typha-leaf included, where two CAs sign; without --new-ca-dir a step
+    that signs by the new CA is refused in one line."""
+    old, new = tmp_path / "ca-old", tmp_path / "ca-new"
+    for ca in (old, new):
+        assert run_cli("ca", "init", "--ca-dir", ca).returncode == 0
+    pem = (new / "typhaca.crt").read_text()
+    out = tmp_path / "out"
+    for step in ("contain", "trust", "typha-leaf", "felix-leaf"):
+        hiera = _hiera(tmp_path / "h.yaml", step, pem)
+        args: list[str | Path] = [
+            "--hiera",
+            hiera,
+            "--cluster",
+            "lab",
+            "--ca-dir",
+            old,
+            "--out",
+            out,
+        ]
+        if step == "typha-leaf":
+            refused = run_cli("issue", *args)
+            assert refused.returncode == 2, refused.stderr
+            assert len(refused.stderr.splitlines()) == 1 and "--new-ca-dir" in refused.stderr
+        args += ["--new-ca-dir", new]
+        issued = run_cli("issue", *args)
+        assert issued.returncode == 0, (step, issued.stderr)
+        checked = run_cli("check", "--quiet", *args)
+        assert checked.returncode == 0, (step, checked.stdout, checked.stderr)
+
+
+def test_the_fact_stays_ok_while_two_cas_sign_the_leaves(tmp_path: Path) -> None:
+    """At typha-leaf the facts.d wrapper, which names the old CA alone, still says the
+    set is healthy: each leaf by a CA of its bundle (typhapki/pki/rotation.py
+    `judged_as_rotation`), so the fleet view does not call the step a failure."""
+    import json
+
+    old, new = tmp_path / "ca-old", tmp_path / "ca-new"
+    for ca in (old, new):
+        assert run_cli("ca", "init", "--ca-dir", ca).returncode == 0
+    pem = (new / "typhaca.crt").read_text()
+    out = tmp_path / "out"
+    for step in ("trust", "typha-leaf"):
+        _issue(out, _hiera(tmp_path / "h.yaml", step, pem), old, new)
+    fact = run_cli("facts", "--ca-dir", old, "--out", out, "--state-dir", tmp_path / "s")
+    value = json.loads(fact.stdout)["typhapki"]
+    assert value["ok"], value["error"] or value["set"]["problems"]
+    issuers = value["trust"]["leaf_issuers"]
+    assert issuers["typha"] != issuers["felix"]

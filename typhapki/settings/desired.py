@@ -47,11 +47,11 @@ class Request:
     hiera: Path | None = None
     cluster: str | None = None
     source: Path | None = None  # shipped mode: `--from DIR`
-    # The emergency CA roll's new CA in local CA mode (docs/rotation.md).
-    new_ca_dir: Path | None = None
     # --state-dir or the node configuration's state_dir as given (None: not given);
     # `state_root` resolves it once per run (typhapki/firewall/state.py `state_dir`).
     state_dir: Path | None = None
+    # The emergency CA roll's new CA in local CA mode (docs/rotation.md).
+    new_ca_dir: Path | None = None
 
 
 def hiera_trusted(typha: TyphaSettings | None) -> tuple[x509.Certificate, ...]:

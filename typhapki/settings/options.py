@@ -351,6 +351,13 @@ ONE_ROLE = _own("role", "--role", str, "typha or felix.", required=True, choices
 CA_DIR = _own(
     "ca_dir", "--ca-dir", Path, "Directory holding typhaca.crt and typhaca.key.", required=True
 )
+NEW_CA_DIR = _own(
+    "new_ca_dir",
+    "--new-ca-dir",
+    Path,
+    "Local CA mode: the new CA of hiera's typha.emergency, signing the roles its step "
+    "moves (docs/rotation.md).",
+)
 TRUST = _own(
     "trust",
     "--trust",
@@ -493,7 +500,7 @@ verified as `check` would before anything is published. Workers without Typha
 need only --role felix.""", (
         replace(CA_DIR, help="The CA (typhaca.crt, typhaca.key), with --signer local.",
                         required=False),
-        OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
+        NEW_CA_DIR, OUT, ROLE, TRUST, JSON, HIERA, CLUSTER,
         _own("dry_run", "--dry-run", bool,
              "Print the plan and exit as `check` would; change nothing."),
         *_PKI, *_SIGNER, BY_NAME["state_dir"],
@@ -508,7 +515,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
         OUT, ROLE,
         replace(CA_DIR, help="Also require leaves signed by this CA and the bundle to match.",
                         required=False),
-        TRUST,
+        NEW_CA_DIR, TRUST,
         _own("quiet", "--quiet", bool, "Print nothing when valid.", short="-q"),
         HIERA, CLUSTER,
         _own("nagios", "--nagios", bool,
