@@ -111,7 +111,7 @@ def test_every_step_waits_for_its_gate(walked: tuple[EmergencyReport, Report]) -
     # leaf or bundle runs restart-typha at once: roll 1 may be over with step 2).
     for phase in report.phases:
         assert phase.restarts == 0 or phase.name in ROLLING, phase
-    assert report.early_refusals == {name: 1 for name, _, _ in report.phases if name in STEPPED}
+    assert report.early_refusals == {p.name: 1 for p in report.phases if p.name in STEPPED}
 
 
 def test_a_felix_of_330_exits_on_each_lost_connection(
