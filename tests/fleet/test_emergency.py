@@ -205,7 +205,37 @@ def test_fleet_shows_a_planned_rotation_as_the_emergency_step(
         standin.nodes[f"kube{i}.example.org"] = StandInNode("lab", fact)
     shown = run_cli("fleet", "--puppetdb", standin.url, "--hiera",
                     _hiera(tmp_path / "h.yaml", None))  # fmt: skip
-    assert (
-        "emergency: none (planned reissue = emergency step 4 (felix-leaf) once Typha roll 1 "
-        "happened)" in shown.stdout
-    ), shown.stdout
+    mapped = "planned reissue = emergency step 4 (felix-leaf) once Typha roll 1 happened"
+    assert f"emergency: none ({mapped})" in shown.stdout, shown.stdout
+    # The gate shows the same mapping, and lets the emergency start from there.
+    pem, new_fp = _ca(tmp_path, "ca-new")
+    for name in standin.nodes:
+        fact = _fact([old, new_fp], new_fp, new_fp)
+        fact["trust"]["stage"] = "reissue"
+        standin.nodes[name] = StandInNode("lab", fact)
+    gate = run_cli("fleet", "gate", "--hiera", _hiera(tmp_path / "n.yaml", "felix-leaf", pem),
+                   "--old", _hiera(tmp_path / "o.yaml", "contain", pem),
+                   "--puppetdb", standin.url)  # fmt: skip
+    assert gate.returncode == EXIT_OK, gate.stdout + gate.stderr
+    assert f"cluster lab: {mapped}" in gate.stdout
+    assert "from contain to felix-leaf: all 2 members pass from-reissue" in gate.stdout
+
+
+def test_fleet_ready_emergency_usage_and_since(standin: StandIn) -> None:
+    """Every emergency stage but contain needs the new CA; a fact uploaded before
+    --since cannot show the step and holds it back."""
+    old, new = "a" * 64, "b" * 64
+    base = ["fleet", "ready", "--cluster", "lab", "--puppetdb", standin.url]
+    missing = run_cli(*base, "--stage", "drop")
+    assert missing.returncode == 2 and "--stage drop (emergency) needs --new-ca" in missing.stderr
+    earlier = datetime.now(UTC) - timedelta(minutes=30)
+    standin.nodes = {
+        "kube1.example.org": StandInNode("lab", _fact([new], new, new)),
+        "kube2.example.org": StandInNode("lab", _fact([new], new, new), earlier.isoformat()),
+    }
+    since = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = run_cli(*base, "--stage", "typha-roll-2", "--new-ca", new, "--since", since)
+    assert result.returncode == EXIT_NEEDS_ACTION, result.stdout + result.stderr
+    assert result.stdout.startswith("kube2.example.org: fact stale: fact uploaded ")
+    assert "before --since" in result.stdout and "kube1" not in result.stdout
+    assert old not in result.stdout

@@ -78,7 +78,9 @@ def _keys(draw: st.DrawFn) -> RotationKeys:
     trust = draw(st.sets(st.sampled_from([PEM_OLD, PEM_NEW]), max_size=2))
     signer = draw(st.sampled_from([None, "lab2025", "lab2026"]))
     stage = draw(st.sampled_from([None, *(s.value for s in Stage)]))
-    return RotationKeys(frozenset(trust), signer, stage)
+    step = draw(st.sampled_from([None, "contain", "trust", "typha-leaf", "felix-leaf", "drop",
+                                 "done"]))  # fmt: skip
+    return RotationKeys(frozenset(trust), signer, stage, step, "b" * 64 if step else None)
 
 
 @settings(max_examples=50)
@@ -94,6 +96,14 @@ def test_every_hiera_change_is_judged_by_the_rule(
         [one] = switch
         allowed, gate = _expected(before.tls_stage or "none", after.tls_stage or "none")
         assert (one.move.allowed, one.gate) == (allowed, gate)
+    # The emergency's step moves as the one rule says, with the new tree's new CA.
+    emergency = [a for a in found if a.move.track == moves.EMERGENCY]
+    if before.emergency == after.emergency:
+        assert not emergency
+    else:
+        [one] = emergency
+        assert one.move == moves.judge(moves.EMERGENCY, before.emergency, after.emergency)
+        assert one.new_ca == after.emergency_ca
     rotation = [a for a in found if a.move.track == moves.ROTATION]
     # Every rotation move is a row of the table, never made up on the way.
     assert all(a.move in moves.TABLE for a in rotation)

@@ -245,3 +245,25 @@ def test_the_emergency_is_judged_key_by_key(tmp_path: Path) -> None:
             hiera.load_cluster(path, CLUSTER)
         assert refused in str(caught.value), str(caught.value)
         assert "Traceback" not in str(caught.value)
+
+
+def test_lint_judges_the_emergency_as_the_nodes_do(tmp_path: Path) -> None:
+    """lint-hiera at every step: a local CA cluster passes (its nodes name the new CA's
+    directory), a cfssl cluster is refused from the first step the new CA signs while
+    hiera names no new_label, as `issue` refuses it; typha-leaf's two signers are no
+    refusal of their own."""
+    pem = _ca_pem(tmp_path)
+    cfssl = {"signer": "cfssl", "cfssl_url": "https://pki.example:8888"}
+    for step in ("contain", "trust", "typha-leaf", "felix-leaf", "drop", "done"):
+        emergency = {"step": step, **({"new_ca": pem} if step != "contain" else {})}
+        local = _write(tmp_path / "local.yaml", {"emergency": emergency})
+        assert lint([local], offline=True).ok, step
+        labelled = {**emergency, "new_label": "lab2026"}
+        named = _write(tmp_path / "named.yaml", {**cfssl, "emergency": labelled})
+        assert lint([named], offline=True).ok, step
+        unnamed = _write(tmp_path / "unnamed.yaml", {**cfssl, "emergency": emergency})
+        report = lint([unnamed], offline=True)
+        signs_new = step not in ("contain", "trust")
+        assert report.ok != signs_new, (step, [f.message for f in report.findings])
+        if signs_new:
+            assert "needs new_label" in report.findings[0].message

@@ -417,6 +417,8 @@ def fleet_gate(
             held = f"{len(verdict.holding_back)} members or objects hold the {move.stage} gate"
         elif move.gate in EMERGENCY_GATES:
             assert move.gate is not None
+            if (mapped := emergency.planned_maps_to(nodes)) is not None:
+                print(f"cluster {shown(move.cluster)}: {mapped}")
             verdict = emergency.gate(move.gate, nodes, move.new_ca)
             said = f"all {verdict.members} members pass {move.gate}"
             held = f"{len(verdict.holding_back)} of {verdict.members} members miss {move.gate}"

@@ -168,6 +168,7 @@ def _emergency_signing(
     typha: TyphaSettings,
     signer_opts: SignerOptions,
     roles: tuple[RoleName, ...],
+    ask_signer: bool,
 ) -> tuple[SignerOptions, Path | None, str, tuple[x509.Certificate, ...]]:
     """The emergency's step applied to one run's roles (docs/rotation.md): the signer
     options and CA directory of the CA that signs them (cfssl: the new intermediate's
@@ -185,12 +186,13 @@ def _emergency_signing(
     if request.source is not None:
         raise UsageError(SHIPPED_EMERGENCY)
     sides = {roll.signer_side(emergency.step, role.value) for role in roles}
-    if len(sides) > 1:
+    if len(sides) > 1 and ask_signer:
         raise UsageError(
             f"{where}: step {emergency.step} signs Typha's leaf by the new CA and Felix's by "
             "the old: one run per role (typhapki issue and check do it themselves)"
         )
-    [side] = sides
+    # Nothing asked (lint-hiera): the new side's options are the ones to judge.
+    side = roll.NEW if roll.NEW in sides else roll.OLD
     new_ca: tuple[x509.Certificate, ...] = ()
     if emergency.new_ca is not None:
         new_ca = tuple(parse_certs(emergency.new_ca.encode(), f"{where}.new_ca"))
@@ -241,8 +243,12 @@ def resolve_loaded(
         return Desired(request.out, roles, settings, shipped=shipped)
     state = state_root(request.state_dir)
     ca_dir, emergency = request.ca_dir, None
-    if typha is not None and typha.emergency is not None:
-        signer_opts, ca_dir, side, new_ca = _emergency_signing(request, typha, signer_opts, roles)
+    # `check --out` alone names no signer: the set is judged by its own bundle.
+    unsigned = not require_signer and request.ca_dir is None and signer_opts.local
+    if typha is not None and typha.emergency is not None and not unsigned:
+        signer_opts, ca_dir, side, new_ca = _emergency_signing(
+            request, typha, signer_opts, roles, ask_signer
+        )
         emergency = (side, new_ca)
     signer = checked_signer(signer_opts, ca_dir, settings, pki, roles, state, require_signer)
     if signer is None:

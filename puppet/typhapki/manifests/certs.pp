@@ -40,6 +40,15 @@
 #   CA on the node (a single-node lab only: every node would get its own CA).
 # @param ca_key
 #   local: the CA key (PEM), Sensitive.
+# @param new_ca_cert
+#   local: the emergency CA roll's new CA certificate (PEM; docs/rotation.md, "Emergency:
+#   the CA key is stolen"), written to `new_ca_dir` with `new_ca_key` and given to
+#   `typhapki issue` and `check` as `--new-ca-dir`. The same CA as the cluster's
+#   `typha.emergency.new_ca`.
+# @param new_ca_key
+#   local: the new CA's key (PEM), Sensitive. With `new_ca_cert`.
+# @param new_ca_dir
+#   local: where the new CA is written on the node.
 # @param shipped_dir
 #   shipped: where the set shipped by Puppet is staged (0700) for `typhapki install --from`.
 # @param shipped_bundle
@@ -123,6 +132,9 @@ class typhapki::certs (
   Optional[Typhapki::Mode] $mode = undef,
   Optional[String[1]] $ca_cert = undef,
   Optional[Sensitive[String[1]]] $ca_key = undef,
+  Optional[String[1]] $new_ca_cert = undef,
+  Optional[Sensitive[String[1]]] $new_ca_key = undef,
+  Stdlib::Absolutepath $new_ca_dir = '/etc/typhapki/ca-new',
   Optional[String[1]] $shipped_bundle = undef,
   Optional[String[1]] $shipped_typha_cert = undef,
   Optional[Sensitive[String[1]]] $shipped_typha_key = undef,
@@ -192,6 +204,9 @@ class typhapki::certs (
     'ca_dir'               => $issuance ? { 'local' => $ca_dir, default => undef },
     'ca_cert'              => $ca_cert,
     'ca_key'               => $ca_key =~ NotUndef,
+    'new_ca_dir'           => ($issuance == 'local' and $new_ca_cert =~ NotUndef) ? { true => $new_ca_dir, default => undef },
+    'new_ca_cert'          => $new_ca_cert,
+    'new_ca_key'           => $new_ca_key =~ NotUndef,
     'shipped_dir'          => $issuance ? { 'shipped' => $shipped_dir, default => undef },
     'shipped_bundle'       => $shipped_bundle,
     'shipped_typha_cert'   => $shipped_typha_cert,
@@ -210,7 +225,7 @@ class typhapki::certs (
     'cfssl_label'          => $cfssl_label,
   }.filter |$name, $value| { $value =~ NotUndef and $value != false }
   $secrets = {
-    'local'   => { 'ca_key' => $ca_key },
+    'local'   => { 'ca_key' => $ca_key, 'new_ca_key' => $new_ca_key },
     'shipped' => { 'shipped_typha_key' => $shipped_typha_key, 'shipped_felix_key' => $shipped_felix_key },
     'cfssl'   => {
       'cfssl_auth_key'       => $cfssl_auth_key,

@@ -65,6 +65,23 @@ describe 'typhapki' do
         it { expect(node_config(catalogue)['defaults']).not_to have_key('signer') }
       end
 
+      context 'mode local, with the new CA of the emergency CA roll' do
+        let(:spec_case) { 'local_ca_emergency' }
+
+        it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
+        it { is_expected.to contain_file('/etc/typhapki/ca-new').with(ensure: 'directory', mode: '0700') }
+        it { is_expected.to contain_file('/etc/typhapki/ca-new/typhaca.crt').with_mode('0644').that_comes_before('Exec[typhapki-issue]') }
+        it { expect(node_config(catalogue)['defaults']).to include('ca_dir' => '/etc/typhapki/ca', 'new_ca_dir' => '/etc/typhapki/ca-new') }
+
+        it 'ships the new CA key as Sensitive, never diffed nor backed up' do
+          is_expected.to contain_file('/etc/typhapki/ca-new/typhaca.key')
+            .with(mode: '0600', show_diff: false, backup: false)
+            .that_comes_before('Exec[typhapki-issue]')
+          key = catalogue.resource('File', '/etc/typhapki/ca-new/typhaca.key')
+          expect(key.sensitive_parameters).to include(:content)
+        end
+      end
+
       context 'mode local, a lab CA made on the node' do
         it_behaves_like 'a guarded exec with restarts', '/usr/bin/typhapki issue', ['typha']
         it do
@@ -237,6 +254,7 @@ describe 'typhapki' do
           'bad_stray_secret' => %r{Class\[Typhapki::Certs::Cfssl\]: parameter 'settings' unrecognized key 'ca_key'},
           'bad_mode' => %r{Class\[Typhapki::Certs\]: parameter 'mode' expects a match for Typhapki::Mode = Enum\['cfssl', 'local', 'shipped'\], got 'vault'},
           'bad_key_type' => %r{Class\[Typhapki::Certs\]: parameter 'key_type' expects a match for Typhapki::KeyType.*got 'dsa-1024'},
+          'bad_new_ca_half' => %r{Class\[Typhapki::Certs::Local\]:.*expects a value for key 'new_ca_key'}m,
           # The emergency CA roll runs on the central signer (docs/rotation.md).
           'bad_shipped_emergency' => %r{typhapki::certs: kubernetes::clusters\.main\.staging-eqiad\.typha\.emergency: shipped sets are made on the admin host: run the emergency's steps there, on the central signer},
         }.each do |bad, message|
