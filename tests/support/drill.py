@@ -314,7 +314,7 @@ class Node:
     typha_host: bool = False
     spec: str | None = None  # the stage of its calico-node pod's spec
     restarting: bool = False
-    applied: tuple[str, tuple[str, ...]] | None = None  # the PKI hiera its last run applied
+    applied: tuple[Any, ...] | None = None  # the PKI hiera its last run applied (pki)
     fact: dict[str, Any] | None = None
     changed: bool = True  # files changed since the last fact
     member: bool = True
@@ -843,7 +843,7 @@ class Drill:
         # 2. The catalog applied: `issue` where hiera or the node configuration moved.
         # Puppet's `unless => check`: only the signer's label and the trusted CAs move
         # this cluster's sets (tls_stage and cluster_nodes do not).
-        pki = (self.hiera.label, self.hiera.trust)
+        pki = self.pki()
         todo = [n for n in nodes if n.applied != pki]
         if self.renewals:
             # `unless => check`, real: a leaf due by the clock moves the set too.
@@ -881,6 +881,11 @@ class Drill:
                 if node.typha_host and self._tls_typha_running(node):
                     self.restart_queue.append(node)
 
+    def pki(self) -> tuple[Any, ...]:
+        """What of the current hiera moves a set: its `unless => check` is 0 while this
+        is what the node last applied."""
+        return (self.hiera.label, self.hiera.trust)
+
     @staticmethod
     def now_of(runs: list[tuple[float, Node]], node: Node) -> float:
         return next(t for t, n in runs if n is node)
@@ -905,9 +910,14 @@ class Drill:
                                       "error": "; ".join(outcome["errors"]) or None}  # fmt: skip
                 typhas.append(entry)
         fact["typhas"] = typhas
+        self._model_evidence(node, fact)
         # As the agent sends it: Facter's read with every null "" (as_puppet_sends, which
         # tests/fleet/test_facter.py proves equal to real Puppet and Facter).
         self.svc.puppetdb.upload(node.name, as_puppet_sends(fact), datetime.now(UTC))
+
+    def _model_evidence(self, node: Node, fact: dict[str, Any]) -> None:
+        """More of what /proc would show, for a walk that models it (the emergency
+        walk's TYPHA_START_FROM_MODEL, tests/support/emergency_drill.py); none here."""
 
     def _workload(self, name: str) -> TyphaWorkload:
         for wiring in self.wirings.values():

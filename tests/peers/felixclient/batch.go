@@ -10,9 +10,16 @@
 // apart (typha/pkg/syncclient/sync_client.go). With "tls" it dials as the single mode
 // of main.go does, reading its files again on every attempt (Felix re-reads them on
 // each connect); without, it speaks the plain hello a plain Typha expects
-// (tests/peers/typhaserver -mode plain). One JSON line a request on stdout:
+// (tests/peers/typhaserver -mode plain).
 //
-//	{"id": "...", "ok": true, "addr": "127.0.0.1:P", "attempts": 1, "errors": []}
+// With "exits" the Felix is Calico 3.30 or older: it does not reconnect in-process. A
+// lost connection, and each failed try after it, makes the Felix process exit; runit
+// starts it again inside the calico-node pod (the pod never restarts) and the new
+// process reads its files at start. The outcome counts those exits. (Since 3.31,
+// PR #10306, the client reconnects in-process and re-reads its files on each try:
+// "exits" is 0.) One JSON line a request on stdout:
+//
+//	{"id": "...", "ok": true, "addr": "127.0.0.1:P", "attempts": 1, "exits": 0, "errors": []}
 package main
 
 import (
@@ -42,6 +49,7 @@ type felixRequest struct {
 	CA         string   `json:"ca"`
 	CN         string   `json:"cn"`
 	URI        string   `json:"uri"`
+	Exits      bool     `json:"exits"`
 }
 
 type felixOutcome struct {
@@ -49,6 +57,7 @@ type felixOutcome struct {
 	OK       bool     `json:"ok"`
 	Addr     string   `json:"addr"`
 	Attempts int      `json:"attempts"`
+	Exits    int      `json:"exits"`
 	Errors   []string `json:"errors"`
 }
 
@@ -110,6 +119,11 @@ func reconnect(req felixRequest, timeout time.Duration) felixOutcome {
 			time.Sleep(time.Duration(req.IntervalMs) * time.Millisecond)
 		}
 		addr := req.Addrs[n%len(req.Addrs)]
+		if req.Exits {
+			// 3.30: the loss (or the failed try before) ended the process; this try is
+			// a new one, started by runit, reading its files afresh (dialTLS does).
+			outcome.Exits++
+		}
 		outcome.Attempts++
 		outcome.Addr = addr
 		var err error

@@ -45,13 +45,19 @@ import (
 	"typhapki.test/peers/calico"
 )
 
+// listenIP is the address serve listens on (-listen).
+var listenIP = "127.0.0.1"
+
 func fail(code int, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "typhaserver: "+format+"\n", args...)
 	os.Exit(code)
 }
 
 func main() {
-	port := flag.Int("port", 0, "port on 127.0.0.1 (0: ephemeral; the chosen port is printed first)")
+	port := flag.Int("port", 0, "port to listen on (0: ephemeral; the chosen port is printed first)")
+	flag.StringVar(&listenIP, "listen", "127.0.0.1",
+		"address to listen on: 0.0.0.0 serves every address, as Typha's hostNetwork pod does "+
+			"(the emergency drill's Typha in a network namespace, tests/support/attacker.py)")
 	conns := flag.Int("conns", 1, "connections to handle before exiting")
 	handshakeTimeout := flag.Duration("handshake-timeout", 10*time.Second,
 		"per-connection limit for the TLS handshake and client hello (Typha's HandshakeTimeout)")
@@ -142,11 +148,15 @@ func main() {
 	})
 }
 
-// serve accepts `conns` connections on 127.0.0.1:port and hands each to `handle`.
+// serve accepts `conns` connections on listenIP:port and hands each to `handle`.
 // tls.Listen(...) in Typha is net.Listen plus tls.Server on each accepted connection;
 // done by hand here so that Accept can have a deadline.
 func serve(port, conns int, acceptTimeout time.Duration, handle func(int, net.Conn) bool) {
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	ip := net.ParseIP(listenIP)
+	if ip == nil {
+		fail(2, "-listen: not an IP address: %q", listenIP)
+	}
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
 	if err != nil {
 		fail(2, "Failed to open listen socket: %v", err)
 	}
