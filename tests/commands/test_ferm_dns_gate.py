@@ -158,7 +158,7 @@ def test_warn_still_reports_a_node_outside_the_networks(
         ("strict", ("--dns-gate", "warn"), "--dns-gate warn: refused for a strict rule"),
         ("derived", ("--dns-gate", "warn"), "--dns-gate warn: refused for a relaxed rule derived"),
         ("fixed", ("--dns-gate", "warn", "--mode", "strict"), "refused for a strict rule"),
-        ("fixed", ("--dns-gate", "sometimes"), "--dns-gate: expected one of enforce, warn"),
+        ("fixed", ("--dns-gate", "sometimes"), "(from --dns-gate): expected one of enforce, warn"),
     ],
 )
 def test_warn_is_a_usage_error_where_sources_come_from_node_addresses(
