@@ -11,9 +11,8 @@ start=$SECONDS
 # the leg then installs the one artifact fleets get, the .deb built on bookworm.
 mkdir -p /tmp/deb/src
 tar -cf - --exclude=./typhapki.deb . | tar -xf - -C /tmp/deb/src
-# -d: the root has debian/control's Build-Depends (scripts/setup.sh's list) but not
-# build-essential, which an arch-all Python package never uses.
-if ! (cd /tmp/deb/src && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b -d \
+# The root has debian/control's Build-Depends and build-essential (scripts/setup.sh's list).
+if ! (cd /tmp/deb/src && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b \
   >/tmp/deb/build.log 2>&1); then
   tail -n 60 /tmp/deb/build.log >&2
   echo "trixie-leg: dpkg-buildpackage failed with trixie's tools" >&2
