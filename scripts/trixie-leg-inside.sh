@@ -52,8 +52,13 @@ echo "   installs: $((SECONDS - start))s"
 
 /opt/leg-venv/bin/python scripts/libraries.py
 
+# /src is a copy of the files git lists, without .git: a repository of them again, for
+# the tests that list the tree as git does (tests/puppet/test_precommit_hooks.py).
+echo typhapki.deb >/tmp/exclude
+git -C /src init -q && git -C /src config core.excludesFile /tmp/exclude && git -C /src add -A
+
 mkdir -p /tmp/copy
-tar -cf - --exclude=./typhapki --exclude=./typhapki.deb . | tar -xf - -C /tmp/copy
+tar -cf - --exclude=./typhapki --exclude=./typhapki.deb --exclude=./.git . | tar -xf - -C /tmp/copy
 cd /tmp/copy
 TYPHAPKI_HOST_PIDNS=$(readlink /proc/self/ns/pid) \
   PATH=/opt/leg-venv/bin:$PATH TYPHAPKI_EXPECT_LIBS=trixie TYPHAPKI_SOURCE=/src \
