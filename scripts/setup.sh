@@ -24,7 +24,8 @@ SYSTEM_PACKAGES=(
   ruby-rspec-puppet ruby-puppetlabs-spec-helper ruby-rspec-puppet-facts
   # clean Debian roots from Debian's archive, for a fresh node (tests/support/cleanroot.py)
   debootstrap
-  dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-hatchling
+  # build-essential: dpkg-buildpackage checks for it (README's `bash scripts/build-deb.sh`)
+  build-essential dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all python3-hatchling
   lintian bash-completion man-db
   # the module's metadata.json, as the Forge checks it (tests/puppet/test_module.py)
   metadata-json-lint

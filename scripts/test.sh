@@ -126,22 +126,7 @@ rm -rf "$demo_dir" "$demo_dir.log"
 
 # libraries PYTHON: the library set a leg runs on, one line, for the log.
 libraries() {
-  "$1" - <<'EOF'
-import importlib.metadata as md
-import platform
-names = ("typer", "click", "cryptography", "dnspython", "PyYAML", "Jinja2",
-         "prometheus-client", "hypothesis", "pytest")
-found = []
-for name in names:
-    try:
-        found.append(f"{name} {md.version(name)}")
-    except md.PackageNotFoundError:
-        found.append(f"{name} (none)")
-import subprocess
-puppet = subprocess.run(["puppet", "--version"], capture_output=True, text=True).stdout
-found.append(f"Puppet {puppet.strip() or '(none)'}")
-print(f"   libraries: Python {platform.python_version()}, " + ", ".join(found))
-EOF
+  "$1" scripts/libraries.py
 }
 
 start_decoys

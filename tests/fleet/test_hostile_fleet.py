@@ -23,21 +23,25 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error, run_cli
 from tests.support.puppetdb import RawJson, StandIn, StandInNode, Trickle, nested, valid_fact
 from typhapki.errors import EXIT_PUPPETDB
-from typhapki.fleet.answer import TOO_DEEP, decode
+from typhapki.fleet.answer import MAX_DEPTH, TOO_DEEP, decode, depth
 
 NOW = datetime.now(UTC)
 
 
 @contextlib.contextmanager
-def python_default_recursion_limit() -> Iterator[None]:
-    """Python's default limit, which a fresh `typhapki` has: pytest and hypothesis both
-    raise it, and json.loads would then read what a real run cannot."""
+def recursion_limit(limit: int) -> Iterator[None]:
     old = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
+    sys.setrecursionlimit(limit)
     try:
         yield
     finally:
         sys.setrecursionlimit(old)
+
+
+def python_default_recursion_limit() -> contextlib.AbstractContextManager[None]:
+    """Python's default limit, which a fresh `typhapki` has: pytest and hypothesis both
+    raise it, and json.loads would then read what a real run cannot."""
+    return recursion_limit(1000)
 
 
 def _fleet_json(standin: StandIn, *args: str) -> dict[str, Any]:
@@ -160,25 +164,58 @@ _json = st.recursive(
 
 @settings(max_examples=30, deadline=None)
 @given(rows=st.lists(st.dictionaries(st.text(max_size=8), _json, max_size=3), max_size=4),
-       deep=st.sets(st.integers(0, 3)), depth=st.integers(1100, 3000))  # fmt: skip
+       deep=st.sets(st.integers(0, 3)), shape=st.sampled_from(["list", "dict", "mixed"]),
+       levels=st.sampled_from([MAX_DEPTH, MAX_DEPTH + 1]) | st.integers(1, 3000))  # fmt: skip
 def test_the_decoder_reads_what_json_reads_and_cuts_only_deep_members(
-    rows: list[dict[str, Any]], deep: set[int], depth: int
+    rows: list[dict[str, Any]], deep: set[int], shape: str, levels: int
 ) -> None:
+    """A member nested more than MAX_DEPTH levels is TOO_DEEP, one within it is read,
+    whatever the interpreter's recursion limit (Python's default, which a fresh
+    `typhapki` has, or the far higher one of 3.13's C JSON reader): the same verdict
+    on every Python."""
     texts = [json.dumps(row) for row in rows]
     assert decode("[" + ", ".join(texts) + "]") == rows
+    member = nested(levels, shape)
     for index in deep & set(range(len(rows))):
         texts[index] = (
-            texts[index][:-1]
-            + (", " if rows[index] else "")
-            + ('"deep": ' + nested(depth).text + "}")
+            texts[index][:-1] + (", " if rows[index] else "") + ('"deep": ' + member.text + "}")
         )
+    text = " [ " + " ,\n".join(texts) + " ] "
     with python_default_recursion_limit():
-        answer = decode(" [ " + " ,\n".join(texts) + " ] ")
+        answer = decode(text)
+    with recursion_limit(50_000):
+        assert decode(text) == answer
+    value = TOO_DEEP if levels > MAX_DEPTH else json.loads(member.text)
     for index, row in enumerate(answer):
         expected = dict(rows[index])
         if index in deep:
-            expected["deep"] = TOO_DEEP
+            expected["deep"] = value
         assert row == expected
+
+
+_bracketed_text = st.text(alphabet=st.sampled_from('[]{}"\\:,x\u00e9\U0001f600'), max_size=6)
+_json_with_brackets = st.recursive(
+    st.none() | st.integers() | _bracketed_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_bracketed_text, inner, max_size=3),
+    max_leaves=20,
+)
+
+
+def _levels(doc: object) -> int:
+    if isinstance(doc, dict):
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        return 1 + max(map(_levels, doc), default=0)
+    return 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(doc=_json_with_brackets, ascii=st.booleans(), spaced=st.booleans())
+def test_depth_counts_the_levels_json_reads_and_no_bracket_of_a_string(
+    doc: object, ascii: bool, spaced: bool
+) -> None:
+    text = json.dumps(doc, ensure_ascii=ascii, indent=1 if spaced else None)
+    assert depth(text) == _levels(doc)
 
 
 @pytest.mark.parametrize("text", ["[", "[1,]", "[{]", '[{"a" 1}]', '[{"a": 1}} ', "[1] x"])

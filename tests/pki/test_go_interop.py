@@ -50,6 +50,11 @@ go_peers = gopeers.go_peers
 BOTH = [RoleName.TYPHA, RoleName.FELIX]
 INCOMPATIBLE_KEY_USAGE = "x509: certificate specifies an incompatible key usage"
 BAD_CERTIFICATE = "remote error: tls: bad certificate"
+# What Felix hears when Typha refuses its certificate: trixie's Go (1.24) names the
+# reason in its alert, where bookworm's (1.19) says "bad certificate" for all. The
+# verdict (refused, by Typha) is ours; the alert's name is Go's.
+NO_CLIENT_CERTIFICATE = {BAD_CERTIFICATE, "remote error: tls: certificate required"}
+EXPIRED_CLIENT_CERTIFICATE = {BAD_CERTIFICATE, "remote error: tls: expired certificate"}
 UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 EXPIRED = "x509: certificate has expired or is not yet valid"
 
@@ -256,7 +261,7 @@ def test_client_certificate_from_another_ca_is_refused(
     ex = exchange(go_peers, typha_env(issued), felix)
     assert not ex.accepted, ex.describe()
     assert ex.typha_error == "tls: client didn't provide a certificate"
-    assert ex.felix_error == BAD_CERTIFICATE
+    assert ex.felix_error in NO_CLIENT_CERTIFICATE, ex.felix_error
 
     # Presented anyway, Typha's own chain verification refuses it.
     forced = exchange(go_peers, typha_env(issued), felix, ["-force-client-cert"])
@@ -301,7 +306,7 @@ def test_expired_leaf_is_refused(
         assert ex.typha_error == BAD_CERTIFICATE
     else:
         assert EXPIRED in ex.typha_error, ex.typha_error
-        assert ex.felix_error == BAD_CERTIFICATE
+        assert ex.felix_error in EXPIRED_CLIENT_CERTIFICATE, ex.felix_error
 
 
 def test_the_peers_clock_option_moves_go_verification(go_peers: GoPeers, issued: Path) -> None:

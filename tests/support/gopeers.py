@@ -32,9 +32,19 @@ class GoPeers:
     felixclient: Path
 
 
+# The one build of the session. Each test module binds `go_peers` under its own name
+# (`go_peers = gopeers.go_peers`), which makes a separate fixture per module: without
+# this, ten modules built the peers ten times, each from an empty GOCACHE. Go 1.20 and
+# later ship no compiled standard library, so on trixie's Go 1.24 every build compiled
+# crypto/tls anew: 80-130 s a module on a loaded machine (docs/performance.md).
+_BUILT: list[GoPeers] = []
+
+
 @pytest.fixture(scope="session")
 def go_peers(tmp_path_factory: pytest.TempPathFactory) -> GoPeers:
     """Both peer binaries, built offline once per session (build output stays in tmp)."""
+    if _BUILT:
+        return _BUILT[0]
     require("go")
     work = tmp_path_factory.mktemp("gopeers")
     bin_dir = work / "bin"
@@ -59,7 +69,8 @@ def go_peers(tmp_path_factory: pytest.TempPathFactory) -> GoPeers:
     )
     if proc.returncode != 0:
         pytest.fail(f"go build of tests/peers failed:\n{proc.stderr}")
-    return GoPeers(bin_dir / "typhaserver", bin_dir / "felixclient")
+    _BUILT.append(GoPeers(bin_dir / "typhaserver", bin_dir / "felixclient"))
+    return _BUILT[0]
 
 
 def typha_env(

@@ -156,26 +156,32 @@ def assert_untouched(out: Path, before: dict[str, tuple[bytes, int]]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "code", "needles"),
+    ("extra", "outcomes"),
     [
-        (["--cfssl-profile-felix", "felix-as-server"], EXIT_REFUSED, ["EKU is serverAuth"]),
-        (["--cfssl-profile-felix", "expired"], EXIT_REFUSED, ["felix certificate"]),
-        (["--felix-uri-san", "spiffe://c/felix"], EXIT_REFUSED, ["URI SAN"]),
-        (["--felix-cn", "somebody-else"], EXIT_SIGNER, ["whitelist"]),
+        (["--cfssl-profile-felix", "felix-as-server"], {EXIT_REFUSED: ["EKU is serverAuth"]}),
+        (["--cfssl-profile-felix", "expired"], {EXIT_REFUSED: ["felix certificate"]}),
+        # bookworm's cfssl (1.2) drops the URI SAN and signs: typhapki refuses the leaf;
+        # trixie's (1.6.5) refuses the request against the profile's whitelist itself.
+        (["--felix-uri-san", "spiffe://c/felix"],
+         {EXIT_REFUSED: ["URI SAN"], EXIT_SIGNER: ["whitelist"]}),
+        (["--felix-cn", "somebody-else"], {EXIT_SIGNER: ["whitelist"]}),
     ],
     ids=["felix-signed-for-server-auth", "expired", "uri-san-dropped", "whitelist"],
-)
+)  # fmt: skip
 def test_signer_returning_the_wrong_thing_is_refused(
     cfssl: CfsslServer,
     live_set: Path,
     auth_key: Path,
     extra: list[str],
-    code: int,
-    needles: list[str],
+    outcomes: dict[int, list[str]],
 ) -> None:
+    """Whoever refuses, the signer or typhapki's own check of what it signed, the run
+    fails in one line and the live set stays as it was."""
     before = tree(live_set)
     result = issue_cfssl(live_set, cfssl.url, auth_key, *REISSUE, *extra)
-    assert_one_line_error(result, code, cfssl.url, *needles)
+    code = result.returncode
+    assert code in outcomes, (code, result.stderr)
+    assert_one_line_error(result, code, cfssl.url, *outcomes[code])
     if code == EXIT_REFUSED:
         assert "nothing published" in result.stderr
     assert_untouched(live_set, before)
