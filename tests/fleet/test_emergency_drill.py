@@ -114,6 +114,40 @@ def test_every_step_waits_for_its_gate(walked: tuple[EmergencyReport, Report]) -
     assert report.early_refusals == {p.name: 1 for p in report.phases if p.name in STEPPED}
 
 
+@pytest.mark.once
+def test_a_node_decommissioned_at_trust_gets_no_new_leaf_and_is_shut_out(
+    walked: tuple[EmergencyReport, Report],
+) -> None:
+    """Issue 41 item 3: the node that leaves right after step trust (the planned walk's
+    decommission: cluster_nodes, PuppetDB, the PKI front's CRL) is out of each Typha
+    host's next strict rule, gets no new-CA leaf, is refused by every Typha after roll
+    2, and holds no `fleet ready` back."""
+    report, fleet = walked
+    gone = fleet.decommission
+    start = gone["decommissioned"]
+    assert report.decommissioned and start == report.decommissioned_at
+    # The firewall: it was in every Typha host's strict rule, and is out of each one's
+    # first rule after it left (the real `typhapki ferm` output), within an interval.
+    assert report.decom_listed_before == set(report.typha_hosts)
+    assert sorted(report.decom_rule) == report.typha_hosts
+    for host, (when, listed) in report.decom_rule.items():
+        assert not listed and start < when <= start + report.interval, (host, when)
+    assert gone["firewall"] == max(when for when, _ in report.decom_rule.values())
+    # No new-CA leaf: the front refused its issue (its CRL); nothing else signed one.
+    assert "refused this node's client certificate" in fleet.decommission_error
+    assert start < gone["pki_refused"] < report.roll_2_done
+    assert not report.decom_leaf_new
+    # After roll 2 every Typha refuses its leaf at the handshake (the firewall first).
+    assert gone["typhas_refuse"] >= report.roll_2_done
+    assert len(fleet.decommission_probe) == len(report.typha_hosts)
+    assert not any(o["ok"] for o in fleet.decommission_probe), fleet.decommission_probe
+    assert fleet.stopped_by in ("firewall", "pki_refused")
+    assert gone["firewall"] < gone["typhas_refuse"]
+    # fleet ready judged members only: never named it, and the walk went on.
+    assert report.decom_named_by_ready == 0
+    assert report.phases[-1].name == "5b typha roll 2"
+
+
 def test_a_felix_of_330_exits_on_each_lost_connection(
     go_peers: gopeers.GoPeers, tmp_path: Path
 ) -> None:

@@ -1074,9 +1074,7 @@ class Drill:
         for node, outcome in zip(meta, self._felixes(requests), strict=True):
             self.report.attempted += 1
             if node is self.decommissioned:
-                # FIREWALL_FROM_FERM_OUTPUT: every Typha host's rule, as its last run
-                # rendered it, leaves the node out.
-                blocked = all(node.address not in self.ferm[h.ferm_version] for h in hosts)
+                blocked = self._firewalled(node, hosts)
                 if blocked and "firewall" not in self.report.decommission:
                     self.report.decommission["firewall"] = self.now
                 if not outcome["ok"]:
@@ -1091,6 +1089,11 @@ class Drill:
                 self.report.failures.append(
                     f"t={self.now:.0f} {why}: {node.name}: {outcome['errors'][-3:]}"
                 )
+
+    def _firewalled(self, node: Node, hosts: list[Node]) -> bool:
+        """FIREWALL_FROM_FERM_OUTPUT: every Typha host's rule, as its last run rendered
+        it, leaves NODE out."""
+        return all(node.address not in self.ferm[h.ferm_version] for h in hosts)
 
     # --- gates ------------------------------------------------------------------------
 
@@ -1248,14 +1251,7 @@ class Drill:
         self.helm("retire")
         self.traffic("retired")
 
-        # One node decommissioned: out of cluster_nodes, its Puppet certificate revoked.
-        gone = self.nodes[-1]
-        self.decommissioned, gone.member = gone, False
-        assert gone.agent_cert is not None
-        self.svc.puppet_ca.revoke(gone.agent_cert)
-        self.svc.front.reload_crl()
-        self.svc.puppetdb.deactivate(gone.name)
-        self.report.decommission["decommissioned"] = self.now
+        gone = self.decommission(self.nodes[-1])
         removed = frozenset({gone.name})
 
         # 4. The CA rotation's three hiera stages.
@@ -1283,15 +1279,7 @@ class Drill:
             self.report.decommission["typhas_refuse"] = self.now
         if self.renewals:
             self.renewal_tail()
-        self.report.stopped_by = min(
-            (
-                k
-                for k in ("pki_refused", "firewall", "typhas_refuse")
-                if k in self.report.decommission
-            ),
-            key=lambda k: self.report.decommission[k],
-            default="nothing",
-        )
+        self.report.stopped_by = self.stopped_first()
         for proc in list(self.typhas.values()):
             proc.stop()  # its last lines counted
         self.report.typha_accepted = sum(p.accepted for p in self.all_typhas)
@@ -1301,6 +1289,31 @@ class Drill:
         self.report.puppetdb = type(self.svc.puppetdb).__name__
         self.report.wall, self.report.cpu = time.monotonic() - started, _cpu() - cpu
         return self.report
+
+    def decommission(self, gone: Node) -> Node:
+        """GONE decommissioned: no member, deactivated in PuppetDB, its Puppet agent
+        certificate revoked at the PKI front (its CRL reloaded). It keeps running
+        Puppet and reconnecting, the hostile case; its removal from cluster_nodes is
+        the caller's next hiera version (`Hiera.removed`)."""
+        self.decommissioned, gone.member = gone, False
+        assert gone.agent_cert is not None
+        self.svc.puppet_ca.revoke(gone.agent_cert)
+        self.svc.front.reload_crl()
+        self.svc.puppetdb.deactivate(gone.name)
+        self.report.decommission["decommissioned"] = self.now
+        return gone
+
+    def stopped_first(self) -> str:
+        """Which of the decommissioned node's refusals came first (`Report.decommission`)."""
+        return min(
+            (
+                k
+                for k in ("pki_refused", "firewall", "typhas_refuse")
+                if k in self.report.decommission
+            ),
+            key=lambda k: self.report.decommission[k],
+            default="nothing",
+        )
 
     def renewal_tail(self, bound: float = 80.0) -> None:
         """Puppet runs and reconnects go on until a leaf has been renewed by the clock,

@@ -26,6 +26,14 @@ What differs from the planned walk, and what is real in it:
   intermediate's key, against the first Typha host's rule as its last Puppet run wrote
   it, loaded by ferm in a network namespace, and a Go Typha there that loads that host's
   files whenever the host's Typha (re)starts.
+- A node decommissioned during the emergency (issue 41 item 3), the planned walk's
+  way (`Drill.decommission`): right after step trust goes out, the last node leaves
+  cluster_nodes (a hiera version of its own), PuppetDB deactivates it and the PKI
+  front's CRL revokes its agent certificate; it keeps running Puppet and reconnecting.
+  The walk records each Typha host's first rule after that (the real `typhapki ferm`
+  output, `rule_file`: the node is out of it), its `issue` refused by the front (no
+  new-CA leaf; its Felix leaf stays old-CA to the end), every Typha refusing its leaf
+  at the handshake after roll 2, and whether `fleet ready` ever named it.
 - Both Felix behaviours: the nodes of odd index play Calico 3.30 (`felixclient
   -batch` "exits": every lost connection ends the Felix process, runit starts it again
   inside the pod), the others 3.31 and later (reconnect in-process, files re-read on
@@ -40,6 +48,7 @@ What differs from the planned walk, and what is real in it:
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +143,15 @@ class EmergencyReport:
     skip_words: str = ""
     ferm_runs: int = 0
     restart_typha_runs: int = 0
+    decommissioned: str = ""  # the node removed at step trust (EmergencyDrill.leaving)
+    decommissioned_at: float = 0.0
+    # Typha hosts whose strict rule listed it before it left.
+    decom_listed_before: set[str] = field(default_factory=set)
+    # Typha host -> (t, listed): its first ferm run after it left, and whether that rule
+    # still lets its address in.
+    decom_rule: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    decom_leaf_new: bool = False  # its Felix leaf at the end is from the new CA
+    decom_named_by_ready: int = 0  # `fleet ready` runs after it left that named it
     wall: float = 0.0  # seconds, the walk alone (no service's start)
     cpu: float = 0.0  # seconds, this process and its children
 
@@ -176,8 +194,23 @@ class EmergencyReport:
             + f"; fleet gate on contain -> typha-leaf: exit {self.skip_refused}",
             "attacker's stolen leaf, by phase: "
             + "; ".join(f"{k}: {'/'.join(sorted(v))}" for k, v in verdicts.items()),
+            self.decommission_line(),
             f"emergency walk: wall {self.wall:.1f} s, cpu {self.cpu:.1f} s",
         ]
+
+    def decommission_line(self) -> str:
+        at = self.decommissioned_at
+        rules = ", ".join(
+            f"{h.split('.')[0]} t+{t - at:.0f}s {'STILL IN' if listed else 'out'}"
+            for h, (t, listed) in sorted(self.decom_rule.items())
+        )
+        return (
+            f"decommissioned at step trust: {self.decommissioned.split('.')[0]} "
+            f"(t+{at - self.emergency_start:.0f}s); in the strict rule before at "
+            f"{len(self.decom_listed_before)} Typha hosts; each one's next rule: {rules}; "
+            f"its Felix leaf at the end: {'NEW' if self.decom_leaf_new else 'old'}-CA; "
+            f"fleet ready named it {self.decom_named_by_ready} times"
+        )
 
 
 def side_by_side(emergency: EmergencyReport, planned: Report | None) -> list[str]:
@@ -204,6 +237,11 @@ def side_by_side(emergency: EmergencyReport, planned: Report | None) -> list[str
     return out
 
 
+def lets_in(rule: str, address: str) -> bool:
+    """Whether ferm RULE (`typhapki ferm` output) names ADDRESS itself."""
+    return re.search(rf"(?<![\d.]){re.escape(address)}(?![\d./])", rule) is not None
+
+
 class EmergencyDrill(Drill):
     """One cluster with mTLS and the relaxed rule, through the emergency (module
     docstring). `lab`: the attacker's namespaces (None: no attacker, the bench's
@@ -225,6 +263,9 @@ class EmergencyDrill(Drill):
         self.emergency.felixes_330 = len(self.felixes_330)
         self.phase_restarts = 0
         self.emergency.typha_hosts = sorted(n.name for n in self.nodes if n.typha_host)
+        # Decommissioned at step trust, as the planned walk's (a Calico 3.30 Felix).
+        self.leaving = self.nodes[-1]
+        self.removed: frozenset[str] = frozenset()
 
     # --- hiera ----------------------------------------------------------------------
 
@@ -294,9 +335,33 @@ class EmergencyDrill(Drill):
             rule = self.rule_file(node).read_text()
             if "mode strict" in rule:
                 self.emergency.contained_at[node.name] = when
+        self._decommission_rule(when, node)
         if node is self.nodes[0] and self.lab is not None:
             self.lab.load(self.rule_file(node).read_text())
             self.attack(f"{node.name.split('.')[0]}'s run")
+
+    def _decommission_rule(self, when: float, node: Node) -> None:
+        """Whether the rule NODE's run just wrote lets the leaving node's address in:
+        before it left (strict rule only), and at NODE's first run after."""
+        rule = self.rule_file(node).read_text()
+        listed = lets_in(rule, self.leaving.address)
+        if self.decommissioned is None:
+            if "mode strict" in rule and listed:
+                self.emergency.decom_listed_before.add(node.name)
+            return
+        if node.name in self.emergency.decom_rule:
+            return
+        self.emergency.decom_rule[node.name] = (when, listed)
+        done = self.emergency.decom_rule
+        hosts = self.emergency.typha_hosts
+        if sorted(done) == hosts and not any(v[1] for v in done.values()):
+            # Every Typha host's port is shut to it: the real rules' time, not the
+            # next reconnect's (Drill.traffic's).
+            self.report.decommission.setdefault("firewall", when)
+
+    def _firewalled(self, node: Node, hosts: list[Node]) -> bool:
+        """The real rule each Typha host's last run wrote leaves NODE out."""
+        return all(not lets_in(self.rule_file(h).read_text(), node.address) for h in hosts)
 
     def _any_typha(self) -> str | None:
         for (host, name), proc in self.typhas.items():
@@ -397,6 +462,9 @@ class EmergencyDrill(Drill):
                              *self.svc.puppetdb.fleet_args(), env=self.env)  # fmt: skip
         self.last_gate = result.stdout[:20000] + result.stderr[-500:]
         assert result.returncode in (0, 1), result.stderr
+        gone = self.decommissioned
+        if gone is not None and gone.name.split(".")[0] in result.stdout + result.stderr:
+            self.emergency.decom_named_by_ready += 1
         return result.returncode
 
     def wait(self, name: str, stage: str, move: EmergencyHiera | None) -> None:
@@ -413,7 +481,8 @@ class EmergencyDrill(Drill):
             assert self.now < 40 * self.interval, (f"{name}: the gate never passed", self.last_gate)
 
     def step_hiera(self, step: str | None) -> EmergencyHiera:
-        return EmergencyHiera(stage="retire", label=OLD_LABEL, mode="relaxed", emergency=step)
+        return EmergencyHiera(stage="retire", label=OLD_LABEL, removed=self.removed,
+                              mode="relaxed", emergency=step)  # fmt: skip
 
     def run_emergency(self) -> EmergencyReport:
         started, cpu = time.monotonic(), _cpu()
@@ -452,6 +521,16 @@ class EmergencyDrill(Drill):
                 since = self.now
                 # Its facts predate the change: fleet ready must hold the step back.
                 self.emergency.early_refusals[name] = self.ready_step(stage)
+            if step == "trust":
+                # A node decommissioned right after trust goes out: no member, no agent
+                # certificate, then out of cluster_nodes (docs/rotation.md
+                # "Decommissioning in the same move").
+                gone = self.decommission(self.leaving)
+                self.removed = frozenset({gone.name})
+                self.write_hiera(self.step_hiera(step))
+                self.versions[self.version] = step
+                self.emergency.decommissioned = gone.name
+                self.emergency.decommissioned_at = self.now
             if step == "contain":
                 # A move that skips a step is refused, naming it (from hiera alone).
                 self.emergency.skip_refused = self.gate(self.step_hiera("typha-leaf"))
@@ -476,6 +555,14 @@ class EmergencyDrill(Drill):
         self.puppet_runs(self.now + self.interval)
         self.traffic("done")
         self.attack("after roll 2")
+        # After roll 2, every Typha refuses the decommissioned node's leaf (offered with
+        # the new CA trusted, so only Typha's verdict counts); its leaf is still old-CA.
+        leaving = self.decommissioned
+        assert leaving is not None
+        if self._typhas_refuse(leaving, self.new_fp):
+            self.report.decommission["typhas_refuse"] = self.now
+        self.emergency.decom_leaf_new = self._issuer_new(leaving, RoleName.FELIX)
+        self.report.stopped_by = self.stopped_first()
         # The DaemonSet's spec never changes after day 0: no calico-node pod restarts.
         ds = self.kube.daemonsets["calico-node"]
         self.emergency.pod_restarts = (ds.generation - generation) * len(self.live)
