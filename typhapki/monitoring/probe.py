@@ -216,7 +216,10 @@ def probe(
                 f"{exc.verify_message or exc.reason} (verified against {paths.bundle})",
                 served,
             )
-        except ssl.SSLEOFError:  # no alert: not a refusal, but Felix gets no Typha either
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            # Closed with no alert (a bare EOF, or a close_notify, as the race between the
+            # close and the client's last flight decides): not a refusal, but Felix gets
+            # no Typha either.
             return failed(
                 "Typha closed the connection during the handshake, without an alert: "
                 "shutting down or shedding connections?"
