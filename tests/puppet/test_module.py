@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import LEG, require
 from tests.support.puppet import MODULE, SYSTEM_MODULES
 
 # Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
@@ -139,11 +139,32 @@ def test_every_class_and_parameter_is_documented_here_and_in_the_readme() -> Non
         assert f"`{alias}`" in readme, alias
 
 
+def _headings(markdown: str) -> list[str]:
+    """The headings of a REFERENCE.md, without the anchors each puppet-strings release
+    spells its own way (4.x: `<a name="-typhapki--role">`; bookworm's: `"role"`)."""
+    return [
+        re.sub(r'<a name="[^"]*"></a>', "", line)
+        for line in markdown.splitlines()
+        if line.startswith("#")
+    ]
+
+
 def test_reference_md_is_what_puppet_strings_generates(tmp_path: Path) -> None:
+    """Every file parses for puppet-strings (a file it cannot parse is silently left out
+    of REFERENCE.md: trixie's 4.x once dropped typhapki::nftables over a `$apply`), and
+    REFERENCE.md is its output: byte for byte from the release that wrote it (bookworm's,
+    in the Debian leg), the same headings from trixie's, which formats the rest anew."""
     require("puppet")
     out = tmp_path / "REFERENCE.md"
     proc = _run("puppet", "strings", "generate", "--format", "markdown", "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert (MODULE / "REFERENCE.md").read_text() == out.read_text(), (
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "[error]" in line]
+    assert errors == [], errors
+    committed, generated = (MODULE / "REFERENCE.md").read_text(), out.read_text()
+    stale = (
         "stale: cd puppet/typhapki && puppet strings generate --format markdown --out REFERENCE.md"
     )
+    if LEG == "trixie":
+        assert _headings(committed) == _headings(generated), stale
+    else:
+        assert committed == generated, stale

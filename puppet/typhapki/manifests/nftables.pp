@@ -130,12 +130,13 @@ class typhapki::nftables (
   # from the file at that load: nothing to refresh before.
   $sets = shellquote($bin, 'nft', '--sets-only', '--output', $sets_output)
   $live = shellquote($nft, 'list', 'set', 'inet', 'filter', 'calico_typha_v4')
-  $apply = shellquote($nft, '-f', $sets_output)
+  # Not `$apply`: puppet-strings (4.x, trixie's) parses `apply` as a keyword.
+  $load = shellquote($nft, '-f', $sets_output)
   $not_live = shellquote('echo', "typhapki: the sets are not loaded yet (no ruleset includes ${output}): nothing to refresh")
   # Not refreshonly: every run asks whether the kernel holds the file's sets.
   $kernel = shellquote($bin, 'nft', '--kernel')
   exec { 'typhapki-nft-sets':
-    command     => "${sets} && if ${live} >/dev/null 2>&1; then ${apply} && ${kernel}; else ${not_live}; fi",
+    command     => "${sets} && if ${live} >/dev/null 2>&1; then ${load} && ${kernel}; else ${not_live}; fi",
     unless      => $kernel,
     provider    => shell,
     path        => $typhapki::exec_path,
