@@ -48,6 +48,26 @@ def private_process_table() -> str | None:
     return None
 
 
+def _shown(proc: subprocess.Popen[bytes], name: str) -> subprocess.Popen[bytes]:
+    """`proc` once /proc shows it whole: comm is `name`, and argv and the environment
+    are in place. Popen returns while the kernel is still inside execve (a vfork child
+    releases its parent before the new image has its argv and environment, Python 3.13
+    on trixie took that path often): comm is already the new name, but cmdline and
+    environ read empty, and the process would be judged as one started without TLS."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if (
+                Path(f"/proc/{proc.pid}/comm").read_text().strip() == name
+                and Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            ):
+                return proc
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"process {proc.pid} never showed up as {name}")
+
+
 def start_named(
     directory: Path, name: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
@@ -61,15 +81,7 @@ def start_named(
     proc = subprocess.Popen(
         [str(exe), "-c", "read -t 600", name, *args], stdin=subprocess.PIPE, env=env
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
-                return proc
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    pytest.fail(f"process {proc.pid} never showed up as {name}")
+    return _shown(proc, name)
 
 
 @contextlib.contextmanager
@@ -140,15 +152,7 @@ def start_shaped(
         args, executable=exe, stdin=subprocess.PIPE, env=env, cwd=cwd,
         user=uid if uid != os.geteuid() else None,
     )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{proc.pid}/comm").read_text().strip() == name:
-                return proc
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    pytest.fail(f"process {proc.pid} never showed up as {name}")
+    return _shown(proc, name)
 
 
 def stop_all(started: Sequence[subprocess.Popen[bytes]]) -> None:
