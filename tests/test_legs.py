@@ -204,3 +204,32 @@ def test_the_leg_runs_the_typhapki_it_claims() -> None:
     else:
         assert where == (ROOT / "typhapki").resolve()
         assert Path(typhapki_cmd()[0]).parent == Path(sys.executable).parent
+
+
+class _Item:
+    """As much of a pytest.Item as tests/conftest.py's `once_legs` reads."""
+
+    nodeid = "tests/x.py::test_x"
+
+    def __init__(self, *marks: pytest.MarkDecorator) -> None:
+        self.marks = [m.mark for m in marks]
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return next((m for m in self.marks if m.name == name), None)
+
+
+def _legs(*marks: pytest.MarkDecorator) -> tuple[str, ...] | None:
+    from typing import cast
+
+    from tests.conftest import once_legs
+
+    return once_legs(cast(pytest.Item, _Item(*marks)))
+
+
+def test_once_names_the_legs_that_run_a_heavy_test() -> None:
+    assert _legs() is None  # every leg
+    assert _legs(pytest.mark.once) == ("debian",)
+    assert _legs(pytest.mark.once("trixie")) == ("trixie",)
+    assert _legs(pytest.mark.once("debian", "trixie")) == ("debian", "trixie")
+    with pytest.raises(pytest.UsageError, match="newest"):
+        _legs(pytest.mark.once("newest"))  # the newest leg runs no heavy test

@@ -32,7 +32,7 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.verify import fingerprint
 
 # Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
-pytestmark = [pytest.mark.once, pytest.mark.trixie]
+pytestmark = pytest.mark.once("debian", "trixie")
 
 CERTNAME = "fleet-agent-1"
 NEW_CA = "b" * 64

@@ -17,7 +17,7 @@ from tests.conftest import LEG, require
 from tests.support.puppet import MODULE, SYSTEM_MODULES
 
 # Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
-pytestmark = [pytest.mark.once, pytest.mark.trixie]
+pytestmark = pytest.mark.once("debian", "trixie")
 
 
 def _run(

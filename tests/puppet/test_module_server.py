@@ -26,7 +26,7 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import subject_cn
 
 # Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
-pytestmark = [pytest.mark.once, pytest.mark.trixie]
+pytestmark = pytest.mark.once("debian", "trixie")
 
 CLUSTERS = {
     "main": {

@@ -23,7 +23,7 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import find_issuer, fingerprint
 
-pytestmark = [pytest.mark.once, pytest.mark.trixie]  # as tests/pki/signers/test_multirootca.py
+pytestmark = pytest.mark.once("debian", "trixie")  # as tests/pki/signers/test_multirootca.py
 
 multirootca = multirootca_support.multirootca
 OLD, NEW = multirootca_support.LABELS

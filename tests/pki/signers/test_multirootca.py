@@ -26,7 +26,7 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
 
 # Heavy end to end: the Debian leg, and the trixie leg for its Puppet 8 components.
-pytestmark = [pytest.mark.once, pytest.mark.trixie]
+pytestmark = pytest.mark.once("debian", "trixie")
 
 multirootca = multirootca_support.multirootca
 restricted_multirootca = multirootca_support.restricted_multirootca
