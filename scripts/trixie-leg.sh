@@ -7,8 +7,10 @@
 # The root comes from tests/support/cleanroot.py (the one root builder): cached once per
 # machine, with every package of scripts/setup.sh. The leg runs on an overlay of it, in
 # a mount namespace of its own, so the cached root never changes and every mount made
-# here goes when the leg ends. The root shares the machine's network (PyPI for the test
-# tools; the tests' own servers are on loopback and in their own network namespaces).
+# here goes when the leg ends. The root shares the network namespace it is started in:
+# scripts/test.sh starts it in the leg's own, with the machine's network through NAT
+# (PyPI for the test tools; the tests' own servers are on the leg's loopback and in
+# their own network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$(realpath "$1")
