@@ -337,14 +337,13 @@ if [ -z "$SIDE_BY_SIDE" ]; then
 fi
 
 phase "the legs, side by side: ${SELECTED[*]}"
+if selected debian; then start_leg debian; fi
 if [ -n "$ROOT_BUILD" ]; then
   # Its failure is the trixie leg's to report: the leg builds the root again and says why.
   wait "$ROOT_BUILD" || { echo "   the trixie root's build failed:"; tail -n 20 "$root_log"; }
   rm -f "$root_log"
 fi
-for name in debian trixie; do
-  if selected "$name"; then start_leg "$name"; fi
-done
+if selected trixie; then start_leg trixie; fi
 for _ in "${SELECTED[@]}"; do
   rc=0
   wait -n -p ended "${!NAME_OF[@]}" || rc=$?
