@@ -111,8 +111,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     all).
 
     Each component version is proven in one leg: the newest and debian legs run on the
-    same machine, so on the same bookworm components (the fleet drills run in the
-    newest leg, which has the time); tests that prove a version only trixie has (Puppet
+    same machine, so on the same bookworm components (the PKI front's tests run in the
+    newest leg, which has the time; not the drills: a JVM start of their own there costs
+    more than the debian leg's shared one); tests that prove a version only trixie has (Puppet
     8, puppetserver 8, PuppetDB 8 on PostgreSQL 17, rspec-puppet 4, multirootca 1.6.5)
     name trixie; docs/performance.md says which leg proves what."""
     for item in items:

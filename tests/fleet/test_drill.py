@@ -19,7 +19,7 @@ from tests.support.drill import CLUSTER, Drill, RealFacts, Report, services
 from tests.support.multirootca import Multirootca
 from tests.support.puppetdb import PuppetDB
 
-pytestmark = pytest.mark.once("newest")  # heavy end to end: CI's newest leg (tests/conftest.py)
+pytestmark = pytest.mark.once  # heavy: CI's Debian leg, beside its PuppetDB (tests/conftest.py)
 
 multirootca = multirootca_support.multirootca
 go_peers = gopeers.go_peers

@@ -60,7 +60,7 @@ def walked(
     yield result, drill.report
 
 
-@pytest.mark.once("newest")  # heavy end to end: CI's newest leg (tests/conftest.py)
+@pytest.mark.once  # heavy: CI's Debian leg, beside its PuppetDB (tests/conftest.py)
 def test_the_attacker_is_shut_out_at_step_0_and_at_the_handshake_after_roll_2(
     walked: tuple[EmergencyReport, Report],
 ) -> None:
@@ -81,7 +81,7 @@ def test_the_attacker_is_shut_out_at_step_0_and_at_the_handshake_after_roll_2(
     assert report.exposure <= 1.0  # each Typha host's next run closes it
 
 
-@pytest.mark.once("newest")
+@pytest.mark.once
 def test_the_fleet_rolls_typha_twice_and_never_calico_node(
     walked: tuple[EmergencyReport, Report],
 ) -> None:
@@ -98,7 +98,7 @@ def test_the_fleet_rolls_typha_twice_and_never_calico_node(
     assert report.felixes_330 == NODES // 2 and report.felix_exits > 0
 
 
-@pytest.mark.once("newest")
+@pytest.mark.once
 def test_every_step_waits_for_its_gate(walked: tuple[EmergencyReport, Report]) -> None:
     report, _ = walked
     assert [p.name for p in report.phases] == [
@@ -114,7 +114,7 @@ def test_every_step_waits_for_its_gate(walked: tuple[EmergencyReport, Report]) -
     assert report.early_refusals == {p.name: 1 for p in report.phases if p.name in STEPPED}
 
 
-@pytest.mark.once("newest")
+@pytest.mark.once
 def test_a_node_decommissioned_at_trust_gets_no_new_leaf_and_is_shut_out(
     walked: tuple[EmergencyReport, Report],
 ) -> None:
