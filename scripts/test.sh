@@ -14,9 +14,9 @@
 #                   /usr/lib/python3/dist-packages (tests/test_legs.py asserts it)
 #      trixie       the same .deb in a Debian 13 root on trixie's python3 libraries and
 #                   Puppet 8 (scripts/trixie-leg.sh)
-#   The heavy end-to-end tests (`once`) run only in the installed legs their marker
-#   names (tests/conftest.py). Each leg runs in a network namespace of its own, with its
-#   own /run/netns, PID namespace and pytest base directory (`run_leg`), so that the
+#   The heavy end-to-end tests (`once`) run only in the legs their marker names
+#   (tests/conftest.py). Each leg runs in a network namespace of its own, with its own
+#   /run/netns, PID namespace and pytest base directory (`start_leg`), so that the
 #   three never see each other's ports, namespaces or processes; its output is printed
 #   whole when all three have ended.
 # Arguments go to every pytest run (e.g. `bash scripts/test.sh -x tests/pki`).
@@ -65,11 +65,14 @@ report() {
 run_pytest() {
   local rc=0
   in_own_pid_namespace "$@" || rc=$?
-  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
+  selected_nothing "$rc"
+}
+selected_nothing() {  # selected_nothing RC: pytest's exit, with exit 5 judged as above
+  if [ "$1" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
     echo "(no test selected in this leg by: ${ARGS[*]})"
     return 0
   fi
-  return "$rc"
+  return "$1"
 }
 ARGS=("$@")
 NARGS=$#
@@ -111,8 +114,6 @@ start_decoys() {
 stop_decoys() {
   if ((${#DECOYS[@]})); then kill "${DECOYS[@]}" 2>/dev/null || true; fi
 }
-
-
 
 # --- the legs --------------------------------------------------------------------------
 # Side by side (as root), each leg has a network namespace of its own (its loopback: the
@@ -201,14 +202,10 @@ leg_debian() {
   return "$rc"
 }
 
-leg_trixie() {
+leg_trixie() {  # its pytest runs in the root, in a PID namespace of the root's own
   local rc=0
   bash scripts/trixie-leg.sh "$TYPHAPKI_DEB" "$@" || rc=$?
-  if [ "$rc" -eq 5 ] && [ "$NARGS" -gt 0 ]; then
-    echo "(no test selected in this leg by: ${ARGS[*]})"
-    rc=0
-  fi
-  return "$rc"
+  selected_nothing "$rc"
 }
 
 # One leg, as the run below starts each (in its namespaces): scripts/test.sh itself again.
@@ -280,7 +277,7 @@ fi
 echo "   demo done ($(wc -l <"$demo_dir.log") lines of output)"
 rm -rf "$demo_dir" "$demo_dir.log"
 
-if [[ " $LEGS " == *" debian "* ]] || [[ " $LEGS " == *" trixie "* ]]; then
+if selected debian || selected trixie; then
   phase "deb: dpkg-buildpackage + lintian"
   deb=$(bash scripts/build-deb.sh dist)
   echo "built $deb"
@@ -289,7 +286,7 @@ if [[ " $LEGS " == *" debian "* ]] || [[ " $LEGS " == *" trixie "* ]]; then
   export TYPHAPKI_DEB=$deb
 fi
 
-if [[ " $LEGS " == *" debian "* ]]; then
+if selected debian; then
   phase "install: apt-get install ./$(basename "$deb")"
   apt_log=$(mktemp)
   if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -q \

@@ -103,6 +103,12 @@ def once_legs(item: pytest.Item) -> tuple[str, ...] | None:
     return legs
 
 
+def runs_here(legs: tuple[str, ...] | None) -> bool:
+    """Whether this run runs a test that `legs` (`once_legs`) names: every test in a
+    developer's run, with no leg named; else a test of every leg, or one naming this."""
+    return not LEG or legs is None or LEG in legs
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy end-to-end tests (marked `once`) run only in the legs their marker names,
     by default the Debian one: the packaged artifact, as fleets run it. What they prove
@@ -118,7 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     name trixie; docs/performance.md says which leg proves what."""
     for item in items:
         legs = once_legs(item)
-        if LEG and legs is not None and LEG not in legs:
+        if legs is not None and not runs_here(legs):
             where = " and ".join(f"the {leg} leg" for leg in legs)
             item.add_marker(pytest.mark.skip(reason=f"heavy end-to-end test: runs in {where}"))
 

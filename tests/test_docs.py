@@ -58,7 +58,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import LEG, ONCE_DEFAULT_LEGS, SOURCE, require, typhapki_cmd
+from tests.conftest import ONCE_DEFAULT_LEGS, SOURCE, require, runs_here, typhapki_cmd
 from tests.support import docservers
 from tests.support.cfssl import CfsslServer, start_cfssl
 from tests.support.dns import Dnsmasq, start_dnsmasq
@@ -580,7 +580,7 @@ def test_block(docs: Docs, block: Block, request: pytest.FixtureRequest) -> None
     sandbox = docs.sandbox(block.doc)
     earlier = [b for b in BLOCKS if b.doc == block.doc and b.line < block.line]
     for b in earlier:  # run alone (-k), a block still finds what earlier blocks made
-        if b.against in HEAVY and LEG and LEG not in ONCE_DEFAULT_LEGS:
+        if b.against in HEAVY and not runs_here(ONCE_DEFAULT_LEGS):
             continue  # skipped in this leg (`once`): its server is not started here
         if b.line not in sandbox.done:
             _execute(docs, sandbox, b, quiet=True, request=request)
