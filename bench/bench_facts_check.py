@@ -65,7 +65,7 @@ COMMAND: list[str] = []  # --typhapki, else the console script beside this inter
 # every run would time the compiler too (40 % more CPU in a checkout).
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 # The node configuration file above, in YAML's block style: what it costs to read it
-# without typhapki/nodeconfig.py's JSON reader (PyYAML's import and parser).
+# without typhapki/cli/nodeconfig.py's JSON reader (PyYAML's import and parser).
 NODE_CONFIG_YAML = """\
 # The same node configuration, in YAML's block style.
 version: 1
@@ -81,7 +81,7 @@ commands:
 # How --measures undoes each start-up measure, from outside typhapki: code run before the
 # console script's function (a prelude), the way the command ends, an environment
 # variable typhapki already reads, or the node configuration in YAML.
-_SCRIPT = "from typhapki.entry import script\nscript()\n"
+_SCRIPT = "from typhapki.cli.console import script\nscript()\n"
 _RECORDS_AS_DATACLASSES = """\
 import dataclasses, sys, types
 shim = types.ModuleType("typhapki.record")
@@ -109,7 +109,7 @@ MEASURES: dict[str, dict[str, str]] = {
     # The node configuration in YAML, which only PyYAML reads: the JSON reader's gain.
     "JSON reader": {"config": "yaml"},
     # main()'s code through SystemExit, then Python's finalization, as any program ends.
-    "os._exit": {"code": "from typhapki.entry import main\nraise SystemExit(main())\n"},
+    "os._exit": {"code": "from typhapki.cli.console import main\nraise SystemExit(main())\n"},
     # cryptography's public serialization package, which typhapki/pki/x509compat.py
     # bypasses for the module that defines its enums and the key loader.
     "private serialization": {

@@ -141,10 +141,10 @@ def test_the_contract_is_read() -> None:
     placed = layer_of(LAYERS)
     bottom_up = ("typhapki.errors", "typhapki.pki.store", "typhapki.inventory.hiera",
                  "typhapki.settings.desired", "typhapki.firewall.pipeline",
-                 "typhapki.commands.ferm", "typhapki.cli")  # fmt: skip
+                 "typhapki.commands.ferm", "typhapki.cli.typer_app")  # fmt: skip
     ranks = [placed[m][0] for m in bottom_up]
     assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), ranks
-    assert placed["typhapki.settings.options"][0] < placed["typhapki.inventory.hiera"][0]
+    assert placed["typhapki.options"][0] < placed["typhapki.inventory.hiera"][0]
     swapped = [LAYERS[3], LAYERS[2], *LAYERS[:2], *LAYERS[4:]]  # settings below pki
     wrong = layer_of(swapped)
     assert any(wrong[d][0] > wrong[m][0] for m, deps in edges.items() for d in deps)

@@ -97,7 +97,7 @@ def test_the_installed_package_finds_its_templates_under_usr_share() -> None:
 
 
 def test_help_of_every_command_on_debian_typer() -> None:
-    from typhapki import docgen
+    from typhapki.cli import docgen
 
     for command in docgen.commands():
         result = installed(*command.path, "--help")

@@ -74,8 +74,8 @@ def _plain_port(text: str, low: int = 0) -> int | None:
 
 @given(text=HOSTILE)
 def test_the_charts_port_env_is_a_port_or_one_line(text: str) -> None:
-    """Typha's TYPHA_SERVERPORT in a chart (typhapki/kubernetes/typhaports.py)."""
-    from typhapki.kubernetes.typhaports import int_port, typha_ports
+    """Typha's TYPHA_SERVERPORT in a chart (typhapki/typhaports.py)."""
+    from typhapki.typhaports import int_port, typha_ports
 
     container = {"name": "calico-typha", "env": [{"name": "TYPHA_SERVERPORT", "value": text}]}
     expected = _plain_port(text)

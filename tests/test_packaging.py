@@ -43,7 +43,8 @@ def test_wheel_ships_the_ferm_templates_and_the_console_script(tmp_path: Path) -
     templates = {Path(n).name for n in names if "/share/typhapki/ferm_templates/" in n}
     assert templates == {p.name for p in (SOURCE / "ferm_templates").glob("*.j2")}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "typhapki = typhapki.entry:script" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "typhapki = typhapki.cli.console:script" in scripts
 
 
 def test_dependencies_have_bookworm_floors_and_no_caps() -> None:

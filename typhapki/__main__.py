@@ -1,3 +1,3 @@
-from typhapki.entry import script
+from typhapki.cli.console import script
 
 script()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 import socket
 import time
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -59,14 +59,14 @@ def whole_number(
 
 
 # What a number option's text may hold before the option's own range is checked
-# (typhapki/settings/options.py: every int option counts, every float one is seconds).
+# (typhapki/options.py: every int option counts, every float one is seconds).
 MAX_OPTION_WHOLE = 10**12
 MAX_OPTION_SECONDS = 1e12
 
 
 def option_number(kind: type, value: object, what: str) -> int | float:
     """A number option's value as text reads it, a flag's and the node configuration's
-    alike (typhapki/fastcli.py, typhapki/nodeconfig.py): plain ASCII digits, never
+    alike (typhapki/cli/fast_path.py, typhapki/cli/nodeconfig.py): plain ASCII digits, never
     negative; an int option by `whole_number`, a float one (seconds) by `seconds`.
     Raises UsageError naming `what`; the option's own range is checked where it is used."""
     from typhapki.errors import UsageError

@@ -29,7 +29,8 @@ imported at run time.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any, TypeVar, dataclass_transform
 
@@ -154,7 +155,7 @@ def _build(cls: type, frozen: bool) -> type:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         # Written into the instance's dict at once, past a frozen record's __setattr__ (as
         # dataclasses do): the option table alone makes some 150 records on every start
-        # (typhapki/settings/options.py).
+        # (typhapki/options.py).
         if len(args) > len(names):
             raise TypeError(
                 f"{qualname}() takes {len(names)} positional arguments but {len(args)} were given"

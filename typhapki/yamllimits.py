@@ -1,5 +1,5 @@
 """The limits every YAML file typhapki reads is held to: hiera and the node
-configuration file alike (typhapki/inventory/hiera.py, typhapki/nodeconfig.py).
+configuration file alike (typhapki/inventory/hiera.py, typhapki/cli/nodeconfig.py).
 
 Checked on the event stream, before anything is composed: libyaml's composer
 recurses in C (deep nesting crashes it) and its parser slows down quadratically

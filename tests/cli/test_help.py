@@ -68,7 +68,7 @@ def test_help_is_what_it_was(line: str) -> None:
 def test_every_command_is_recorded() -> None:
     """A new command gets its recorded help with it: the list above is not shorter than
     the table."""
-    from typhapki.settings import options
+    from typhapki import options
 
     assert set(RECORDED) == {"typhapki", "ca", *(c.name for c in options.COMMANDS)}
 

@@ -165,7 +165,7 @@ def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
     """Startup cost: without --hiera, none of the heavy libraries is imported."""
     code = (
         "import sys\n"
-        "from typhapki.entry import main\n"
+        "from typhapki.cli.console import main\n"
         f"sys.argv = ['typhapki', 'facts', '--out', {str(issued)!r}]\n"
         "try:\n"
         "    main()\n"
@@ -183,14 +183,14 @@ def test_facts_imports_no_yaml_dns_or_templates(issued: Path) -> None:
 def test_the_stage_in_hiera_picks_the_typha_the_fact_probes(
     issued: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """hiera's tls_stage: the TLS Typha's port (typhapki/kubernetes/typhaports.py) in
+    """hiera's tls_stage: the TLS Typha's port (typhapki/typhaports.py) in
     every stage, Calico's without one; the policy goes to the probe; a bad stage is an
     error in the fact, and the plain Typha's port stays."""
     from typhapki.commands import facts as facts_command
     from typhapki.commands.facts import RawFactOptions
-    from typhapki.kubernetes.typhaports import DEFAULT_PORTS, TLS_PORTS
     from typhapki.puppet import facts as puppet_facts
     from typhapki.settings.wiring import TlsPolicy
+    from typhapki.typhaports import DEFAULT_PORTS, TLS_PORTS
 
     asked: list[Any] = []
     real = puppet_facts.gather
@@ -235,9 +235,9 @@ def test_the_fact_names_where_a_refused_value_came_from(
 ) -> None:
     """What `facts` reports in the fact instead of exiting names the place that set it:
     the flag, or the node configuration's file and key, never a flag nobody typed.
-    (Values whose type the file's reader refuses are its own: tests/test_nodeconfig.py.)"""
+    (Values whose type the file's reader refuses are its own: tests/cli/test_nodeconfig.py.)"""
     from tests.support.sources import place
-    from typhapki.settings import options
+    from typhapki import options
 
     name, value = refused
     base = tmp_path_factory.mktemp("fact")

@@ -26,7 +26,7 @@ from tests.support.mtlspeers import (
     openssl_typha,
     split_typha,
 )
-from typhapki.kubernetes.typhaports import TLS_PORTS
+from typhapki.typhaports import TLS_PORTS
 
 __all__ = ["dnsmasq_server", "go_peers"]
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error, run_cli
 from typhapki.errors import UsageError
 from typhapki.inventory.hostnames import parse_address, validate_host
-from typhapki.settings.options import PROBE_TIMEOUT
+from typhapki.options import PROBE_TIMEOUT
 
 MIN_TIMEOUT, MAX_TIMEOUT = PROBE_TIMEOUT
 

@@ -205,9 +205,9 @@ def test_an_api_that_lists_other_nodes_pods_evicts_nothing(
 @pytest.fixture
 def parallel_api(tmp_path: Path) -> Iterator[FakeApi]:
     """The live switch's parallel stage: the plain Typha and the TLS one
-    (typhapki/kubernetes/typhaports.py's label), each with its budget, on every node."""
+    (typhapki/typhaports.py's label), each with its budget, on every node."""
     from tests.support.kubeapi import Deployment
-    from typhapki.kubernetes.typhaports import TLS_LABELS, TLS_NAME
+    from typhapki.typhaports import TLS_LABELS, TLS_NAME
 
     cluster = Cluster()
     cluster.deploy(Deployment("calico-typha", {"k8s-app": "calico-typha"}, len(NODES)), [*NODES])
@@ -223,7 +223,7 @@ def test_the_stage_typha_is_restarted(tmp_path: Path, parallel_api: FakeApi, sta
     this node is evicted; the plain Typha beside it reads none and keeps running. With
     hiera's stage known it decides (none: the plain Typha, as before the switch);
     unknown (no --hiera), the TLS Typha when this node runs one."""
-    from typhapki.kubernetes.typhaports import TLS_LABELS
+    from typhapki.typhaports import TLS_LABELS
 
     kubeconfig = parallel_api.kubeconfig(tmp_path / "kubeconfig")
     out = _node_out(tmp_path, "node-a")

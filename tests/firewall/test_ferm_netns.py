@@ -1,7 +1,7 @@
 """End to end in network namespaces: ferm applies the rendered rule, TCP proves it.
 
 Three namespaces: a Typha-like server listening on 5473 (the plain Typha's port) and
-5474 (the TLS Typha's, typhapki/kubernetes/typhaports.py), an allowed client (a cluster
+5474 (the TLS Typha's, typhapki/typhaports.py), an allowed client (a cluster
 node, whose name resolves through dnsmasq to its namespace addresses) and a blocked
 client. Addresses live only inside the namespaces: 10.250.x.0/24 and fd00:5473:x::/64.
 The server's INPUT policy drops both ports after the rendered rule, like a host whose
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from tests.conftest import CliResult, require, require_root, run_cli, typhapki_cmd
 from tests.firewall.test_ferm import FERM_DEFS
 from tests.support.dns import Dnsmasq, dnsmasq_server
-from typhapki.kubernetes.typhaports import TLS_PORTS
+from typhapki.typhaports import TLS_PORTS
 
 __all__ = ["dnsmasq_server"]
 

@@ -26,7 +26,7 @@ from tests.firewall.test_ferm import FERM_DEFS
 from typhapki.firewall import ferm as ferm_rules
 from typhapki.firewall import nft as nft_rules
 from typhapki.firewall.ferm import Sources
-from typhapki.kubernetes.typhaports import TLS_PORTS
+from typhapki.typhaports import TLS_PORTS
 
 PORT = 5473
 STRICT = Sources(addresses=("10.250.1.2", "10.250.2.2", "fd00:5473:1::2"), note="nodes")

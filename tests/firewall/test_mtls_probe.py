@@ -171,7 +171,7 @@ def test_the_local_typha_first_else_the_configured_one() -> None:
 
 
 def test_the_stage_port_goes_to_addresses_that_name_none() -> None:
-    """The TLS Typha's port (typhapki/kubernetes/typhaports.py) for a local or
+    """The TLS Typha's port (typhapki/typhaports.py) for a local or
     configured address without one; an address that names its port keeps it."""
     with hanging_typha() as listening, closed_port() as port:
         host, there = listening.rsplit(":", 1)

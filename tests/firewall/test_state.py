@@ -365,7 +365,7 @@ def test_a_proof_longer_than_any_lifetime_is_corrupt(tmp_path: Path) -> None:
     """What no run writes (an expiry past MAX_LIFETIME, or one without its proof time)
     is corrupt, as every impossible state is; the longest lifetime is not, and the
     option's help names it."""
-    from typhapki.settings.options import BY_NAME
+    from typhapki.options import BY_NAME
 
     assert f"at most {MAX_LIFETIME}:" in BY_NAME["proof_lifetime"].help
     for proven, expires, ok in (

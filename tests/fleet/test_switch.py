@@ -32,7 +32,7 @@ from typhapki.errors import EXIT_KUBE_API, EXIT_NEEDS_ACTION, EXIT_OK, EXIT_USAG
 from typhapki.fleet.nodes import judge_node
 from typhapki.fleet.switch import retire_gate, switch_gate
 from typhapki.kubernetes.rollout import DaemonSetStatus, DeploymentStatus, Endpoint
-from typhapki.kubernetes.typhaports import TLS_NAME, TLS_PORTS
+from typhapki.typhaports import TLS_NAME, TLS_PORTS
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 NODES = ["kube1001.eqiad.wmnet", "kube1002.eqiad.wmnet", "kube1003.eqiad.wmnet"]

@@ -19,15 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli
+from typhapki import options
 from typhapki.errors import ConfigError, TyphapkiError
 from typhapki.firewall.pipeline import BOTH_TYPHAS
 from typhapki.inventory import hiera
-from typhapki.kubernetes.typhaports import TLS_PORTS
 from typhapki.puppet.lint import lint
-from typhapki.settings import options, wiring
+from typhapki.settings import wiring
 from typhapki.settings.desired import Request, resolve
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
+from typhapki.typhaports import TLS_PORTS
 
 CLUSTER = "lab"
 KEY = f"kubernetes::clusters.main.{CLUSTER}"
@@ -202,7 +203,7 @@ def test_a_copy_of_hiera_names_the_hiera_key_not_its_file(tmp_path: Path) -> Non
 
 def test_the_stages_hiera_accepts_are_the_wirings() -> None:
     """The judge takes `tls_stage` from the option table, the Puppet types from
-    wiring.py's Stage (typhapki/docgen.py): the two must name the same stages."""
+    wiring.py's Stage (typhapki/cli/docgen.py): the two must name the same stages."""
     from typhapki.settings.wiring import Stage
 
     assert options.BY_NAME["tls_stage"].choices == tuple(s.value for s in Stage)

@@ -26,8 +26,8 @@ from tests.kubernetes.test_stages import (
 from typhapki.calico import RELEASES, Release
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged
-from typhapki.kubernetes.typhaports import PORT_NAME, TLS_NAME
 from typhapki.settings.wiring import Stage, TlsPolicy
+from typhapki.typhaports import PORT_NAME, TLS_NAME
 
 __all__ = ["kubectl", "staged_set"]  # fixtures shared with test_stages.py
 

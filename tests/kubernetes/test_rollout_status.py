@@ -27,7 +27,7 @@ from typhapki.errors import EXIT_KUBE_API, KubeApiError
 from typhapki.kubernetes.eviction import KubeApi
 from typhapki.kubernetes.kubeconfig import load_kubeconfig
 from typhapki.kubernetes.rollout import daemonset_status, deployment_status, service_endpoints
-from typhapki.kubernetes.typhaports import TLS_NAME, TLS_PORTS
+from typhapki.typhaports import TLS_NAME, TLS_PORTS
 
 NODES = ["node-a", "node-b", "node-c"]
 

@@ -29,8 +29,8 @@ from typhapki.errors import ConfigError
 from typhapki.kubernetes.budget import selects
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged, with_policy
-from typhapki.kubernetes.typhaports import TLS_NAME, TLS_PORTS
 from typhapki.settings.wiring import LIVE_STAGES, Stage, TlsPolicy
+from typhapki.typhaports import TLS_NAME, TLS_PORTS
 
 CHART_PATH = Path(__file__).parent / "objects" / "calico-chart-rendered.yaml"
 CHART = [d for d in yaml.safe_load_all(CHART_PATH.read_text()) if d]

@@ -17,8 +17,8 @@ from typhapki.kubernetes.kustomize import post_render
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged
 from typhapki.kubernetes.tlspair import check_pair, view
-from typhapki.kubernetes.typhaports import TLS_NAME
 from typhapki.settings.wiring import LIVE_STAGES, Stage
+from typhapki.typhaports import TLS_NAME
 
 TYPHA = ("apps/v1", "Deployment", "calico-typha")
 NODE = ("apps/v1", "DaemonSet", "calico-node")

@@ -1,4 +1,4 @@
-"""Typha's port env as the live switch reads it (typhapki/kubernetes/typhaports.py),
+"""Typha's port env as the live switch reads it (typhapki/typhaports.py),
 through every stage of the post-renderer: any text in TYPHA_SERVERPORT,
 TYPHA_HEALTHPORT or TYPHA_PROMETHEUSMETRICSPORT (a Unicode digit such as ``9²``
 included, which Python's int() would take or choke on) is a port, or one line naming
@@ -17,8 +17,8 @@ from tests.kubernetes.test_stages import CHART, _container, _dump, _find
 from typhapki.errors import ConfigError
 from typhapki.kubernetes.manifests import WiringPatch
 from typhapki.kubernetes.stages import post_render_staged
-from typhapki.kubernetes.typhaports import PORT_ENV
 from typhapki.settings.wiring import LIVE_STAGES, Stage
+from typhapki.typhaports import PORT_ENV
 
 # Digits of other scripts and superscripts: what a careless copy or a hostile chart holds.
 _digits = st.text(

@@ -2,7 +2,7 @@
 the metrics, `check --nagios` and `typhapki fleet` (the fact as PuppetDB hands it back)
 agree on one node whose node configuration names its state directory, as the typhapki
 Puppet module writes it (`typhapki::state_dir` under `defaults:`); and, for every option
-`check` takes from the option table (typhapki/settings/options.py), set alone in that
+`check` takes from the option table (typhapki/options.py), set alone in that
 node configuration, the fact, the metrics, `check --nagios` and `fleet` say what `check`
 says (healthy or not): each reads it, and each refuses what `check` refuses
 (typhapki/settings/desired.py `checked_signer`, `check_signer_renewal`).
@@ -36,7 +36,7 @@ from tests.conftest import run_cli
 from tests.pki.test_plan import damage
 from tests.support.cfssl import CfsslServer, cfssl, write_auth_key
 from tests.support.hostile_cfssl import Answer, HostileCfssl, hostile_cfssl
-from typhapki.settings import options
+from typhapki import options
 
 __all__ = ["cfssl", "hostile_cfssl"]  # the fixtures
 

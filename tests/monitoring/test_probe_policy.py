@@ -19,9 +19,9 @@ from tests.conftest import assert_one_line_error, run_cli
 from tests.support import gopeers
 from tests.support.gopeers import GoPeers, typha_env, typha_server
 from typhapki.kubernetes import typhatarget
-from typhapki.kubernetes.typhaports import DEFAULT_PORTS, TLS_LABELS, TLS_PORTS, Ports
 from typhapki.kubernetes.typhatarget import PLAIN_LABELS, typha_target
 from typhapki.settings.wiring import LIVE_STAGES, Stage
+from typhapki.typhaports import DEFAULT_PORTS, TLS_LABELS, TLS_PORTS, Ports
 
 go_peers = gopeers.go_peers
 
@@ -40,7 +40,7 @@ def hiera(path: Path, **typha: str) -> Path:
 
 def test_each_stage_selects_its_typha() -> None:
     """No stage: the plain Typha, as before the switch; every stage: the TLS Typha's
-    label and port, from typhapki/kubernetes/typhaports.py."""
+    label and port, from typhapki/typhaports.py."""
     plain = typha_target(None)
     assert dict([plain.label]) == PLAIN_LABELS and plain.port == DEFAULT_PORTS.server == 5473
     assert plain.selector == "k8s-app=calico-typha"

@@ -22,7 +22,7 @@ from typhapki.calico import BY_VERSION, Release
 from typhapki.fleet.nodes import judge_node
 from typhapki.fleet.switch import retire_gate, switch_gate
 from typhapki.kubernetes.rollout import DaemonSetStatus, DeploymentStatus, Endpoint
-from typhapki.kubernetes.typhaports import TLS_NAME
+from typhapki.typhaports import TLS_NAME
 
 go_peers = gopeers.go_peers
 ENDS = [pytest.param(BY_VERSION[v], id=f"calico-{v}") for v in ("3.30", "3.33")]

@@ -34,7 +34,7 @@ def wrap(call):
         return call(*args, **kwargs)
     return killing
 os.rename, os.replace, os.symlink = wrap(os.rename), wrap(os.replace), wrap(os.symlink)
-from typhapki.entry import main
+from typhapki.cli.console import main
 sys.exit(main(sys.argv[2:]))
 """
 

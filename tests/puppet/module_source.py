@@ -1,7 +1,7 @@
 """The typhapki Puppet module read as text: each class's parameters, their types and
 their puppet-strings `@param` texts, the type aliases' enums, the module's data, and
 the README's parameter tables. Pure parsing, no puppet: tests/puppet/test_module_options.py
-holds them to one another and to the option table (typhapki/settings/options.py)."""
+holds them to one another and to the option table (typhapki/options.py)."""
 
 from __future__ import annotations
 

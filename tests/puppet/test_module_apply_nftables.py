@@ -25,7 +25,7 @@ from tests.firewall.test_nft import fleet_ruleset, kernel_ports, kernel_set
 from tests.puppet.test_lint import DnsFactory, dnsmasq_server_fixture  # noqa: F401 - fixture
 from tests.puppet.test_module_apply import RECORDS, _ca_data, _node, staged_clusters
 from tests.support.puppet import EXEC_PATH, PuppetNode
-from typhapki import nodeconfig
+from typhapki.cli import nodeconfig
 
 pytestmark = pytest.mark.once  # heavy end to end: CI's Debian leg only (tests/conftest.py)
 

@@ -1,4 +1,4 @@
-"""The Puppet module held to the option table (typhapki/settings/options.py) and to itself.
+"""The Puppet module held to the option table (typhapki/options.py) and to itself.
 
 A module parameter that sets an option of the CLI (through the node configuration file)
 must take the values the CLI takes: its type, the Struct of its mode, the type alias'
@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import require
 from tests.puppet import module_source as module
 from tests.support.puppet import modulepath
+from typhapki import options
 from typhapki.errors import UsageError
-from typhapki.settings import options
 
 CERTS = "typhapki::certs"
 # The parameters of typhapki::certs whose value reaches the CLI as an option of the same

@@ -198,7 +198,7 @@ _REQUIRED = {"role": "felix", "stage": "trust-new", "mode": "strict"}
 def test_every_command_that_takes_hiera_reads_it_once(tmp_path: Path, loads: list[Path]) -> None:
     """Generated from the option table: every command with --hiera reads it once, past
     its settings (it may fail later: a closed probe port, a missing CSR)."""
-    from typhapki.settings import options
+    from typhapki import options
 
     ca_dir, new_ca = tmp_path / "ca", tmp_path / "new-ca"
     for directory in (ca_dir, new_ca):

@@ -1,11 +1,11 @@
 """Every reader of one node configuration sees the same values: for every shared option
-of the table (typhapki/settings/options.py OPTIONS, bar the flag-only ones) and every
+of the table (typhapki/options.py OPTIONS, bar the flag-only ones) and every
 command that takes it, the value `defaults:` gives reaches the command's body, with the
 node configuration's key as its source, on typer's path and on the fast path alike.
 
 Generated from the table: a command or an option added there is covered here. Each
 command runs once per path in this process (tests/support/inprocess.py); the body is
-stopped where it would start (`bundled`, typhapki/fastcli.py, hands it its arguments),
+stopped where it would start (`bundled`, typhapki/cli/fast_path.py, hands it its arguments),
 so no command does any work: what is proven is what each one was handed.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-import typhapki.cli
-import typhapki.fastcli
+import typhapki.cli.fast_path
+import typhapki.cli.typer_app
 from tests.support.inprocess import run_in_process
-from typhapki.fastcli import FAST_COMMANDS
-from typhapki.nodeconfig import NO_DEFAULTS
-from typhapki.settings import options
+from typhapki import options
+from typhapki.cli.fast_path import FAST_COMMANDS
+from typhapki.cli.nodeconfig import NO_DEFAULTS
 
 SHARED = tuple(o for o in options.OPTIONS if not o.flag_only)
 STOPPED = 99
@@ -101,15 +101,15 @@ def test_every_reader_sees_the_node_configuration(
 ) -> None:
     command = options.COMMAND[name]
     seen: list[tuple[dict[str, str], dict[str, Any]]] = []
-    real = typhapki.fastcli.bundled
+    real = typhapki.cli.fast_path.bundled
 
     def stop(body: Any, values: dict[str, Any], sources: Any) -> dict[str, Any]:
         kwargs = real(body, values, sources)
         seen.append((dict(sources), kwargs))
         raise SystemExit(STOPPED)  # the body is never run
 
-    monkeypatch.setattr(typhapki.fastcli, "bundled", stop)
-    monkeypatch.setattr(typhapki.cli, "bundled", stop)
+    monkeypatch.setattr(typhapki.cli.fast_path, "bundled", stop)
+    monkeypatch.setattr(typhapki.cli.typer_app, "bundled", stop)
     env = {"TYPHAPKI_CONFIG": str(config)}
     if path == "typer":
         env["TYPHAPKI_NO_FAST_PATH"] = "1"

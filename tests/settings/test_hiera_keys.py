@@ -2,7 +2,7 @@
 flag wins over it; the cluster's pki_renew_seconds as the "Renewal" section of
 docs/issuance.md says (the window while shorter than half the lifetime).
 
-The keys come from the option table (typhapki/settings/options.py, the options marked
+The keys come from the option table (typhapki/options.py, the options marked
 `hiera`): a key added there without a sample here fails
 `test_every_hiera_key_has_samples`. Each is resolved by `resolve`
 (typhapki/settings/desired.py), the one resolution `check` and `issue` make, without
@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
+from typhapki import options
 from typhapki.errors import TyphapkiError
 from typhapki.pki.signers.cfssl import CfsslSigner
-from typhapki.settings import options
 from typhapki.settings.desired import Request, resolve
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions

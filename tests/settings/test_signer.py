@@ -1,5 +1,5 @@
 """The signer options as given: merging keeps each value's source
-(typhapki/settings/signer.py, typhapki/settings/provenance.py)."""
+(typhapki/settings/signer.py, typhapki/provenance.py)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_nothing_set_is_todays_wiring() -> None:
 def test_stage_is_the_one_list_of_stage_names() -> None:
     """The option table (pure data, below the settings) spells the choices out; they are
     Stage's, in its order, all-at-once first (typhapki/settings/wiring.py)."""
-    from typhapki.settings.options import BY_NAME
+    from typhapki.options import BY_NAME
     from typhapki.settings.wiring import LIVE_STAGES, Stage
 
     assert BY_NAME["tls_stage"].choices == tuple(s.value for s in Stage)

@@ -41,9 +41,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.conftest import require, require_root
 from tests.firewall.test_ferm import FERM_DEFS
-from typhapki.kubernetes.typhaports import TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import DEFAULT_FELIX_CN, DEFAULT_TYPHA_CN, RoleName
+from typhapki.typhaports import TLS_PORTS
 
 PORT = TLS_PORTS.server  # the TLS Typha's port: the one the rule opens from retire on
 TYPHA_SIDE = {"node": "10.250.41.1", "attacker": "10.250.42.1"}

@@ -201,7 +201,7 @@ def typhapki_invocations(text: str) -> list[list[str]]:
 
 def _cli() -> Any:
     """The click command tree typer builds (typer >= 0.22 vendors click: duck-typed)."""
-    from typhapki.cli import app
+    from typhapki.cli.typer_app import app
 
     return typer.main.get_command(app)
 

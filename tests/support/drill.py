@@ -92,12 +92,12 @@ from tests.support.puppetdb import (
     TlsFiles,
     as_puppet_sends,
 )
-from typhapki.kubernetes.typhaports import PORT_NAME, TLS_PORTS
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import fingerprint
 from typhapki.pki.x509compat import valid_until
+from typhapki.typhaports import PORT_NAME, TLS_PORTS
 
 CHART = ROOT / "tests" / "kubernetes" / "objects" / "calico-chart-rendered.yaml"
 DEBIAN_KUBECTL = Path("/usr/bin/kubectl")

@@ -1,4 +1,4 @@
-"""Run `typhapki.entry.main(argv)` inside the test process, as a fresh process would see it.
+"""Run `typhapki.cli.console.main(argv)` inside the test process, as a fresh process would see it.
 
 A process costs about 0.3 s of interpreter and import start-up per call on this machine
 (bench/ measures start-up); hundreds of calls made the suite minutes longer. What a
@@ -134,7 +134,7 @@ def run_in_process(
     refused = [k for k in env if k.startswith(PROCESS_ONLY_ENV)]
     if refused:
         raise ProcessOnly(f"{', '.join(refused)} act only at process start: use run_cli_process")
-    from typhapki.entry import main
+    from typhapki.cli.console import main
 
     with (
         tempfile.TemporaryFile() as out,

@@ -1,5 +1,5 @@
 """One bad value placed at one source, for the provenance tests
-(tests/settings/test_provenance.py, tests/pki/signers/test_factory.py): the node
+(tests/test_provenance.py, tests/pki/signers/test_factory.py): the node
 configuration file (under `defaults:` or `commands: COMMAND:`) or a hiera cluster's
 `typha:` mapping; a flag is the test's own."""
 

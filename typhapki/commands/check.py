@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, SignerError
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.pki.plan import Desired, Plan
     from typhapki.pki.settings import PkiSettings

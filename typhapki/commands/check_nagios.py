@@ -33,7 +33,7 @@ def check_nagios(
     the node configuration's file and key) names where a refused value was set."""
     from typhapki.errors import TyphapkiError
     from typhapki.monitoring.nagios import unknown
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     try:
         result = _evaluate(

@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_OK, ConfigError, UsageError
 from typhapki.record import field, record
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class RawFactOptions:
     """The facts command line, unparsed: a bad value must end up in the fact, not exit 2.
 
-    `values` holds each option of `facts` by its name in typhapki/settings/options.py,
+    `values` holds each option of `facts` by its name in typhapki/options.py,
     as text (a flag as a bool, --trust as a list): the table is the one declaration of
     the option names, so none is repeated here.
     """
@@ -35,7 +35,7 @@ class RawFactOptions:
 
 def _days(value: str | None) -> int | None:
     from typhapki.numbers import whole_number
-    from typhapki.settings.provenance import parsed
+    from typhapki.provenance import parsed
 
     if value is None:
         return None
@@ -53,8 +53,8 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
     """The signer options from their text, converted as their flags convert them; a
     value that does not convert is an OptionError, which the fact words with where it
     came from."""
-    from typhapki.settings import options
-    from typhapki.settings.provenance import parsed
+    from typhapki import options
+    from typhapki.provenance import parsed
     from typhapki.settings.signer import OPTION_NAMES, SignerOptions
 
     given: dict[str, Any] = {}
@@ -73,10 +73,10 @@ def _signer_options(raw: RawFactOptions) -> SignerOptions:
 def facts(raw: RawFactOptions) -> int:
     """Print the `typhapki` external fact as JSON; exit 0 whatever it finds."""
     from typhapki.pki.settings import PkiSettings, RoleName
+    from typhapki.provenance import OptionError
     from typhapki.puppet.facts import FactRequest, gather
     from typhapki.settings.desired import observe
     from typhapki.settings.pki import OPTION_NAMES, PkiOptions, parse_roles
-    from typhapki.settings.provenance import OptionError
     from typhapki.settings.signer import SignerOptions
 
     errors: list[str] = []
@@ -143,7 +143,7 @@ def facts(raw: RawFactOptions) -> int:
         wiring = WiringSettings()
 
     from typhapki.monitoring.request import parse_typha_uid
-    from typhapki.settings.options import DEFAULT_TYPHA_UID
+    from typhapki.options import DEFAULT_TYPHA_UID
 
     typha_uid = DEFAULT_TYPHA_UID
     if raw.get("typha_uid") is not None:

@@ -45,7 +45,7 @@ def ferm(opts: FermOptions) -> int:
 
     if opts.kernel:
         from typhapki.firewall.kernel import ferm_kernel, report
-        from typhapki.kubernetes.typhaports import TLS_PORTS
+        from typhapki.typhaports import TLS_PORTS
 
         # The plain and the TLS Typha's ports too: one the file no longer opens
         # (tls_stage retire) must be closed in the kernel as well.

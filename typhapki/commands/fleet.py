@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 @record(frozen=True)
 class PuppetDBOptions:
-    """The `puppetdb` group of typhapki/settings/options.py."""
+    """The `puppetdb` group of typhapki/options.py."""
 
     puppetdb: str | None = None
     puppetdb_cert: str | None = None
@@ -45,7 +45,7 @@ class PuppetDBOptions:
 
 @record(frozen=True)
 class KubeOptions:
-    """How the live switch's gates reach the Kubernetes API (typhapki/settings/options.py
+    """How the live switch's gates reach the Kubernetes API (typhapki/options.py
     FLEET_KUBE): the kubeconfig `restart-typha` uses."""
 
     kubeconfig: Path | None = None
@@ -62,7 +62,7 @@ def _kube_access(kube: KubeOptions, context: str | None, why: str) -> KubeAccess
 
     if kube.kubeconfig is None:
         raise UsageError(f"{why} is judged against the Kubernetes API: give --kubeconfig")
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     try:
         valid_namespace(kube.namespace)
@@ -88,7 +88,7 @@ def switch_verdict(
     from typhapki.fleet.switch import retire_gate, switch_gate
     from typhapki.kubernetes import rollout
     from typhapki.kubernetes.eviction import KubeNotFound
-    from typhapki.kubernetes.typhaports import TLS_NAME
+    from typhapki.typhaports import TLS_NAME
 
     if stage == "switch":
         try:
@@ -134,7 +134,7 @@ def _client(opts: PuppetDBOptions) -> PuppetDB:
 def _max_age(value: str) -> timedelta:
     """--max-age: 90m, 2h, 1d or seconds, as every duration option reads it."""
     from typhapki.pki.settings import parse_duration
-    from typhapki.settings.provenance import parsed
+    from typhapki.provenance import parsed
 
     return parsed("max_age", value, lambda what: parse_duration(value, what))
 
@@ -173,7 +173,7 @@ def fleet(
     stages = emergencies = None
     if hiera is not None:
         from typhapki.fleet.gate import rotation_keys
-        from typhapki.settings.provenance import existing
+        from typhapki.provenance import existing
 
         existing("hiera", hiera, "hiera file or directory")
         keys = rotation_keys(hiera)
@@ -197,7 +197,7 @@ def ca_fingerprint(value: str, name: str) -> str:
     PEM file."""
     from typhapki.pki.pem import load_certs
     from typhapki.pki.verify import fingerprint
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     compact = value.replace(":", "").lower()
     if re.fullmatch(r"[0-9a-f]{64}", compact):
@@ -228,7 +228,7 @@ def fleet_ready(
     from typhapki.fleet.moves import SWITCH_GATES, gated_targets
     from typhapki.fleet.nodes import BrokenFact, parse_time, shown
     from typhapki.fleet.summary import READY_STAGES, ready
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     # The live switch's gated stages come from the stage-move rule (typhapki/fleet/moves.py).
     switching = gated_targets().get(stage) in SWITCH_GATES
@@ -370,7 +370,7 @@ def fleet_gate(
     from typhapki.fleet.moves import EMERGENCY_GATES, NO_LEAF, SWITCH_GATES
     from typhapki.fleet.nodes import shown
     from typhapki.fleet.summary import reached
-    from typhapki.settings.provenance import existing
+    from typhapki.provenance import existing
 
     if (base is None) == (old is None):
         raise UsageError("give exactly one of --base REV (git) and --old PATH")

@@ -118,10 +118,10 @@ def _staged_wiring_dir(
     as DIR/node.yaml; in retire, the command that deletes the plain Typha."""
     from typhapki.kubernetes.manifests import dump_yaml
     from typhapki.kubernetes.stages import wiring_dir_objects
-    from typhapki.kubernetes.typhaports import TLS_FILE
     from typhapki.kubernetes.yamlstream import MAX_STREAM, decode, load
     from typhapki.pki.store import write_files_atomic
     from typhapki.safeio import read_regular
+    from typhapki.typhaports import TLS_FILE
 
     where = f"--typha-deployment {deployment_file}"
     text = decode(read_regular(deployment_file, "Deployment file", MAX_STREAM), where)

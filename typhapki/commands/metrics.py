@@ -33,7 +33,7 @@ def metrics(
     and key) names where a refused value was set."""
     from typhapki.monitoring.metrics import render, write_textfile
     from typhapki.monitoring.status import collect, message
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     # What fails to resolve is the settings' error series, and the set is still judged.
     observed, request = observed_request(

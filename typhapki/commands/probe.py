@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError, UsageError
+from typhapki.provenance import parsed
 from typhapki.settings.pki import PkiOptions
-from typhapki.settings.provenance import parsed
 
 
 def probe(
@@ -24,13 +24,13 @@ def probe(
     from typhapki.monitoring.probe import parse_address
     from typhapki.monitoring.probe import probe as run_probe
     from typhapki.numbers import seconds
+    from typhapki.options import PROBE_TIMEOUT
     from typhapki.settings.cluster import load_typha_settings, merge_pki
-    from typhapki.settings.options import PROBE_TIMEOUT
     from typhapki.settings.wiring import Stage, resolve
 
     # nan, inf, 0 or a negative timeout would reach the socket (a traceback, or
     # "Operation now in progress"): refused first, named with where it was given
-    # (typhapki/settings/provenance.py `parsed`).
+    # (typhapki/provenance.py `parsed`).
     low, high = PROBE_TIMEOUT
     timeout = parsed("timeout", timeout, lambda what: seconds(
         timeout, low=low, high=high, what=what, error=UsageError))  # fmt: skip

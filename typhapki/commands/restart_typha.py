@@ -32,8 +32,8 @@ def restart_typha(
     from typhapki.kubernetes.kubeconfig import load_kubeconfig
     from typhapki.kubernetes.typhatarget import typha_target
     from typhapki.pki.restarts import Component, clear_restart, marker_path
+    from typhapki.provenance import OptionError
     from typhapki.settings.cluster import load_typha_settings
-    from typhapki.settings.provenance import OptionError
     from typhapki.settings.wiring import resolve
 
     named = node is not None  # else this host's name, the default

@@ -6,7 +6,7 @@ from pathlib import Path
 def restarted(out: Path, component: str) -> int:
     """Remove OUT/.restart-COMPONENT after the component restarted (docs/kubernetes.md)."""
     from typhapki.pki.restarts import Component, clear_restart, marker_path
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     try:
         which = Component(component)

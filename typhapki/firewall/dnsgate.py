@@ -33,8 +33,8 @@ from typing import Any, cast
 from typhapki.errors import UsageError
 from typhapki.inventory.hostnames import not_a_node, parse_ip, validate_host
 from typhapki.numbers import whole_number
+from typhapki.provenance import OptionError
 from typhapki.record import field, record
-from typhapki.settings.provenance import OptionError
 
 # Where --nameserver is not given: lets a pre-commit hook point at a resolver.
 NAMESERVERS_ENV = "TYPHAPKI_NAMESERVERS"

@@ -102,7 +102,7 @@ class ProofRecord:
     def proves_port(self, port: int) -> bool:
         """Whether this record is about the Typha on `port`: a proof of the plain Typha
         says nothing of the TLS one beside it during the live switch."""
-        from typhapki.kubernetes.typhaports import DEFAULT_PORTS
+        from typhapki.typhaports import DEFAULT_PORTS
 
         return (self.port if self.port is not None else DEFAULT_PORTS.server) == port
 

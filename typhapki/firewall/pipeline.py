@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
+from typhapki.provenance import OptionError, existing, parsed
 from typhapki.record import record
-from typhapki.settings.provenance import OptionError, existing, parsed
 from typhapki.settings.wiring import Stage
 
 if TYPE_CHECKING:
@@ -77,8 +77,8 @@ def firewall_stage(declared: str | None) -> str:
 def open_ports(stage: str, plain: int) -> tuple[int, ...]:
     """The Typha ports the rule opens at the live switch's `stage` (docs/ferm.md): the
     plain Typha's `plain` until retire, the TLS Typha's server port from parallel on
-    (typhapki/kubernetes/typhaports.py, the port the wiring gives it)."""
-    from typhapki.kubernetes.typhaports import TLS_PORTS
+    (typhapki/typhaports.py, the port the wiring gives it)."""
+    from typhapki.typhaports import TLS_PORTS
 
     if stage == NO_STAGE:
         return (plain,)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import re
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 

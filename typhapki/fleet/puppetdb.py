@@ -28,9 +28,9 @@ from typing import Any
 from typhapki.deadline import DeadlineSocket, time_left
 from typhapki.errors import PuppetDBError, UsageError
 from typhapki.fleet.answer import MalformedJson, decode
+from typhapki.provenance import OptionError
 from typhapki.record import record
 from typhapki.safeio import private_copies, read_regular, read_secret
-from typhapki.settings.provenance import OptionError
 
 DEFAULT_TIMEOUT = 60.0
 MAX_ANSWER_BYTES = 512 * 1024 * 1024  # 5,000 nodes' facts are tens of MiB

@@ -27,7 +27,7 @@ from datetime import datetime
 from typhapki.fleet.nodes import STALE, Node
 from typhapki.fleet.summary import Readiness
 from typhapki.kubernetes.rollout import DaemonSetStatus, DeploymentStatus, Endpoint
-from typhapki.kubernetes.typhaports import PORT_NAME, TLS_NAME
+from typhapki.typhaports import PORT_NAME, TLS_NAME
 
 
 def _iso(when: datetime | None) -> str:

@@ -52,8 +52,7 @@ from typhapki.inventory.hostnames import (
     validate_port,
     validate_source_network,
 )
-from typhapki.record import field, fields, record, replace
-from typhapki.settings.options import (
+from typhapki.options import (
     BY_NAME,
     CIPHER_SUITES,
     SECRETS,
@@ -62,6 +61,7 @@ from typhapki.settings.options import (
     SignerFields,
     WiringFields,
 )
+from typhapki.record import field, fields, record, replace
 from typhapki.yamllimits import MAX_DEPTH as MAX_DEPTH  # the limits live there, shared
 from typhapki.yamllimits import MAX_NODES as MAX_NODES
 from typhapki.yamllimits import scan_events, yaml_loader
@@ -117,7 +117,7 @@ class Emergency:
 class TyphaSettings(PkiFields, SignerFields, ProofFields, WiringFields):
     """A cluster's optional ``typha:`` mapping (defaults merged in). None = not set.
 
-    The shared options come from their groups' records (typhapki/settings/options.py),
+    The shared options come from their groups' records (typhapki/options.py),
     declared there once: hiera sets those marked `hiera` under the same key, and the
     others (a secret, this node's own name, a flag) stay unset. Their values are checked
     for type only here; the PKI layer validates them. The fields below are hiera's own.
@@ -594,10 +594,10 @@ def _host_list(node: YNode, required: bool) -> tuple[str, ...]:
 # - FIREWALL: the Typha rule and its mTLS proof (`ferm`, `nft`).
 # A refused value stops only the commands whose reader reads it, `lint-hiera` lists
 # every one, and the Puppet module's types are generated from this table and the
-# option table (typhapki/docgen.py `puppet_types`), so all three refuse the same.
+# option table (typhapki/cli/docgen.py `puppet_types`), so all three refuse the same.
 CERTS, WIRING, FIREWALL = "certs", "wiring", "firewall"
 READERS = (CERTS, WIRING, FIREWALL)
-# The readers of the option groups whose options hiera sets (typhapki/settings/options.py).
+# The readers of the option groups whose options hiera sets (typhapki/options.py).
 _GROUP_READERS = {"pki": CERTS, "signer": CERTS, "wiring": WIRING, "proof": FIREWALL}
 # The live switch's stages where the plain and the TLS Typha run side by side, each on
 # its own port (typhapki/firewall/pipeline.py BOTH_TYPHAS).
@@ -631,7 +631,7 @@ _CLUSTER_FIELDS = (
     "refused",
 )
 # The keys typha: may hold: the shared options marked `hiera` where they are declared
-# (typhapki/settings/options.py), and TyphaSettings' own fields but the cluster's.
+# (typhapki/options.py), and TyphaSettings' own fields but the cluster's.
 _KNOWN = frozenset(
     f.name
     for f in fields(TyphaSettings)
@@ -691,7 +691,7 @@ def judge_typha(node: YNode) -> TyphaSettings:
 def _side_by_side(values: dict[str, Any]) -> str | None:
     """Why the plain Typha's `port` cannot be used at the stage (None when it can): from
     parallel to switch the TLS Typha listens beside it, on its own server port."""
-    from typhapki.kubernetes.typhaports import TLS_PORTS
+    from typhapki.typhaports import TLS_PORTS
 
     stage, port = values.get("tls_stage"), values.get("port")
     if stage in SIDE_BY_SIDE and port == TLS_PORTS.server:
@@ -704,7 +704,7 @@ def _side_by_side(values: dict[str, Any]) -> str | None:
 
 def cipher_suites(text: str) -> tuple[str, ...]:
     """Calico's TLS_CIPHER_SUITES, comma-separated, as the one judge takes it: each one
-    of Go's secure TLS 1.2 ECDHE suites (typhapki/settings/options.py CIPHER_SUITES),
+    of Go's secure TLS 1.2 ECDHE suites (typhapki/options.py CIPHER_SUITES),
     none twice (an unknown name makes Typha panic at start). ValueError says why not."""
     names = tuple(n.strip() for n in text.split(","))
     for name in names:

@@ -34,14 +34,14 @@ from typing import Any
 from cryptography import x509
 
 from typhapki.errors import ConfigError, NeedsActionError, StoreError, UsageError
+from typhapki.options import DEFAULT_TYPHA_UID as DEFAULT_TYPHA_UID
 from typhapki.pki.layout import BUNDLE_DIR, BUNDLE_FILE, ROLES, SetPaths
 from typhapki.pki.pem import parse_certs, read_file
 from typhapki.pki.profiles import key_type_of
 from typhapki.pki.settings import Identity, KeyType, PkiSettings, RoleName
 from typhapki.pki.verify import Fix, Problem, check_set, subject_cn, uri_sans
+from typhapki.provenance import OptionError
 from typhapki.record import record
-from typhapki.settings.options import DEFAULT_TYPHA_UID as DEFAULT_TYPHA_UID
-from typhapki.settings.provenance import OptionError
 
 
 class ManifestFormat(StrEnum):

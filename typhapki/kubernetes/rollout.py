@@ -27,9 +27,9 @@ from urllib.parse import urlencode
 
 from typhapki.errors import KubeApiError
 from typhapki.kubernetes.eviction import KubeApi, _timestamp
-from typhapki.kubernetes.typhaports import PORT_NAME
 from typhapki.pki.signers.cfssl import server_text
 from typhapki.record import record
+from typhapki.typhaports import PORT_NAME
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 

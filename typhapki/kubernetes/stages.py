@@ -18,7 +18,7 @@ TLS Typha beside the plain one and moves each node as its calico-node pod rolls:
 
 Every stage is derived from the chart's own plain Deployment, so a chart upgrade moves
 both Typhas. The result is checked by typhapki/kubernetes/tlspair.py `check_stages`;
-the ports and names both read are in typhapki/kubernetes/typhaports.py. Here too are
+the ports and names both read are in typhapki/typhaports.py. Here too are
 the post-renderer and the kustomization of a stage, over typhapki/kubernetes/kustomize.py.
 """
 
@@ -50,7 +50,9 @@ from typhapki.kubernetes.manifests import (
 )
 from typhapki.kubernetes.tlspair import check_input, check_stages, felix_namespace, shown, view
 from typhapki.kubernetes.tlsvalues import check_tls_values
-from typhapki.kubernetes.typhaports import (
+from typhapki.record import record, replace
+from typhapki.settings.wiring import Stage, TlsPolicy
+from typhapki.typhaports import (
     OWN_ENV,
     PORT_NAME,
     PROBES,
@@ -65,9 +67,7 @@ from typhapki.kubernetes.typhaports import (
     seq,
     typha_ports,
 )
-from typhapki.kubernetes.typhaports import mapping as _mapping
-from typhapki.record import record, replace
-from typhapki.settings.wiring import Stage, TlsPolicy
+from typhapki.typhaports import mapping as _mapping
 
 
 def is_service(doc: Any) -> bool:

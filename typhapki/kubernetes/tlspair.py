@@ -333,7 +333,7 @@ def service_selects(service: dict[Any, Any], documents: Sequence[Any]) -> list[d
 def _node_env(node: dict[Any, Any], documents: Sequence[Any], name: str, what: str) -> str | None:
     """calico-node's env `name` as the container gets it: a plain value or a key of a
     ConfigMap of the stream (in calico-node's namespace); None when unset."""
-    from typhapki.kubernetes.typhaports import container_of, env_entry
+    from typhapki.typhaports import container_of, env_entry
 
     entry = env_entry(container_of(node, "calico-node", what), name, what)
     if entry is None:
@@ -361,7 +361,7 @@ def _node_env(node: dict[Any, Any], documents: Sequence[Any], name: str, what: s
 
 def _service_name(node: dict[Any, Any], documents: Sequence[Any], where: str) -> str:
     """The Typha Service calico-node's Felix finds Typha through."""
-    from typhapki.kubernetes.typhaports import container_of, env_entry
+    from typhapki.typhaports import container_of, env_entry
 
     what = f"{where}: DaemonSet calico-node: container calico-node"
     container = container_of(node, "calico-node", what)
@@ -520,7 +520,7 @@ def check_stages(
       one budget covers each Typha; retire holds no plain Typha.
     """
     from typhapki.kubernetes.budget import covering, pod_labels, selects
-    from typhapki.kubernetes.typhaports import (
+    from typhapki.typhaports import (
         TLS_NAME,
         TLS_WORKLOAD,
         container_of,

@@ -29,8 +29,8 @@ from typing import Any
 
 from typhapki.errors import ConfigError
 from typhapki.kubernetes.tlspair import shown
-from typhapki.kubernetes.typhaports import TLS_NAME, mapping
 from typhapki.settings.wiring import CIPHER_SUITES, MIN_VERSIONS
+from typhapki.typhaports import TLS_NAME, mapping
 
 TLS_ENV = ("TLS_MIN_VERSION", "TLS_CIPHER_SUITES")
 # Go's strings.TrimSpace trims Unicode White_Space; Python's str.strip() would also

@@ -4,16 +4,16 @@ and the mTLS proof (its port).
 
 With no stage or `all-at-once` (mutual TLS switched on all at once, or not at all) that is the plain
 Typha, `k8s-app: calico-typha` on Calico's port; in `parallel`, `switch` and `retire`
-the TLS Typha, with the label and ports of typhapki/kubernetes/typhaports.py. In
+the TLS Typha, with the label and ports of typhapki/typhaports.py. In
 `parallel` the plain Typha still listens, plain, on its own port: it is never probed
 as if it were a TLS Typha, and never restarted for files it does not read.
 """
 
 from __future__ import annotations
 
-from typhapki.kubernetes.typhaports import DEFAULT_PORTS, TLS_LABELS, TLS_PORTS
 from typhapki.record import record
 from typhapki.settings.wiring import Stage
+from typhapki.typhaports import DEFAULT_PORTS, TLS_LABELS, TLS_PORTS
 
 # Calico's own Typha pods' label (its Deployment's selector, its Service's, its budget's).
 PLAIN_LABELS = {"k8s-app": "calico-typha"}

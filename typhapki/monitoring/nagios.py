@@ -74,7 +74,7 @@ class Thresholds:
     @classmethod
     def parse(cls, warning: str | None, critical: str | None) -> Thresholds:
         """--warning / --critical; CRITICAL must come first, and before expiry."""
-        from typhapki.settings.provenance import parsed
+        from typhapki.provenance import parsed
 
         def duration(name: str, value: str | None) -> timedelta | None:
             return (

@@ -28,7 +28,7 @@ import ssl
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 
@@ -42,7 +42,6 @@ from typhapki.pki.verify import fingerprint
 from typhapki.pki.x509compat import valid_until
 from typhapki.record import record
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typhapki.settings.wiring import TlsPolicy
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typhapki.calico import PROCESS_NAMES, SHAPES, Component, shape_of
 from typhapki.errors import ConfigError
 from typhapki.numbers import whole_number
+from typhapki.options import DEFAULT_TYPHA_UID
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.restarts import READERS
 from typhapki.pki.restarts import Component as Reader
@@ -33,7 +34,6 @@ from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, generation_published_at, previous_generation
 from typhapki.record import record
 from typhapki.safeio import read_regular
-from typhapki.settings.options import DEFAULT_TYPHA_UID
 
 __all__ = ["PROCESS_NAMES", "Component"]  # their one place is typhapki/calico.py
 

@@ -96,11 +96,11 @@ def status_request(
     """What `metrics` and `check --nagios` gather; a bad --role, --probe-address or
     --typha-uid is a usage error (UsageError), not a failed probe."""
     from typhapki.monitoring.status import StatusRequest
-    from typhapki.settings.options import DEFAULT_TYPHA_UID
+    from typhapki.options import DEFAULT_TYPHA_UID
 
     if probe_address is not None:
         from typhapki.monitoring.probe import parse_address  # ssl only when probing
-        from typhapki.settings.provenance import parsed
+        from typhapki.provenance import parsed
 
         parsed("probe_address", probe_address,
                lambda what: parse_address(probe_address, what))  # fmt: skip
@@ -126,7 +126,7 @@ def parse_typha_uid(value: object) -> int:
     from typhapki.errors import UsageError
     from typhapki.monitoring.processes import MAX_UID
     from typhapki.numbers import whole_number
-    from typhapki.settings.provenance import parsed
+    from typhapki.provenance import parsed
 
     return parsed(
         "typha_uid",

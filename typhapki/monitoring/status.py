@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from typhapki.firewall.state import StateRead, read_state_quietly, state_dir
 from typhapki.monitoring import processes
 from typhapki.monitoring.processes import Component, RestartStatus, restart_statuses
+from typhapki.options import DEFAULT_TYPHA_UID
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import SetReport
-from typhapki.settings.options import DEFAULT_TYPHA_UID
 
 if TYPE_CHECKING:
     from cryptography import x509

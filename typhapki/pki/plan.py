@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
@@ -33,7 +34,6 @@ from typhapki.pki.verify import (
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.record import field, record
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.pki.install import Shipped
 

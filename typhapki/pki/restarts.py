@@ -35,13 +35,13 @@ import os
 from collections.abc import Iterable, Iterator
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.errors import StoreError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.settings import RoleName
 from typhapki.pki.store import current_generation, write_file_atomic
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

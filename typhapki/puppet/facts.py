@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from typhapki import __version__
+from typhapki.options import DEFAULT_TYPHA_UID
 from typhapki.pki.certinfo import describe
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.verify import (
@@ -32,7 +33,6 @@ from typhapki.pki.verify import (
 from typhapki.pki.x509compat import valid_from, valid_until
 from typhapki.puppet import FACT_NAME  # its one place; re-exported here
 from typhapki.record import field, record, replace
-from typhapki.settings.options import DEFAULT_TYPHA_UID
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -183,7 +183,7 @@ def kernel_fact(rule_file: Path) -> dict[str, Any]:
     from typhapki.firewall.ferm import DEFAULT_PORT
     from typhapki.firewall.fermconf import DEFAULT_CONF
     from typhapki.firewall.kernel import kernel_verdict
-    from typhapki.kubernetes.typhaports import TLS_PORTS
+    from typhapki.typhaports import TLS_PORTS
 
     verdict = kernel_verdict(rule_file, DEFAULT_CONF, (DEFAULT_PORT, TLS_PORTS.server))
     return {"kernel": verdict.state, "kernel_detail": verdict.detail}

@@ -8,13 +8,13 @@ Puppet code can pass two options instead of repeating every identity and lifetim
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from typhapki import options
 from typhapki.errors import ConfigError, UsageError
-from typhapki.settings import options
+from typhapki.provenance import existing
 from typhapki.settings.pki import PkiOptions, build_settings, parse_roles
-from typhapki.settings.provenance import existing
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typhapki.inventory.hiera import TyphaSettings
     from typhapki.pki.settings import PkiSettings, RoleName

@@ -1,6 +1,6 @@
 """Flags, the node configuration file, hiera and defaults resolved into one desired state.
 
-The node configuration file reaches the commands as click's defaults (typhapki/cli.py),
+The node configuration file reaches the commands as click's defaults (typhapki/cli/typer_app.py),
 so by the time a command runs its options hold flags over the file; this module puts
 the cluster's hiera under them (loaded once), validates the result into settings, builds
 the signer and asks it for its current CA. `check`, `issue` and `install` all call
@@ -15,15 +15,15 @@ describe the set (typhapki/monitoring/status.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.pki.settings import check_renewal
+from typhapki.provenance import existing
 from typhapki.record import record
 from typhapki.settings.cluster import load_typha_settings, merge_cluster, merge_pki, merged_signer
 from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
-from typhapki.settings.provenance import existing
 from typhapki.settings.signer import SignerOptions
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
+from typing import TYPE_CHECKING
 
 from typhapki.errors import ConfigError, UsageError
 from typhapki.numbers import whole_number
+from typhapki.options import PkiFields
 from typhapki.pki.settings import (
     DEFAULT_FELIX_CN,
     DEFAULT_LEAF_LIFETIME,
@@ -25,12 +27,10 @@ from typhapki.pki.settings import (
     validate_days,
     validate_node_name,
 )
+from typhapki.provenance import OptionError, Sourced
+from typhapki.provenance import named as _named
 from typhapki.record import field, fields, record
-from typhapki.settings.options import PkiFields
-from typhapki.settings.provenance import OptionError, Sourced
-from typhapki.settings.provenance import named as _named
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
@@ -80,14 +80,14 @@ def default_node_name() -> str:
 class PkiOptions(PkiFields, Sourced):
     """Certificate options as given on the command line; None means not given.
 
-    The options are the fields of `PkiFields` (typhapki/settings/options.py), declared
+    The options are the fields of `PkiFields` (typhapki/options.py), declared
     there once with their flags and help; this record adds what no flag sets."""
 
     # Not an option: the cluster's pki_renew_seconds from hiera (kubernetes::clusters).
     cluster_renew: int | None = None
     # Where each value came from ("--days", "/etc/typhapki/typhapki.yaml: ...", "hiera
     # FILE:LINE: KEY"); a value without an entry came from its own flag
-    # (typhapki/settings/provenance.py).
+    # (typhapki/provenance.py).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def lifetimes(self) -> tuple[str | None, str | None]:

@@ -6,7 +6,7 @@ files on the node, named on the command line or in the node's config, never in h
 one for both profiles, or one per role when each profile has its own key
 (docs/issuance.md, "A cfssl configuration that restricts each profile").
 `typhapki.pki.signers.factory.build_signer` turns them into a signer. Each value
-remembers where it came from (`sources`, typhapki/settings/provenance.py), so a
+remembers where it came from (`sources`, typhapki/provenance.py), so a
 refusal names the flag, the node configuration file's key or the hiera key that set it.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from typhapki.options import BY_NAME, SignerFields
+from typhapki.provenance import Sourced, named, unset
 from typhapki.record import field, fields, record
-from typhapki.settings.options import BY_NAME, SignerFields
-from typhapki.settings.provenance import Sourced, named, unset
 
-TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -51,7 +51,7 @@ FILE_OPTIONS = (
 class SignerOptions(SignerFields, Sourced):
     """Signer options as given; None means not given (False for the one flag).
 
-    The options are the fields of `SignerFields` (typhapki/settings/options.py), declared
+    The options are the fields of `SignerFields` (typhapki/options.py), declared
     there once with their flags, help and marks: `cfssl_client_cert` is a file or
     ``puppet`` (typhapki/inventory/agent_ssl.py), a per-role auth key wins over
     `cfssl_auth_key` for its role, and `cfssl_allow_http` is a flag only."""

@@ -1,6 +1,6 @@
 """The Kubernetes wiring's settings: the live switch's stage and the TLS policy.
 
-Declared in typhapki/settings/options.py (group ``wiring``); the flags of `manifests`
+Declared in typhapki/options.py (group ``wiring``); the flags of `manifests`
 win over the cluster's hiera ``typha:`` mapping, so every later `helm upgrade` run
 through the post-renderer renders the stage hiera names (docs/kubernetes.md).
 """
@@ -8,12 +8,12 @@ through the post-renderer renders the stage hiera names (docs/kubernetes.md).
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
+from typhapki.options import CIPHER_SUITES as _CIPHER_SUITES
+from typhapki.provenance import OptionError
 from typhapki.record import field, record
-from typhapki.settings.options import CIPHER_SUITES as _CIPHER_SUITES
-from typhapki.settings.provenance import OptionError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typhapki.inventory.hiera import TyphaSettings
 
@@ -76,12 +76,12 @@ def resolve(
 ) -> WiringSettings:
     """The given values (a flag, or the node configuration's key) over the cluster's
     hiera (they win). A bad given value is an `OptionError`, which the command's
-    boundary words with where it was set (typhapki/settings/provenance.py); hiera's
+    boundary words with where it was set (typhapki/provenance.py); hiera's
     values were judged by the one judge of a hiera value (`require`), which names
     hiera's file, line and key. Both exit 2."""
     from typhapki.inventory.hiera import WIRING
     from typhapki.inventory.hiera import cipher_suites as suites_of
-    from typhapki.settings.options import BY_NAME
+    from typhapki.options import BY_NAME
 
     if typha is not None:
         typha.require(WIRING)  # a value the judge refused (typhapki/inventory/hiera.py)

@@ -4,7 +4,7 @@ typhapki/pki/signers/cfssl.py), and `check` and `issue`
 refuse it in the same line with the same code (exit 2).
 
 The console script's main() runs in this process (tests/support/inprocess.py), on the
-fast path (typhapki/fastcli.py) and on typer's (typhapki/cli.py) alike.
+fast path (typhapki/cli/fast_path.py) and on typer's (typhapki/cli/typer_app.py) alike.
 """
 
 from __future__ import annotations
@@ -143,8 +143,8 @@ def test_every_signer_is_one_line_of_the_factory() -> None:
     signers, each a module that builds it from its typed settings."""
     import importlib
 
+    from typhapki.options import BY_NAME
     from typhapki.pki.signers.factory import SIGNERS
-    from typhapki.settings.options import BY_NAME
     from typhapki.settings.signer import CONFIGS
 
     assert tuple(SIGNERS) == BY_NAME["signer"].choices == tuple(CONFIGS)
@@ -155,14 +155,14 @@ def test_every_signer_is_one_line_of_the_factory() -> None:
 def test_no_module_decides_by_a_signer_name() -> None:
     """What depends on the kind of signer asks its line in the factory (`Kind`): outside
     typhapki/pki/signers/, a signer's name is written only where its options are declared
-    (typhapki/settings/options.py) and checked (typhapki/settings/signer.py `CONFIGS`).
+    (typhapki/options.py) and checked (typhapki/settings/signer.py `CONFIGS`).
     "local" is also the default, named where the default is taken."""
     import ast
 
     from tests.conftest import SOURCE
     from typhapki.pki.signers.factory import SIGNERS
 
-    allowed = {"typhapki/settings/options.py": 1, "typhapki/settings/signer.py": 1}
+    allowed = {"typhapki/options.py": 1, "typhapki/settings/signer.py": 1}
     names = set(SIGNERS) - {"local"}
     for path in sorted((SOURCE / "typhapki").rglob("*.py")):
         where = path.relative_to(SOURCE).as_posix()

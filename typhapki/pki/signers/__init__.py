@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
 from typhapki.pki.settings import RoleName
 from typhapki.record import field, record
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Protocol
 else:

@@ -103,7 +103,7 @@ class CfsslConfig:
     def given(self, what: str, option: str) -> str:
         """`what` and where its file was given, for a message: `cfssl client key (from
         --cfssl-client-key)`."""
-        # Its flag when no source was recorded (typhapki/settings/provenance.py flag_of).
+        # Its flag when no source was recorded (typhapki/provenance.py flag_of).
         flag = "--" + option.replace("_", "-")
         return f"{what} (from {self.sources.get(option) or flag})"
 

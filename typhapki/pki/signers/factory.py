@@ -4,7 +4,7 @@ Each signer is a module under typhapki/pki/signers/ holding its settings record 
 `kind` names it) and `signer(config, settings, now)`, which builds it; SIGNERS maps the
 kind to that module, imported only when that signer is built, and says what depends on
 which signer it is (`Kind`), so nothing else decides by a signer's name. Adding a
-signer is its module plus one line here, its options in typhapki/settings/options.py
+signer is its module plus one line here, its options in typhapki/options.py
 and their check in typhapki/settings/signer.py (docs/architecture.md, "Adding a
 signer"). The settings come from the options in typhapki/settings/signer.py
 `signer_config`.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from typhapki.record import record
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 

@@ -4,7 +4,7 @@ require 'spec_helper'
 require 'json'
 
 # The types of a cluster's typha: mapping (types/typha.pp, types/typha/), generated from
-# the CLI's option table and hiera judge by typhapki/docgen.py: values they accept and
+# the CLI's option table and hiera judge by typhapki/cli/docgen.py: values they accept and
 # reject, as the nodes and `typhapki lint-hiera` do.
 suites = ['TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256', 'TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256']
 {

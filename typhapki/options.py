@@ -8,13 +8,13 @@ inherit those fields rather than repeat them: `PkiOptions` (typhapki/settings/pk
 `SignerOptions` (typhapki/settings/signer.py) and hiera's `TyphaSettings`
 (typhapki/inventory/hiera.py), so the type checker still knows each field's type.
 COMMANDS lists every command with its help and all its options, shared or its own.
-Read from here: typer's command line (typhapki/cli.py) and the fast path that parses
-`check`, `facts` and `metrics` without typer (typhapki/fastcli.py); the node
-configuration file's keys, values and flag-only refusals (typhapki/nodeconfig.py);
+Read from here: typer's command line (typhapki/cli/typer_app.py) and the fast path that parses
+`check`, `facts` and `metrics` without typer (typhapki/cli/fast_path.py); the node
+configuration file's keys, values and flag-only refusals (typhapki/cli/nodeconfig.py);
 hiera's refusal of secrets and the keys it may set (typhapki/inventory/hiera.py,
 typhapki/settings/cluster.py); the man page, the completion and the table of
-docs/options.md (typhapki/docgen.py). Adding an option is one entry here (and the
-parameter of the body that uses it); tests/settings/test_options.py fails on an option
+docs/options.md (typhapki/cli/docgen.py). Adding an option is one entry here (and the
+parameter of the body that uses it); tests/test_options.py fails on an option
 declared twice or missing from a record. Pure data: importing it costs little and
 imports neither typer nor click.
 
@@ -30,10 +30,10 @@ Marks:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from typhapki.record import Field, fields, record, replace
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -747,7 +747,7 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 COMMAND = {c.name: c for c in COMMANDS}
 
 
-# What `--help` lists under "Advanced options", after the common ones (typhapki/cli.py):
+# What `--help` lists under "Advanced options", after the common ones (typhapki/cli/typer_app.py):
 # the shared groups below, but for the few options the minimal path (docs/start.md)
 # uses, and the command's own options named here. Required options and arguments are
 # never advanced: a command cannot run without them.
@@ -776,7 +776,7 @@ def hiera_keys(name: str) -> tuple[str, ...]:
 
 
 def markdown_table() -> str:
-    """docs/options.md's table, generated (`python3 -m typhapki.docgen options FILE`)."""
+    """docs/options.md's table, generated (`python3 -m typhapki.cli.docgen options FILE`)."""
     rows = ["| option | value | hiera `typha:` | node configuration | what it does |",
             "|---|---|---|---|---|"]  # fmt: skip
     for o in OPTIONS:

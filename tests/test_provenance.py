@@ -1,9 +1,9 @@
 """Every resolved PKI value remembers where it came from: a bad one is refused in one
 line that names its source, a flag, the node configuration file or hiera
-(typhapki/settings/pki.py, typhapki/nodeconfig.py, typhapki/settings/cluster.py).
+(typhapki/settings/pki.py, typhapki/cli/nodeconfig.py, typhapki/settings/cluster.py).
 
 The console script's own main() runs in this process, on the fast path
-(typhapki/fastcli.py) and on typer's (typhapki/cli.py) alike.
+(typhapki/cli/fast_path.py) and on typer's (typhapki/cli/typer_app.py) alike.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.sources import HIERA, SOURCES, place
-from typhapki import entry
+from typhapki.cli import console as entry
 
 # Values the PKI layer refuses whatever else is set (the leaf lifetime stays 365 days,
 # and a local CA is named: a renewal window is judged against the signer's lifetime).
@@ -208,7 +208,7 @@ UNCHECKED = frozenset({
 
 
 def test_every_option_is_refused_naming_its_source_or_has_no_check() -> None:
-    from typhapki.settings import options
+    from typhapki import options
 
     valued = {o.name for c in options.COMMANDS for o in c.options if o.kind is not bool}
     refused = {r.option for r in REFUSED}
@@ -219,7 +219,7 @@ def test_every_option_is_refused_naming_its_source_or_has_no_check() -> None:
 def test_every_command_body_words_a_refused_value_with_its_sources() -> None:
     """A body's own boundary (`guarded`) words an OptionError: without the command's
     sources it would blame the flag for a value the node configuration set."""
-    from typhapki import cli
+    from typhapki.cli import typer_app as cli
 
     for name, body in cli._BODIES.items():
         code = body.__code__
@@ -231,7 +231,7 @@ def test_every_command_body_words_a_refused_value_with_its_sources() -> None:
 def test_a_refused_value_names_exactly_the_source_it_came_from(
     tmp_path_factory: pytest.TempPathFactory, case: Refused, source: str, fast: bool
 ) -> None:
-    from typhapki.settings import options
+    from typhapki import options
 
     base = tmp_path_factory.mktemp("node")
     spec = options.COMMAND[case.command]

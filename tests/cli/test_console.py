@@ -1,4 +1,4 @@
-"""typhapki/entry.py: a plain `check`, `facts` or `metrics` line starts without typer.
+"""typhapki/cli/console.py: a plain `check`, `facts` or `metrics` line starts without typer.
 
 The console script itself runs (the Debian leg: /usr/bin/typhapki from the .deb), with
 PYTHONPROFILEIMPORTTIME, Python's `-X importtime` for any process: its report names
@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli_process
-from typhapki import entry
+from typhapki.cli import console as entry
 
 # The libraries only typer's path (and --hiera, ferm, DNS) may pull in.
 HEAVY = frozenset({"typer", "click", "rich", "jinja2", "dns"})
@@ -181,7 +181,7 @@ def test_fast_and_typer_paths_answer_alike(
         assert facts[0] == facts[1], argv
 
 
-MAIN_AS_SCRIPT = "import sys\nfrom typhapki.entry import main\nsys.exit(main())\n"
+MAIN_AS_SCRIPT = "import sys\nfrom typhapki.cli.console import main\nsys.exit(main())\n"
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def test_the_console_script_ends_as_main_returns(
 def test_output_to_a_reader_that_went_away_exits_141_quietly(
     issued: Path, ca_dir: Path, command: str
 ) -> None:
-    """Whether the command's write meets the closed pipe (typhapki/fastcli.py `guarded`)
+    """Whether the command's write meets the closed pipe (typhapki/cli/fast_path.py `guarded`)
     or the flush at the end does (`check`'s one line stays in the buffer)."""
     from tests.conftest import typhapki_cmd
 

@@ -1,8 +1,8 @@
 """The console script's entry point: the node configuration file, then the fast path of
-`check`/`facts`/`metrics` (typhapki/fastcli.py), else typer (typhapki/cli.py).
+`check`/`facts`/`metrics` (typhapki/cli/fast_path.py), else typer (typhapki/cli/typer_app.py).
 
 typer is imported only when typer parses: a plain `check`, `facts` or `metrics` line
-never imports typer, click or rich (tests/test_entry.py).
+never imports typer, click or rich (tests/cli/test_console.py).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from typhapki.cli.fast_path import CliState, fast_parse
 from typhapki.errors import EXIT_USAGE, TyphapkiError, one_line
-from typhapki.fastcli import CliState, fast_parse
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -27,7 +27,7 @@ def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], CliState]:
     `--version` always answers; every other command stops with one line when the file
     is unusable.
     """
-    from typhapki import nodeconfig
+    from typhapki.cli import nodeconfig
 
     try:
         defaults, origins = nodeconfig.resolved(nodeconfig.load(nodeconfig.config_path()))
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv[1:]. The tests call it in-process with their own (tests/conftest.py).
 
     Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
-    tests compare both paths with the same default_map (tests/test_cli_fast_path.py).
+    tests compare both paths with the same default_map (tests/cli/test_fast_path.py).
     """
     return _run(argv)[0]
 
@@ -74,7 +74,7 @@ def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> in
     """
     import typer
 
-    from typhapki.cli import app
+    from typhapki.cli.typer_app import app
 
     exceptions = sys.modules[typer.BadParameter.__module__]  # click's, wherever it lives
     try:
@@ -118,7 +118,7 @@ def script() -> None:
     `import cryptography.x509` (bench/bench_facts_check.py), on every Puppet run. They
     close what they write before returning and register nothing to run at exit;
     standard output and error are flushed here: a reader that went away exits 141
-    quietly, as when the command's own write meets it (typhapki/fastcli.py `guarded`),
+    quietly, as when the command's own write meets it (typhapki/cli/fast_path.py `guarded`),
     any other failure to flush standard output 120, as Python's own exit does. Every
     other command, and any run that left a thread behind, ends the ordinary way.
     """

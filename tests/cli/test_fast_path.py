@@ -1,5 +1,5 @@
 """`check`, `facts` and `metrics` skip typer's parser on a plain command line
-(typhapki/fastcli.py's fast_parse): the command body must receive exactly what typer
+(typhapki/cli/fast_path.py's fast_parse): the command body must receive exactly what typer
 would have given it, and every other command line must go to typer."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli_process
-from typhapki import cli, fastcli
-from typhapki.settings import options
+from typhapki import options
+from typhapki.cli import fast_path as fastcli
+from typhapki.cli import typer_app as cli
 
 VALUES = ["a", "/tmp/x y", "3", "-1", "", "x=y", "both", "felix", "12d", "--out", "0600"]
 OTHER = ["--help", "-h", "--nope", "pos", "-qq", "--", "-"]

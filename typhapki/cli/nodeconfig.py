@@ -37,14 +37,14 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from typhapki import options
 from typhapki.errors import ConfigError, unprintable
+from typhapki.provenance import worded
 from typhapki.record import field, record
 from typhapki.safeio import read_regular
-from typhapki.settings import options
-from typhapki.settings.provenance import worded
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -311,7 +311,7 @@ def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
     if any(not isinstance(item, str) for item in items):
         raise ConfigError(f"{path}: {key}: expected a list of single values")
     for item in items:
-        # A refused value is worded as every other one (typhapki/settings/provenance.py).
+        # A refused value is worded as every other one (typhapki/provenance.py).
         said = worded(opt.name, item, f"{path}: {key}")
         if (problem := _problem(opt.kind, item)) is not None:
             raise ConfigError(f"{said}: {problem}")
@@ -322,7 +322,7 @@ def _converted(path: Path, key: str, opt: options.Opt, value: Any) -> Any:
 
 def default_map(config: NodeConfig) -> dict[str, Any]:
     """click's `default_map` for every command of the option table
-    (typhapki/settings/options.py): per command, param name -> value."""
+    (typhapki/options.py): per command, param name -> value."""
     return resolved(config)[0]
 
 

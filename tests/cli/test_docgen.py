@@ -1,4 +1,4 @@
-"""The man page and bash completion generated from the command tree (typhapki.docgen),
+"""The man page and bash completion generated from the command tree (typhapki.cli.docgen),
 rendered by man-db and driven by bash-completion as a user's shell would.
 
 Every leg checks the generator on its own typer; the Debian leg also checks the files
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import INSTALLED_LEGS, LEG, SOURCE, require
-from typhapki import docgen
-from typhapki.settings import options
+from typhapki import options
+from typhapki.cli import docgen
 
 INSTALLED_MAN = Path("/usr/share/man/man1/typhapki.1.gz")
 INSTALLED_COMPLETION = Path("/usr/share/bash-completion/completions/typhapki")
@@ -167,9 +167,9 @@ def test_installed_completion_is_the_generated_one() -> None:
 
 def test_the_options_doc_is_generated_from_the_declaration() -> None:
     """docs/options.md, each option's marks, and the node file's refusals agree."""
-    from typhapki import nodeconfig
-    from typhapki.docgen import options_doc
-    from typhapki.settings import options
+    from typhapki import options
+    from typhapki.cli import nodeconfig
+    from typhapki.cli.docgen import options_doc
 
     assert (SOURCE / "docs" / "options.md").read_text() == options_doc()
     assert {o.name for o in options.OPTIONS if o.flag_only} == nodeconfig.FLAG_ONLY
@@ -185,9 +185,9 @@ def test_the_options_doc_is_generated_from_the_declaration() -> None:
 )
 def test_the_committed_files_are_generated_from_the_table(kind: str, committed: str) -> None:
     """What the .deb installs (debian/typhapki.manpages, debian/typhapki.bash-completion)
-    is what the table makes: regenerate with `python3 -m typhapki.docgen KIND FILE`."""
+    is what the table makes: regenerate with `python3 -m typhapki.cli.docgen KIND FILE`."""
     made = {"man": docgen.man_page, "bash": docgen.bash_completion}[kind]()
-    regenerate = f"python3 -m typhapki.docgen {kind} {committed}"
+    regenerate = f"python3 -m typhapki.cli.docgen {kind} {committed}"
     assert (SOURCE / committed).read_text() == made, regenerate
     listed = {"man": "typhapki.manpages", "bash": "typhapki.bash-completion"}[kind]
     assert (SOURCE / "debian" / listed).read_text().split() == [committed]
@@ -267,7 +267,7 @@ def test_exit_codes_of_a_command_come_from_the_declaration(command: str) -> None
 
 def test_the_puppet_types_are_generated_from_the_option_table() -> None:
     """The Puppet module's types of hiera values (puppet/typhapki/types/typha*,
-    functions/typha_types.pp, types/certs/cfsslauth.pp) are what typhapki/docgen.py
+    functions/typha_types.pp, types/certs/cfsslauth.pp) are what typhapki/cli/docgen.py
     makes from the option table and the hiera judge: every key of `typha:` has a type,
     the stages are wiring.py's Stage, and the auth keys are the signer's secrets."""
     from typhapki.inventory.hiera import TYPHA_READERS
@@ -276,7 +276,7 @@ def test_the_puppet_types_are_generated_from_the_option_table() -> None:
     generated = docgen.puppet_types()
     module = SOURCE / "puppet" / "typhapki"
     stale = [p for p, text in generated.items() if (module / p).read_text() != text]
-    assert stale == [], "python3 -m typhapki.docgen puppet puppet/typhapki"
+    assert stale == [], "python3 -m typhapki.cli.docgen puppet puppet/typhapki"
     hand_made = {
         p.relative_to(module).as_posix()
         for p in [*module.glob("types/typha/*.pp"), *module.glob("functions/*.pp")]

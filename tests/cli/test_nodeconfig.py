@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_one_line_error, run_cli
-from typhapki import nodeconfig
+from typhapki import options
+from typhapki.cli import nodeconfig
 from typhapki.errors import ConfigError, UsageError
 from typhapki.pki.layout import SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import RoleName
 from typhapki.pki.verify import subject_cn
-from typhapki.settings import options
 
 HIERA = """\
 kubernetes::clusters:
@@ -475,7 +475,7 @@ def test_what_yaml_refuses_or_reads_otherwise_is_left_to_it(text: str) -> None:
 
 def test_the_module_s_json_needs_no_yaml_parser(tmp_path: Path, ca_dir: Path) -> None:
     """`check` as Puppet runs it, with the file as the module writes it: PyYAML is not
-    loaded (tests/test_entry.py checks the process's imports the same way)."""
+    loaded (tests/cli/test_console.py checks the process's imports the same way)."""
     from tests.conftest import run_cli_process
 
     config = {"version": 1, "defaults": {"out": str(tmp_path / "out"), "ca_dir": str(ca_dir)}}
@@ -484,7 +484,7 @@ def test_the_module_s_json_needs_no_yaml_parser(tmp_path: Path, ca_dir: Path) ->
     proc = run_cli_process("check", env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.returncode == 0, proc.stderr[-500:]
     imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "typhapki.nodeconfig" in imported
+    assert "typhapki.cli.nodeconfig" in imported
     assert "yaml" not in imported
 
 
@@ -514,9 +514,9 @@ def test_a_number_is_read_alike_from_a_flag_and_from_the_file(
     node configuration's, typer's (`checked`) and the fast path's agree on what they
     take and on its value. click's int() and float() took Unicode digits, `1_0`, signs,
     nan and inf, where the number parser refuses them."""
-    from typhapki.fastcli import _plain, checked
+    from typhapki.cli.fast_path import _plain, checked
     from typhapki.numbers import option_number
-    from typhapki.settings.provenance import OptionError
+    from typhapki.provenance import OptionError
 
     command, name = option
     spec = options.COMMAND[command]

@@ -4,11 +4,11 @@
 minutes, `metrics` (the systemd timer) every 5. Importing typer (and its click and
 rich) and building its command tree costs more than the work itself
 (docs/performance.md, bench/bench_facts_check.py), so for a plain command line of these
-commands typhapki/entry.py hands `fast_parse`'s keyword arguments straight to the
+commands typhapki/cli/console.py hands `fast_parse`'s keyword arguments straight to the
 command's body below, read from the one declaration of each option
-(typhapki/settings/options.py). Anything else (--help, an unknown, repeated or
+(typhapki/options.py). Anything else (--help, an unknown, repeated or
 malformed option, a value that does not convert plainly, a missing required option)
-goes to typer (typhapki/cli.py), which parses it and reports it as usual; typer calls
+goes to typer (typhapki/cli/typer_app.py), which parses it and reports it as usual; typer calls
 the same bodies, so both paths do the same work with the same values.
 
 This module imports neither typer nor click, and nothing heavy at import time.
@@ -20,14 +20,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from typhapki import options
 from typhapki.errors import EXIT_IO, TyphapkiError, UsageError, one_line, unprintable
 from typhapki.numbers import option_number
+from typhapki.provenance import OptionError, parsed
 from typhapki.record import field, record
-from typhapki.settings import options
-from typhapki.settings.provenance import OptionError, parsed
 
-TYPE_CHECKING = False  # typing is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -57,7 +57,7 @@ def guarded(body: Callable[[], int], sources: Mapping[str, str] | None = None) -
     """The error boundary: one line and an exit code for every expected failure.
 
     `sources`, the command's (option -> a flag, or the node configuration's file and
-    key), words a refused option value (`OptionError`, typhapki/settings/provenance.py)
+    key), words a refused option value (`OptionError`, typhapki/provenance.py)
     with the place that set it."""
     try:
         return body()
@@ -126,8 +126,8 @@ def checked(
     itself (NUL, a newline, an escape sequence), and a command's own option with choices
     (--role, --mode, --stage...) that the node configuration file set holds one of them.
     Else UsageError naming the option, the value and where it came from, as errors
-    about the shared options do (typhapki/settings/provenance.py). typer's commands
-    (typhapki/cli.py) call it before their body; the fast path leaves such a value to
+    about the shared options do (typhapki/provenance.py). typer's commands
+    (typhapki/cli/typer_app.py) call it before their body; the fast path leaves such a value to
     them (`_plain`). `facts` reports its values inside the fact instead."""
     if spec.extra_args:
         return values
@@ -157,7 +157,7 @@ def checked(
     return values
 
 
-# --- the bodies: typer's commands (typhapki/cli.py) call them too ---------------------
+# --- the bodies: typer's commands (typhapki/cli/typer_app.py) call them too ---------------------
 
 
 def check_body(

@@ -1,5 +1,5 @@
 """Every shared option is declared once, as the field of its group's record
-(typhapki/settings/options.py), and the records that carry options take them from there:
+(typhapki/options.py), and the records that carry options take them from there:
 `PkiOptions`, `SignerOptions` and hiera's `TyphaSettings`. A field declared a second
 time (in the table, or again in a record), or missing from a record, fails here."""
 
@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from tests.settings.test_hiera_keys import SAMPLES
+from typhapki import options
 from typhapki.errors import ConfigError
 from typhapki.inventory.hiera import TyphaSettings, load_cluster
+from typhapki.options import OptionField
 from typhapki.record import fields
-from typhapki.settings import options
-from typhapki.settings.options import OptionField
 from typhapki.settings.pki import OPTION_NAMES as PKI_NAMES
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import OPTION_NAMES as SIGNER_NAMES

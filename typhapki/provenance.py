@@ -6,7 +6,7 @@ value was given, in one wording for all of them:
 
 - a flag: ``--cfssl-label``;
 - the node configuration file: ``/etc/typhapki/typhapki.yaml: defaults.cfssl_label``
-  (typhapki/nodeconfig.py, as typhapki/fastcli.py's `CliState.source` words it);
+  (typhapki/cli/nodeconfig.py, as typhapki/cli/fast_path.py's `CliState.source` words it);
 - hiera: ``hiera FILE:LINE: kubernetes::clusters.GROUP.CLUSTER.typha.cfssl_label``
   (typhapki/settings/cluster.py).
 
@@ -15,7 +15,7 @@ value that was not set at all is the default. An error about a value names it, t
 and its source: ``cfssl_label 'a-b' (from --cfssl-label): ...``, so the user knows which
 place to fix. A check that does not know where its value came from (the firewall's port,
 the fleet's timeouts, a hiera path that is not there) raises `OptionError` naming the
-option, and the command's boundary (typhapki/fastcli.py `guarded`, handed the command's
+option, and the command's boundary (typhapki/cli/fast_path.py `guarded`, handed the command's
 `sources`) words it the same way. Nothing heavy: this module is on the path of every
 `check`.
 """
@@ -23,10 +23,10 @@ option, and the command's boundary (typhapki/fastcli.py `guarded`, handed the co
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from typhapki.errors import TyphapkiError, UsageError
 
-TYPE_CHECKING = False  # `typing` is not imported at run time (typhapki/record.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
@@ -65,7 +65,7 @@ def worded(name: str, value: Any, where: str) -> str:
 
 class OptionError(UsageError):
     """A value of the option `name` refused by a check that does not know where the value
-    came from (exit 2). The command's boundary knows (typhapki/fastcli.py `guarded`, with
+    came from (exit 2). The command's boundary knows (typhapki/cli/fast_path.py `guarded`, with
     the command's `sources`) and words it there: ``kube_timeout -1.0 (from FILE:
     defaults.kube_timeout): expected ...``. `where`, when the check knows it (hiera's
     file and key), wins; without either, the value came from the option's `flag`."""

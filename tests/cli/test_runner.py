@@ -59,9 +59,9 @@ def _misbehaving_main(argv: list[str]) -> int:
 def test_no_call_leaves_a_trace_and_a_crash_is_a_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import typhapki.entry
+    import typhapki.cli.console
 
-    monkeypatch.setattr(typhapki.entry, "main", _misbehaving_main)
+    monkeypatch.setattr(typhapki.cli.console, "main", _misbehaving_main)
     monkeypatch.setenv("TYPHAPKI_RUNNER_KEEP", "kept")
     monkeypatch.chdir(tmp_path)
     umask = os.umask(0o022)
@@ -87,14 +87,14 @@ def test_no_call_leaves_a_trace_and_a_crash_is_a_traceback(
 def test_the_environment_and_cwd_of_the_call_are_seen(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import typhapki.entry
+    import typhapki.cli.console
 
     def main(argv: list[str]) -> int:
         print(os.environ.get("TYPHAPKI_STATE_DIR"), os.environ.get("TYPHAPKI_RUNNER_ENV"))
         print(Path.cwd())
         return 3
 
-    monkeypatch.setattr(typhapki.entry, "main", main)
+    monkeypatch.setattr(typhapki.cli.console, "main", main)
     state = os.environ["TYPHAPKI_STATE_DIR"]  # tests/conftest.py's autouse fixture
     before = Path.cwd()
     assert inprocess.run_in_process([], {"TYPHAPKI_RUNNER_ENV": "y"}, 30, tmp_path) == (
@@ -108,9 +108,9 @@ def test_the_environment_and_cwd_of_the_call_are_seen(
 def test_a_call_past_its_time_limit_raises_as_subprocess_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import typhapki.entry
+    import typhapki.cli.console
 
-    monkeypatch.setattr(typhapki.entry, "main", lambda argv: time.sleep(30))
+    monkeypatch.setattr(typhapki.cli.console, "main", lambda argv: time.sleep(30))
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         inprocess.run_in_process([], {}, 0.5)

@@ -1,4 +1,4 @@
-"""typhapki/cli.py: what the root of the command line answers by itself."""
+"""typhapki/cli/typer_app.py: what the root of the command line answers by itself."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def _leaves(group: Any, prefix: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def test_typer_parses_exactly_the_table() -> None:
-    """cli.py is built from typhapki/settings/options.py: every command, and every
+    """cli.py is built from typhapki/options.py: every command, and every
     option of it with its flags, help, requiredness and repetition, and nothing else."""
     import typer
 
-    from typhapki import cli
-    from typhapki.settings import options
+    from typhapki import options
+    from typhapki.cli import typer_app as cli
 
     leaves = _leaves(typer.main.get_command(cli.app))
     assert sorted(leaves) == sorted(c.name for c in options.COMMANDS)
@@ -62,8 +62,8 @@ def test_typer_parses_exactly_the_table() -> None:
 
 def test_declared_and_shared_build_typer_options_from_the_table() -> None:
     """The entry points for code that declares a typer parameter of a shared option."""
-    from typhapki import cli
-    from typhapki.settings import options
+    from typhapki import options
+    from typhapki.cli import typer_app as cli
 
     for opt in options.OPTIONS:
         info = cli.declared(opt.name)
@@ -89,7 +89,7 @@ def test_help_shows_the_common_options_first_and_the_rest_as_advanced() -> None:
     """Every command's `--help`, on this leg's typer: the options `options.advanced`
     declares advanced under "Advanced options", after every other, and nothing else
     there; a command without advanced options has no such heading."""
-    from typhapki.settings import options
+    from typhapki import options
 
     split = 0
     for spec in options.COMMANDS:

@@ -1,12 +1,12 @@
 """The command line as typer parses it: built from the option table, nothing else.
 
-Every command's options, and its help, are declared once in typhapki/settings/options.py;
+Every command's options, and its help, are declared once in typhapki/options.py;
 `command(name)` registers a body with them. Every command body lives in
 typhapki/commands/ and returns an exit code. Errors a user can cause arrive at the
-boundary (typhapki/fastcli.py's `guarded`) as TyphapkiError and leave as one line on
+boundary (typhapki/cli/fast_path.py's `guarded`) as TyphapkiError and leave as one line on
 stderr and the documented exit code (docs/exit-codes.md); no traceback ever reaches a
-terminal. typhapki/entry.py calls this module only for what the fast path of
-typhapki/fastcli.py does not parse.
+terminal. typhapki/cli/console.py calls this module only for what the fast path of
+typhapki/cli/fast_path.py does not parse.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, List, Optional
 import typer
 import typer.core
 
-from typhapki.fastcli import BODIES, CliState, bundled, checked, guarded
-from typhapki.settings import options
+from typhapki import options
+from typhapki.cli.fast_path import BODIES, CliState, bundled, checked, guarded
 from typhapki.settings.pki import PkiOptions
 from typhapki.settings.signer import SignerOptions
 
@@ -62,7 +62,7 @@ def _root(
 
 
 # What --help shows for a number option, which typer takes as text: the number parser
-# reads it (typhapki/fastcli.py `checked`), as it reads the node configuration's.
+# reads it (typhapki/cli/fast_path.py `checked`), as it reads the node configuration's.
 _NUMBER_METAVARS = {int: "INTEGER", float: "FLOAT"}
 
 
@@ -87,7 +87,7 @@ def _typer_param(opt: options.Opt) -> Any:
 
 def declared(name: str) -> Any:
     """The typer option of a shared option, from its one declaration
-    (typhapki/settings/options.py)."""
+    (typhapki/options.py)."""
     return _typer_param(options.BY_NAME[name])
 
 
@@ -100,7 +100,7 @@ _BODIES: dict[str, Callable[..., int]] = dict(BODIES)
 
 
 def command(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
-    """Make `body` the command `name` of the table (typhapki/settings/options.py);
+    """Make `body` the command `name` of the table (typhapki/options.py);
     `_register` gives it the options and help the table declares for it."""
 
     def decorate(body: Callable[..., int]) -> Callable[..., int]:
@@ -158,7 +158,7 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
 
     typer reads the parameters from the signature, so the registered wrapper carries the
     table's; it hands the body the values, the `pki` and `signer` groups as one object
-    each when the body takes them (typhapki/fastcli.py's `bundled`, as on the fast
+    each when the body takes them (typhapki/cli/fast_path.py's `bundled`, as on the fast
     path), and turns the body's exit code into typer's exit.
     """
     *group_words, word = spec.name.split()
@@ -211,7 +211,7 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
 
 
 # The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live
-# in typhapki/fastcli.py, which typhapki/entry.py calls without typer for a plain line.
+# in typhapki/cli/fast_path.py, which typhapki/cli/console.py calls without typer for a plain line.
 @command("ca init")
 def ca_init_cmd(
     *,
@@ -492,7 +492,7 @@ def fleet_cmd(
 
 
 def _fleet_kube(values: dict[str, Any]) -> Any:
-    """The `FLEET_KUBE` options of typhapki/settings/options.py, as one object."""
+    """The `FLEET_KUBE` options of typhapki/options.py, as one object."""
     from typhapki.commands.fleet import KubeOptions
 
     return KubeOptions(**{n: values.pop(n) for n in ("kubeconfig", "context", "namespace",

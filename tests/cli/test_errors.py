@@ -1,8 +1,9 @@
 """Every usage error is one `typhapki: error:` line naming where the value came from.
 
 From any source (a flag, the node configuration file's `defaults:` or `commands:`,
-hiera's `typha:` mapping), on typer's path (typhapki/entry.py, typhapki/cli.py) as on
-the fast path (typhapki/fastcli.py): what click refuses is one line too, never its
+hiera's `typha:` mapping), on typer's path (typhapki/cli/console.py,
+typhapki/cli/typer_app.py) as on
+the fast path (typhapki/cli/fast_path.py): what click refuses is one line too, never its
 usage block; a key or value holding a newline, an escape sequence or NUL is escaped
 (typhapki/errors.py `one_line`), and a path holding one is refused.
 """
@@ -174,8 +175,8 @@ def test_a_number_the_file_hands_typer_is_refused_naming_the_file(
     """A number the node configuration file hands typer (click's default_map) is read
     by the number parser, as a flag's is (typhapki/numbers.py `option_number`), not by
     click's int(): the line names the file's key, not the flag click would."""
-    from typhapki.cli import app
-    from typhapki.fastcli import CliState
+    from typhapki.cli.fast_path import CliState
+    from typhapki.cli.typer_app import app
 
     config = tmp_path / "typhapki.yaml"
     state = CliState(origins={"issue": {"days": f"{config}: defaults.days"}})
