@@ -132,6 +132,41 @@ def test_no_package_cycles() -> None:
     assert find_cycles(edges) == []
 
 
+def test_the_base_holds_the_table_and_typhas_ports() -> None:
+    """The option table, its provenance wording and Typha's ports are base modules,
+    directly in typhapki/: no layer's folder holds a file of a lower layer."""
+    placed = layer_of(LAYERS)
+    for mod in ("typhapki.options", "typhapki.provenance", "typhapki.typhaports"):
+        assert placed[mod][0] == 0, (mod, placed[mod])
+        assert modules()[mod].parent == PACKAGE, mod
+
+
+def _calls_of(name: str) -> list[str]:
+    """Where the package calls the function `name`: `module:line` for each call."""
+    found = []
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if called == name:
+                    found.append(f"{mod}:{node.lineno}")
+    return found
+
+
+def test_the_command_line_is_one_room_with_one_boundary() -> None:
+    """The console entry, typer's app and the fast path are modules of typhapki/cli/;
+    the console script is the entry; the error boundary (`guarded`) is called in one
+    place, the dispatch both parsers end in."""
+    mods = modules()
+    for mod in ("typhapki.cli.console", "typhapki.cli.typer_app", "typhapki.cli.fast_path"):
+        assert mod in mods, mod
+    assert 'typhapki = "typhapki.cli.console:script"' in (SOURCE / "pyproject.toml").read_text()
+    calls = _calls_of("guarded")
+    assert len(calls) == 1 and calls[0].startswith("typhapki.cli.boundary:"), calls
+    assert len(_calls_of("dispatch")) == 1, _calls_of("dispatch")
+
+
 def test_the_contract_is_read() -> None:
     """The tests above would pass on an empty graph or an empty list: prove they see
     real edges, the whole order, and an upward import when there is one."""
@@ -141,7 +176,7 @@ def test_the_contract_is_read() -> None:
     placed = layer_of(LAYERS)
     bottom_up = ("typhapki.errors", "typhapki.pki.store", "typhapki.inventory.hiera",
                  "typhapki.settings.desired", "typhapki.firewall.pipeline",
-                 "typhapki.commands.ferm", "typhapki.cli.typer_app")  # fmt: skip
+                 "typhapki.commands.ferm", "typhapki.cli.console")  # fmt: skip
     ranks = [placed[m][0] for m in bottom_up]
     assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), ranks
     assert placed["typhapki.options"][0] < placed["typhapki.inventory.hiera"][0]

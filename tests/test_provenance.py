@@ -217,13 +217,19 @@ def test_every_option_is_refused_naming_its_source_or_has_no_check() -> None:
 
 
 def test_every_command_body_words_a_refused_value_with_its_sources() -> None:
-    """A body's own boundary (`guarded`) words an OptionError: without the command's
-    sources it would blame the flag for a value the node configuration set."""
-    from typhapki.cli import typer_app as cli
+    """The one boundary (typhapki/cli/boundary.py `dispatch`) words an OptionError with
+    the command's sources: without them it would blame the flag for a value the node
+    configuration set. Every command's body runs through it."""
+    import inspect
 
-    for name, body in cli._BODIES.items():
-        code = body.__code__
-        assert "sources" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount], name
+    from typhapki import options
+    from typhapki.cli import boundary
+
+    source = inspect.getsource(boundary.dispatch)
+    assert "guarded(" in source and "call.sources" in source
+    assert set(options.BODIES) == {c.name for c in options.COMMANDS}
+    for name in options.BODIES:
+        assert callable(boundary.body_of(name)), name
 
 
 @settings(max_examples=50, deadline=None)

@@ -746,6 +746,34 @@ agrees with `issue`: with cfssl, against its current CA (cached for --cfssl-ca-t
 
 COMMAND = {c.name: c for c in COMMANDS}
 
+# Each command's body: `MODULE:FUNCTION` of typhapki/commands/, a function that takes
+# the command's one request (typhapki/commands/__init__.py `CommandRequest`) and
+# returns the exit code. Named, not imported: the table stays pure data, and the
+# command line imports only the body it runs.
+BODIES = {
+    "ca init": "ca_init:run",
+    "issue": "issue:run",
+    "check": "check:run",
+    "install": "install:run",
+    "request": "request:run",
+    "sign": "sign:run",
+    "inspect": "inspect_cmd:run",
+    "rollback": "rollback:run",
+    "facts": "facts:run",
+    "manifests": "manifests:run",
+    "rotate-ca": "rotate_ca:run",
+    "restarted": "restarted:run",
+    "restart-typha": "restart_typha:run",
+    "metrics": "metrics:run",
+    "probe": "probe:run",
+    "lint-hiera": "lint_hiera:run",
+    "fleet": "fleet:run",
+    "fleet ready": "fleet:run_ready",
+    "fleet gate": "fleet:run_gate",
+    "ferm": "ferm:run",
+    "nft": "nft:run",
+}
+
 
 # What `--help` lists under "Advanced options", after the common ones (typhapki/cli/typer_app.py):
 # the shared groups below, but for the few options the minimal path (docs/start.md)

@@ -175,19 +175,20 @@ def test_a_number_the_file_hands_typer_is_refused_naming_the_file(
     """A number the node configuration file hands typer (click's default_map) is read
     by the number parser, as a flag's is (typhapki/numbers.py `option_number`), not by
     click's int(): the line names the file's key, not the flag click would."""
-    from typhapki.cli.fast_path import CliState
+    from typhapki.cli.boundary import Call, CliState, dispatch
     from typhapki.cli.typer_app import app
 
     config = tmp_path / "typhapki.yaml"
     state = CliState(origins={"issue": {"days": f"{config}: defaults.days"}})
-    code = app(
+    call = app(
         args=["issue", "--out", str(tmp_path / "out")],
         prog_name="typhapki",
         standalone_mode=False,
         default_map={"issue": {"days": "\u0663"}},  # int() takes an Arabic-Indic 3
         obj=state,
     )
-    assert code == 2
+    assert isinstance(call, Call)
+    assert dispatch(call) == 2
     line = capsys.readouterr().err
     assert line.startswith(f"typhapki: error: days '\u0663' (from {config}: defaults.days): ")
     assert "--days" not in line

@@ -1,6 +1,7 @@
 """`check`, `facts` and `metrics` skip typer's parser on a plain command line
-(typhapki/cli/fast_path.py's fast_parse): the command body must receive exactly what typer
-would have given it, and every other command line must go to typer."""
+(typhapki/cli/fast_path.py's fast_parse): dispatched (typhapki/cli/boundary.py), the
+command body must receive exactly what typer's parse would have given it, and every
+other command line must go to typer."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.conftest import run_cli_process
 from typhapki import options
 from typhapki.cli import fast_path as fastcli
 from typhapki.cli import typer_app as cli
+from typhapki.cli.boundary import Call, dispatch
 
 VALUES = ["a", "/tmp/x y", "3", "-1", "", "x=y", "both", "felix", "12d", "--out", "0600"]
 OTHER = ["--help", "-h", "--nope", "pos", "-qq", "--", "-"]
@@ -48,7 +50,11 @@ def _option_strings(command: str) -> list[str]:
 
 def _via_typer(argv: list[str], default_map: dict[str, Any] | None = None) -> tuple[Any, ...] | str:
     try:
-        cli.app(args=argv, standalone_mode=False, prog_name="typhapki", default_map=default_map)
+        call = cli.app(
+            args=argv, standalone_mode=False, prog_name="typhapki", default_map=default_map
+        )
+        if isinstance(call, Call):
+            dispatch(call)
     except Captured as exc:
         return exc.captured
     except Exception as exc:  # click's usage errors, typer.Exit
@@ -62,9 +68,8 @@ def _via_fast_path(
     fast = fastcli.fast_parse(argv, default_map)
     if fast is None:
         return None
-    callback, kwargs = fast
     with pytest.raises(Captured) as exc:
-        callback(**kwargs)
+        dispatch(fast)
     return exc.value.captured
 
 

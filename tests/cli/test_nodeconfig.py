@@ -514,7 +514,8 @@ def test_a_number_is_read_alike_from_a_flag_and_from_the_file(
     node configuration's, typer's (`checked`) and the fast path's agree on what they
     take and on its value. click's int() and float() took Unicode digits, `1_0`, signs,
     nan and inf, where the number parser refuses them."""
-    from typhapki.cli.fast_path import _plain, checked
+    from typhapki.cli.boundary import checked
+    from typhapki.cli.fast_path import _plain
     from typhapki.numbers import option_number
     from typhapki.provenance import OptionError
 

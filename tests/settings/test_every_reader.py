@@ -5,7 +5,7 @@ node configuration's key as its source, on typer's path and on the fast path ali
 
 Generated from the table: a command or an option added there is covered here. Each
 command runs once per path in this process (tests/support/inprocess.py); the body is
-stopped where it would start (`bundled`, typhapki/cli/fast_path.py, hands it its arguments),
+stopped where it would start (`request_of`, typhapki/cli/boundary.py, builds its request),
 so no command does any work: what is proven is what each one was handed.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-import typhapki.cli.fast_path
-import typhapki.cli.typer_app
+import typhapki.cli.boundary
 from tests.support.inprocess import run_in_process
 from typhapki import options
+from typhapki.cli.boundary import Call
 from typhapki.cli.fast_path import FAST_COMMANDS
 from typhapki.cli.nodeconfig import NO_DEFAULTS
 
@@ -101,15 +101,15 @@ def test_every_reader_sees_the_node_configuration(
 ) -> None:
     command = options.COMMAND[name]
     seen: list[tuple[dict[str, str], dict[str, Any]]] = []
-    real = typhapki.cli.fast_path.bundled
+    real = typhapki.cli.boundary.request_of
 
-    def stop(body: Any, values: dict[str, Any], sources: Any) -> dict[str, Any]:
-        kwargs = real(body, values, sources)
-        seen.append((dict(sources), kwargs))
+    def stop(call: Call) -> Any:
+        request = real(call)
+        handed = {**request.values, "pki": request.pki, "signer": request.signer}
+        seen.append((dict(call.sources), handed))
         raise SystemExit(STOPPED)  # the body is never run
 
-    monkeypatch.setattr(typhapki.cli.fast_path, "bundled", stop)
-    monkeypatch.setattr(typhapki.cli.typer_app, "bundled", stop)
+    monkeypatch.setattr(typhapki.cli.boundary, "request_of", stop)
     env = {"TYPHAPKI_CONFIG": str(config)}
     if path == "typer":
         env["TYPHAPKI_NO_FAST_PATH"] = "1"

@@ -1,5 +1,7 @@
 """The console script's entry point: the node configuration file, then the fast path of
-`check`/`facts`/`metrics` (typhapki/cli/fast_path.py), else typer (typhapki/cli/typer_app.py).
+`check`/`facts`/`metrics` (typhapki/cli/fast_path.py), else typer
+(typhapki/cli/typer_app.py); either parser's `Call` is dispatched here, once, inside
+the error boundary (typhapki/cli/boundary.py `dispatch`).
 
 typer is imported only when typer parses: a plain `check`, `facts` or `metrics` line
 never imports typer, click or rich (tests/cli/test_console.py).
@@ -10,13 +12,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
-from typhapki.cli.fast_path import CliState, fast_parse
+from typhapki.cli.boundary import Call, CliState, dispatch
+from typhapki.cli.fast_path import fast_parse
 from typhapki.errors import EXIT_USAGE, TyphapkiError, one_line
-
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def node_defaults(argv: Sequence[str]) -> tuple[dict[str, Any], CliState]:
@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv[1:]. The tests call it in-process with their own (tests/conftest.py).
 
     Whatever main() hands typer (a default_map, an obj) it hands fast_parse() too: the
-    tests compare both paths with the same default_map (tests/cli/test_fast_path.py).
+    tests compare both paths' `Call` with the same default_map
+    (tests/cli/test_fast_path.py).
     """
     return _run(argv)[0]
 
@@ -54,23 +55,25 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         defaults, state = node_defaults(argv)
-        if not os.environ.get("TYPHAPKI_NO_FAST_PATH"):
-            fast = fast_parse(argv, defaults, state)
-            if fast is not None:
-                body, kwargs = fast
-                return body(**kwargs), True
-        return _typer(argv, defaults, state), False
+        fast = (
+            None if os.environ.get("TYPHAPKI_NO_FAST_PATH") else fast_parse(argv, defaults, state)
+        )
+        parsed = fast if fast is not None else _typer(argv, defaults, state)
+        if isinstance(parsed, Call):
+            return dispatch(parsed), fast is not None
+        return int(parsed), False
     except SystemExit as exc:
         code = exc.code
         return (code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)), False
 
 
-def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> int:
-    """typer parses and runs the command; what it refuses is one line, as every other
-    error (`typhapki: error: ...`), never its multi-line usage block.
+def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> Call | int:
+    """typer parses the command line into a `Call`, or answers it itself (--help,
+    --version: their exit code); what it refuses is one line, as every other error
+    (`typhapki: error: ...`), never its multi-line usage block.
 
     click's own errors (typer 0.7's click, or the click newer typers carry inside) come
-    back as exceptions (standalone_mode off); the body's exit code as typer's Exit.
+    back as exceptions (standalone_mode off).
     """
     import typer
 
@@ -90,7 +93,7 @@ def _typer(argv: Sequence[str], defaults: dict[str, Any], state: CliState) -> in
     except typer.Abort:  # click's Abort in typer 0.7, typer's own in newer typers
         print("typhapki: interrupted", file=sys.stderr)
         return 130
-    return code if isinstance(code, int) else 0
+    return code if isinstance(code, Call | int) else 0
 
 
 def usage_line(exc: Exception, state: CliState) -> str:

@@ -1,28 +1,23 @@
 """The command line as typer parses it: built from the option table, nothing else.
 
-Every command's options, and its help, are declared once in typhapki/options.py;
-`command(name)` registers a body with them. Every command body lives in
-typhapki/commands/ and returns an exit code. Errors a user can cause arrive at the
-boundary (typhapki/cli/fast_path.py's `guarded`) as TyphapkiError and leave as one line on
-stderr and the documented exit code (docs/exit-codes.md); no traceback ever reaches a
-terminal. typhapki/cli/console.py calls this module only for what the fast path of
+Every command's options, and its help, are declared once in typhapki/options.py, and
+every command is registered from there. What typer parses becomes a `Call`
+(typhapki/cli/boundary.py), which the command returns to typhapki/cli/console.py: the
+body (typhapki/options.py `BODIES`) runs there, in the one dispatch both parsers share.
+typhapki/cli/console.py calls this module only for what the fast path of
 typhapki/cli/fast_path.py does not parse.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 import typer.core
 
 from typhapki import options
-from typhapki.cli.fast_path import BODIES, CliState, bundled, checked, guarded
-from typhapki.settings.pki import PkiOptions
-from typhapki.settings.signer import SignerOptions
+from typhapki.cli.boundary import Call, CliState
 
 app = typer.Typer(
     name="typhapki",
@@ -62,7 +57,7 @@ def _root(
 
 
 # What --help shows for a number option, which typer takes as text: the number parser
-# reads it (typhapki/cli/fast_path.py `checked`), as it reads the node configuration's.
+# reads it (typhapki/cli/boundary.py `checked`), as it reads the node configuration's.
 _NUMBER_METAVARS = {int: "INTEGER", float: "FLOAT"}
 
 
@@ -94,20 +89,6 @@ def declared(name: str) -> Any:
 def shared(group: str) -> dict[str, tuple[Any, Any]]:
     """A group of shared options as name -> (annotation, typer option)."""
     return {opt.name: (_annotation(opt), declared(opt.name)) for opt in options.group(group)}
-
-
-_BODIES: dict[str, Callable[..., int]] = dict(BODIES)
-
-
-def command(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
-    """Make `body` the command `name` of the table (typhapki/options.py);
-    `_register` gives it the options and help the table declares for it."""
-
-    def decorate(body: Callable[..., int]) -> Callable[..., int]:
-        _BODIES[name] = body
-        return body
-
-    return decorate
 
 
 def _split_options(cmd: Any, ctx: Any, formatter: Any, advanced: frozenset[str]) -> None:
@@ -153,13 +134,13 @@ class SplitGroup(typer.core.TyperGroup):
         self.format_commands(ctx, formatter)
 
 
-def _register(spec: options.Command, body: Callable[..., int]) -> None:
-    """Register `body` under typer with the command's options from the table.
+def _register(spec: options.Command) -> None:
+    """Register the command `spec` under typer with its options from the table.
 
-    typer reads the parameters from the signature, so the registered wrapper carries the
-    table's; it hands the body the values, the `pki` and `signer` groups as one object
-    each when the body takes them (typhapki/cli/fast_path.py's `bundled`, as on the fast
-    path), and turns the body's exit code into typer's exit.
+    typer reads the parameters from the signature, so the registered callback carries
+    the table's. It runs nothing: it returns the parsed `Call`, the values with where
+    each came from, and typhapki/cli/console.py dispatches it as it does the fast
+    path's.
     """
     *group_words, word = spec.name.split()
     target = _GROUPS[group_words[0]] if group_words else app
@@ -176,13 +157,10 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
         0, inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
     )
 
-    def wrapper(ctx: typer.Context, **values: Any) -> None:
+    def wrapper(ctx: typer.Context, **values: Any) -> Call | None:
         if ctx.invoked_subcommand is not None:
-            return  # a group's own command (`fleet`) before one of its subcommands
+            return None  # a group's own command (`fleet`) before one of its subcommands
         state = ctx.obj if isinstance(ctx.obj, CliState) else CliState()
-        if spec.extra_args:
-            values["extra_args"] = list(ctx.args)
-            values["config_error"] = state.config_error
         sources = {}
         for opt in spec.options:
             given = getattr(ctx.get_parameter_source(opt.name), "name", "")
@@ -190,13 +168,11 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
                 sources[opt.name] = opt.flag
             elif given == "DEFAULT_MAP":
                 sources[opt.name] = state.source(spec.name, opt.name)
-        # A path with a control character, or a choice none of the option's, is refused
-        # before the body, in one line naming where it came from.
-        raise typer.Exit(
-            guarded(lambda: body(**bundled(body, checked(spec, values, sources), sources)), sources)
-        )
+        if spec.extra_args:
+            return Call(spec, values, sources, tuple(ctx.args), state.config_error)
+        return Call(spec, values, sources)
 
-    wrapper.__name__ = body.__name__
+    wrapper.__name__ = spec.name.replace(" ", "_").replace("-", "_")
     wrapper.__doc__ = spec.help
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
@@ -210,367 +186,5 @@ def _register(spec: options.Command, body: Callable[..., int]) -> None:
         target.command(word, context_settings=settings, cls=cls)(wrapper)
 
 
-# The bodies of the commands Puppet runs on every agent run (check, facts, metrics) live
-# in typhapki/cli/fast_path.py, which typhapki/cli/console.py calls without typer for a plain line.
-@command("ca init")
-def ca_init_cmd(
-    *,
-    ca_dir: Path,
-    key_type: str,
-    days: int,
-    cn: Optional[str],
-    force: bool,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.ca_init import ca_init
-
-    return guarded(lambda: ca_init(ca_dir, key_type, days, cn, force), sources)
-
-
-@command("issue")
-def issue_cmd(
-    *,
-    ca_dir: Optional[Path],
-    new_ca_dir: Optional[Path],
-    out: Path,
-    role: str,
-    trust: Optional[List[Path]],
-    json_out: bool,
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    dry_run: bool,
-    pki: PkiOptions,
-    signer: SignerOptions,
-    state_dir: Optional[Path],
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.issue import issue
-    from typhapki.settings.desired import Request
-
-    request = Request(
-        out, role, pki, signer, ca_dir, tuple(trust or ()), hiera, cluster,
-        state_dir=state_dir, new_ca_dir=new_ca_dir,
-    )  # fmt: skip
-    return guarded(lambda: issue(request, json_out, dry_run), sources)
-
-
-@command("install")
-def install_cmd(
-    *,
-    out: Path,
-    role: str,
-    source: Optional[Path],
-    cert: Optional[Path],
-    bundle: Optional[Path],
-    json_out: bool,
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    pki: PkiOptions,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.install import install
-
-    return guarded(
-        lambda: install(out, role, source, cert, bundle, pki, json_out, hiera, cluster), sources
-    )
-
-
-@command("request")
-def request_cmd(
-    *,
-    out: Path,
-    role: str,
-    csr_out: Optional[Path],
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    pki: PkiOptions,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.request import request
-
-    return guarded(lambda: request(out, role, csr_out, pki, hiera, cluster), sources)
-
-
-@command("sign")
-def sign_cmd(
-    *,
-    ca_dir: Path,
-    csr: Path,
-    role: str,
-    cert_out: Optional[Path],
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    pki: PkiOptions,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.sign import sign
-
-    return guarded(lambda: sign(ca_dir, csr, role, cert_out, pki, hiera, cluster), sources)
-
-
-@command("inspect")
-def inspect_cmd(*, paths: List[Path], json_out: bool, sources: dict[str, str]) -> int:
-    from typhapki.commands.inspect_cmd import inspect
-
-    return guarded(lambda: inspect(paths, json_out), sources)
-
-
-@command("rollback")
-def rollback_cmd(*, out: Path, role: Optional[str], bundle: bool, sources: dict[str, str]) -> int:
-    from typhapki.commands.rollback import rollback
-
-    return guarded(lambda: rollback(out, role, bundle), sources)
-
-
-# --- manifests and rotate-ca (issue 5) ---
-@command("manifests")
-def manifests_cmd(
-    *,
-    out: Path,
-    fmt: str,
-    namespace: Optional[str],
-    identity: Optional[str],
-    wiring: bool,
-    wiring_dir: Optional[Path],
-    kustomize_dir: Optional[Path],
-    kustomize_base: Optional[str],
-    post_render: bool,
-    typha_uid: Optional[int],
-    typha_gid: Optional[int],
-    tls_stage: Optional[str],
-    tls_min_version: Optional[str],
-    tls_cipher_suites: Optional[str],
-    typha_deployment: Optional[Path],
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.manifests import manifests
-
-    return guarded(
-        lambda: manifests(
-            out,
-            fmt,
-            namespace,
-            identity,
-            wiring,
-            wiring_dir,
-            kustomize_dir,
-            kustomize_base,
-            post_render,
-            typha_uid,
-            typha_gid,
-            tls_stage,
-            tls_min_version,
-            tls_cipher_suites,
-            typha_deployment,
-            hiera,
-            cluster,
-            typed=tuple(
-                flag
-                for name, flag in sources.items()
-                if name in ("tls_stage", "tls_min_version", "tls_cipher_suites")
-                and flag.startswith("--")
-            ),
-        ),
-        sources,
-    )
-
-
-@command("rotate-ca")
-def rotate_ca_cmd(
-    *,
-    stage: str,
-    ca_dir: Path,
-    new_ca_dir: Path,
-    out: Path,
-    role: str,
-    check: bool,
-    allow_rollback: bool,
-    json_out: bool,
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    pki: PkiOptions,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.rotate_ca import rotate_ca
-
-    return guarded(
-        lambda: rotate_ca(
-            stage,
-            ca_dir,
-            new_ca_dir,
-            out,
-            role,
-            pki,
-            check,
-            allow_rollback,
-            json_out,
-            hiera,
-            cluster,
-        ),
-        sources,
-    )
-
-
-@command("restarted")
-def restarted_cmd(*, out: Path, component: str, sources: dict[str, str]) -> int:
-    from typhapki.commands.restarted import restarted
-
-    return guarded(lambda: restarted(out, component), sources)
-
-
-@command("restart-typha")
-def restart_typha_cmd(
-    *,
-    out: Path,
-    kubeconfig: Path,
-    namespace: str,
-    node: Optional[str],
-    context: Optional[str],
-    timeout: float,
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.restart_typha import restart_typha
-
-    return guarded(
-        lambda: restart_typha(out, kubeconfig, namespace, node, context, timeout, hiera, cluster),
-        sources,
-    )
-
-
-@command("probe")
-def probe_cmd(
-    *,
-    address: Optional[str],
-    out: Path,
-    typha_cn: Optional[str],
-    typha_uri_san: Optional[str],
-    hiera: Optional[Path],
-    cluster: Optional[str],
-    timeout: float,
-    json_out: bool,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.probe import probe
-
-    pki = PkiOptions(typha_cn=typha_cn, typha_uri_san=typha_uri_san, sources=sources)
-    # None: the local Typha of hiera's live switch stage (the TLS one's port).
-    return guarded(lambda: probe(address, out, pki, hiera, cluster, timeout, json_out), sources)
-
-
-@command("lint-hiera")
-def lint_hiera_cmd(
-    *,
-    files: List[Path],
-    offline: bool,
-    nameserver: Optional[List[str]],
-    timeout: Optional[float],
-    json_out: bool,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.lint_hiera import lint_hiera
-
-    return guarded(lambda: lint_hiera(files, offline, nameserver or [], json_out, timeout), sources)
-
-
-@command("fleet")
-def fleet_cmd(
-    *,
-    db: Any,
-    cluster: Optional[str],
-    hiera: Optional[Path],
-    json_out: bool,
-    max_age: str,
-    sources: dict[str, str],
-) -> int:
-    from typhapki.commands.fleet import fleet
-
-    return guarded(lambda: fleet(db, cluster, json_out, max_age, hiera), sources)
-
-
-def _fleet_kube(values: dict[str, Any]) -> Any:
-    """The `FLEET_KUBE` options of typhapki/options.py, as one object."""
-    from typhapki.commands.fleet import KubeOptions
-
-    return KubeOptions(**{n: values.pop(n) for n in ("kubeconfig", "context", "namespace",
-                                                      "kube_timeout")})  # fmt: skip
-
-
-@command("fleet ready")
-def fleet_ready_cmd(
-    *,
-    db: Any,
-    cluster: str,
-    stage: str,
-    since: Optional[str],
-    new_ca: Optional[str],
-    old_ca: Optional[str],
-    max_age: str,
-    sources: dict[str, str],
-    **kube: Any,
-) -> int:
-    from typhapki.commands.fleet import fleet_ready
-
-    return guarded(
-        lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube)),
-        sources,
-    )
-
-
-@command("fleet gate")
-def fleet_gate_cmd(
-    *,
-    db: Any,
-    hiera: Path,
-    base: Optional[str],
-    old: Optional[Path],
-    no_puppetdb: bool,
-    sources: dict[str, str],
-    **kube: Any,
-) -> int:
-    from typhapki.commands.fleet import fleet_gate
-
-    return guarded(
-        lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)), sources
-    )
-
-
-def _gate_values(values: dict[str, Any]) -> dict[str, Any]:
-    """The firewall commands' shared values, as GateOptions fields."""
-    values["nameservers"] = tuple(values.pop("nameserver") or ())
-    return values
-
-
-@command("ferm")
-def ferm_cmd(
-    *,
-    hiera: Path,
-    cluster: str,
-    style: Optional[str],
-    templates: Optional[Path],
-    sources: dict[str, str],
-    **gate: Any,
-) -> int:
-    from typhapki.commands.ferm import FermOptions, ferm
-
-    opts = FermOptions(
-        hiera=hiera, cluster=cluster, style=style, templates=templates, **_gate_values(gate)
-    )
-    return guarded(lambda: ferm(opts), sources)
-
-
-@command("nft")
-def nft_cmd(
-    *, hiera: Path, cluster: str, sets_only: bool, sources: dict[str, str], **gate: Any
-) -> int:
-    from typhapki.commands.nft import NftOptions, nft
-
-    opts = NftOptions(hiera=hiera, cluster=cluster, sets_only=sets_only, **_gate_values(gate))
-    return guarded(lambda: nft(opts), sources)
-
-
 for _spec in options.COMMANDS:  # in the table's order, as --help lists them
-    _register(_spec, _BODIES[_spec.name])
+    _register(_spec)

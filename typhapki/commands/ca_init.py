@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.pki.settings import KeyType, validate_cn, validate_days
 
 
@@ -20,3 +21,9 @@ def ca_init(ca_dir: Path, key_type: str, days: int, cn: str | None, force: bool)
         f"(sha256 {info['sha256_fingerprint']}, valid until {info['not_after']})"
     )
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`ca init`."""
+    r = request
+    return ca_init(r.ca_dir, r.key_type, r.days, r.cn, r.force)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, SignerError
 
 if TYPE_CHECKING:
@@ -83,3 +84,29 @@ def _check_one(desired: Desired, quiet: bool) -> int:
     for line in found.lines():
         print(line)
     return code
+
+
+def run(request: CommandRequest) -> int:
+    """`check`: judge the set by issue's desired state; with --nagios, the
+    monitoring-plugins line (typhapki/commands/check_nagios.py), whose thresholds
+    --warning and --critical are refused without it."""
+    r = request
+    if r.nagios:
+        from typhapki.commands.check_nagios import check_nagios
+
+        return check_nagios(
+            r.out, r.role, r.pki, r.ca_dir, list(r.trust or []), r.hiera, r.cluster,
+            r.probe_address, r.no_probe, r.warning, r.critical, r.signer, r.state_dir,
+            r.typha_uid, r.sources,
+        )  # fmt: skip
+    if r.warning is not None or r.critical is not None:
+        from typhapki.commands.check_nagios import thresholds_without_nagios
+
+        return thresholds_without_nagios()
+    from typhapki.settings.desired import Request
+
+    wanted = Request(
+        r.out, r.role, r.pki, r.signer, r.ca_dir, tuple(r.trust or ()), r.hiera, r.cluster,
+        r.source, r.state_dir, r.new_ca_dir,
+    )  # fmt: skip
+    return check(wanted, r.quiet)

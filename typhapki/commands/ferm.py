@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.firewall.pipeline import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.record import record
 
@@ -75,3 +76,11 @@ def ferm(opts: FermOptions) -> int:
         return emit
 
     return gated_rule(opts, prepare, (("--style", opts.style, rules.STYLES),))
+
+
+def run(request: CommandRequest) -> int:
+    """`ferm`: every option is a field of FermOptions (the repeatable --nameserver as the
+    tuple `nameservers`)."""
+    values = dict(request.values)
+    values["nameservers"] = tuple(values.pop("nameserver") or ())
+    return ferm(FermOptions(**values))

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.progress import TerminalLine
 from typhapki.record import record
@@ -492,3 +493,32 @@ def _has_yaml(path: Path) -> bool:
     if path.is_dir():
         return any(path.glob("*.yaml")) or any(path.glob("*.yml"))
     return path.is_file()
+
+
+def _kube(request: CommandRequest) -> KubeOptions:
+    """The `FLEET_KUBE` options of typhapki/options.py, as one record."""
+    names = ("kubeconfig", "context", "namespace", "kube_timeout")
+    return KubeOptions(**{n: request.values[n] for n in names})
+
+
+def _db(request: CommandRequest) -> PuppetDBOptions:
+    """The table's `puppetdb` group, as one record."""
+    return PuppetDBOptions(**request.group("puppetdb"))
+
+
+def run(request: CommandRequest) -> int:
+    """`fleet`."""
+    r = request
+    return fleet(_db(r), r.cluster, r.json_out, r.max_age, r.hiera)
+
+
+def run_ready(request: CommandRequest) -> int:
+    """`fleet ready`."""
+    r = request
+    return fleet_ready(_db(r), r.cluster, r.stage, r.since, r.new_ca, r.old_ca, r.max_age, _kube(r))
+
+
+def run_gate(request: CommandRequest) -> int:
+    """`fleet gate`."""
+    r = request
+    return fleet_gate(_db(r), r.hiera, r.base, r.old, r.no_puppetdb, _kube(r))

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
+
 
 def inspect(paths: list[Path], as_json: bool) -> int:
     from datetime import UTC, datetime
@@ -23,3 +25,8 @@ def inspect(paths: list[Path], as_json: bool) -> int:
     ]
     print("\n\n".join(blocks))
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`inspect`."""
+    return inspect(request.paths, request.json_out)

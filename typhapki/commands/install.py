@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import UsageError
 from typhapki.settings.pki import PkiOptions, parse_roles
 
@@ -39,3 +40,9 @@ def install(
         print(f"typhapki: warning: {warning}")
     report_changes(out, [r.value for r in roles], changes, as_json)
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`install`."""
+    r = request
+    return install(r.out, r.role, r.source, r.cert, r.bundle, r.pki, r.json_out, r.hiera, r.cluster)

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.settings.desired import Request
 
 if TYPE_CHECKING:
@@ -72,3 +73,13 @@ def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
     changes = [change for desired in each for change in apply(desired)]
     report_changes(request.out, roles, changes, as_json)
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`issue`: the desired state's request from the command line's."""
+    r = request
+    wanted = Request(
+        r.out, r.role, r.pki, r.signer, r.ca_dir, tuple(r.trust or ()), r.hiera, r.cluster,
+        state_dir=r.state_dir, new_ca_dir=r.new_ca_dir,
+    )  # fmt: skip
+    return issue(wanted, r.json_out, r.dry_run)

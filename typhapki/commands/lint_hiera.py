@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
 from typhapki.progress import TerminalLine
 
@@ -41,3 +42,9 @@ def lint_hiera(
         return EXIT_OK
     print(report.summary(len(files)), file=sys.stderr)
     return EXIT_NEEDS_ACTION
+
+
+def run(request: CommandRequest) -> int:
+    """`lint-hiera`."""
+    r = request
+    return lint_hiera(r.files, r.offline, r.nameserver or [], r.json_out, r.timeout)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
@@ -355,3 +356,19 @@ def manifests(
         text = dump_yaml([(None, obj) for obj in operator_objects(files, namespace)])
     print(text, end="")
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`manifests`; `typed`: the TLS policy flags given on the command line, which win
+    over hiera's."""
+    r = request
+    policy = ("tls_stage", "tls_min_version", "tls_cipher_suites")
+    typed = tuple(
+        flag for name, flag in r.sources.items() if name in policy and flag.startswith("--")
+    )
+    return manifests(
+        r.out, r.fmt, r.namespace, r.identity, r.wiring, r.wiring_dir, r.kustomize_dir,
+        r.kustomize_base, r.post_render, r.typha_uid, r.typha_gid, r.tls_stage,
+        r.tls_min_version, r.tls_cipher_suites, r.typha_deployment, r.hiera, r.cluster,
+        typed=typed,
+    )  # fmt: skip

@@ -4,6 +4,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_OK
 from typhapki.monitoring.request import observed_request
 from typhapki.settings.pki import PkiOptions
@@ -52,3 +53,13 @@ def metrics(
     else:
         write_textfile(textfile_dir, status)
     return EXIT_OK
+
+
+def run(request: CommandRequest) -> int:
+    """`metrics`: the Prometheus text format of the set's one status."""
+    r = request
+    return metrics(
+        r.out, r.role, r.pki, r.ca_dir, list(r.trust or []), r.hiera, r.cluster,
+        r.textfile_dir, r.state_dir, r.probe_address, r.no_probe, r.signer, r.typha_uid,
+        r.sources,
+    )  # fmt: skip

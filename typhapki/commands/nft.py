@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import ConfigError
 from typhapki.firewall.pipeline import GatedRule, GateOptions, emit_text, gated_rule
 from typhapki.record import record
@@ -57,3 +58,11 @@ def nft(opts: NftOptions) -> int:
         return emit
 
     return gated_rule(opts, prepare)
+
+
+def run(request: CommandRequest) -> int:
+    """`nft`: every option is a field of NftOptions (the repeatable --nameserver as the
+    tuple `nameservers`)."""
+    values = dict(request.values)
+    values["nameservers"] = tuple(values.pop("nameserver") or ())
+    return nft(NftOptions(**values))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, NeedsActionError, UsageError
 from typhapki.provenance import parsed
 from typhapki.settings.pki import PkiOptions
@@ -98,3 +99,10 @@ def probe(
         f"(not after {disk.not_after:%Y-%m-%dT%H:%M:%SZ}): restart Typha to load it"
     )
     return EXIT_NEEDS_ACTION
+
+
+def run(request: CommandRequest) -> int:
+    """`probe`: with no --address, the local Typha of hiera's live switch stage (the
+    TLS one's port)."""
+    r = request
+    return probe(r.address, r.out, r.pki, r.hiera, r.cluster, r.timeout, r.json_out)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.settings.cluster import single_role_settings
 from typhapki.settings.pki import PkiOptions
 
@@ -34,3 +35,8 @@ def request(
             f"key staged in {staged_key_path(out, name)}"
         )
     return 0
+
+
+def run(line: CommandRequest) -> int:
+    """`request` (the command line's request is `line` here: `request` is the command)."""
+    return request(line.out, line.role, line.csr_out, line.pki, line.hiera, line.cluster)

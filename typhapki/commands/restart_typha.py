@@ -8,6 +8,8 @@ import os
 import socket
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
+
 
 def default_node() -> str:
     """The kubelet's default node name: the host name, lower-cased."""
@@ -63,3 +65,11 @@ def restart_typha(
     clear_restart(out, Component.TYPHA)
     print(f"{done}; {marker} removed")
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`restart-typha`."""
+    r = request
+    return restart_typha(
+        r.out, r.kubeconfig, r.namespace, r.node, r.context, r.timeout, r.hiera, r.cluster
+    )

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
+
 
 def restarted(out: Path, component: str) -> int:
     """Remove OUT/.restart-COMPONENT after the component restarted (docs/kubernetes.md)."""
@@ -17,3 +19,8 @@ def restarted(out: Path, component: str) -> int:
     else:
         print(f"{marker_path(out, which)}: no restart was pending")
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`restarted`."""
+    return restarted(request.out, request.component)

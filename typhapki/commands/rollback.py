@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import UsageError
 from typhapki.settings.pki import parse_roles
 
@@ -44,3 +45,8 @@ def rollback(out: Path, role: str | None, bundle: bool) -> int:
     else:
         print("Felix reads the rolled-back files on its next reconnect to Typha: no restart")
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`rollback`."""
+    return rollback(request.out, request.role, request.bundle)

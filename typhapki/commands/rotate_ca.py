@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK
 from typhapki.settings.pki import PkiOptions, check_local_renewal, parse_roles
 
@@ -56,3 +57,12 @@ def rotate_ca(
     verb = "already at" if not result.changes else "now at"
     print(f"{out}: {verb} stage {result.after.label} ({int(result.after)})")
     return EXIT_OK
+
+
+def run(request: CommandRequest) -> int:
+    """`rotate-ca`."""
+    r = request
+    return rotate_ca(
+        r.stage, r.ca_dir, r.new_ca_dir, r.out, r.role, r.pki, r.check, r.allow_rollback,
+        r.json_out, r.hiera, r.cluster,
+    )  # fmt: skip

@@ -3,6 +3,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from typhapki.commands import CommandRequest
 from typhapki.pki.x509compat import valid_until
 from typhapki.settings.cluster import single_role_settings
 from typhapki.settings.pki import PkiOptions, check_local_renewal
@@ -41,3 +42,9 @@ def sign(
             f"{valid_until(leaf):%Y-%m-%dT%H:%M:%SZ}"
         )
     return 0
+
+
+def run(request: CommandRequest) -> int:
+    """`sign`."""
+    r = request
+    return sign(r.ca_dir, r.csr, r.role, r.cert_out, r.pki, r.hiera, r.cluster)
