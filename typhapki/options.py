@@ -13,10 +13,10 @@ Read from here: typer's command line (typhapki/cli/typer_app.py) and the fast pa
 configuration file's keys, values and flag-only refusals (typhapki/cli/nodeconfig.py);
 hiera's refusal of secrets and the keys it may set (typhapki/inventory/hiera.py,
 typhapki/settings/cluster.py); the man page, the completion and the table of
-docs/options.md (typhapki/cli/docgen.py). Adding an option is one entry here (and the
-parameter of the body that uses it); tests/test_options.py fails on an option
-declared twice or missing from a record. Pure data: importing it costs little and
-imports neither typer nor click.
+docs/options.md (typhapki/cli/docgen.py). Adding an option is one entry here (the body
+that uses it reads it from its request by name, typhapki/commands/__init__.py);
+tests/test_options.py fails on an option declared twice or missing from a record.
+Pure data: importing it costs little and imports neither typer nor click.
 
 Marks:
 - `hiera`: the cluster's ``typha:`` mapping may set it, under the same key name;

@@ -15,7 +15,7 @@ value that was not set at all is the default. An error about a value names it, t
 and its source: ``cfssl_label 'a-b' (from --cfssl-label): ...``, so the user knows which
 place to fix. A check that does not know where its value came from (the firewall's port,
 the fleet's timeouts, a hiera path that is not there) raises `OptionError` naming the
-option, and the command's boundary (typhapki/cli/fast_path.py `guarded`, handed the command's
+option, and the command's boundary (typhapki/cli/boundary.py `guarded`, handed the command's
 `sources`) words it the same way. Nothing heavy: this module is on the path of every
 `check`.
 """
@@ -65,7 +65,7 @@ def worded(name: str, value: Any, where: str) -> str:
 
 class OptionError(UsageError):
     """A value of the option `name` refused by a check that does not know where the value
-    came from (exit 2). The command's boundary knows (typhapki/cli/fast_path.py `guarded`, with
+    came from (exit 2). The command's boundary knows (typhapki/cli/boundary.py `guarded`, with
     the command's `sources`) and words it there: ``kube_timeout -1.0 (from FILE:
     defaults.kube_timeout): expected ...``. `where`, when the check knows it (hiera's
     file and key), wins; without either, the value came from the option's `flag`."""

@@ -227,7 +227,7 @@ def test_the_console_script_ends_as_main_returns(
 def test_output_to_a_reader_that_went_away_exits_141_quietly(
     issued: Path, ca_dir: Path, command: str
 ) -> None:
-    """Whether the command's write meets the closed pipe (typhapki/cli/fast_path.py `guarded`)
+    """Whether the command's write meets the closed pipe (typhapki/cli/boundary.py `guarded`)
     or the flush at the end does (`check`'s one line stays in the buffer)."""
     from tests.conftest import typhapki_cmd
 
