@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, SignerError
+from typhapki.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from typhapki.pki.plan import Desired, Plan
+    from typhapki.pki.plan import Desired
     from typhapki.pki.settings import PkiSettings
     from typhapki.pki.verify import SetReport
     from typhapki.settings.desired import Request
@@ -21,19 +21,6 @@ def renewal_line(report: SetReport, settings: PkiSettings) -> str:
         if state.leaf is not None
     ]
     return f"node {settings.node_name} renews {', '.join(moments)}"
-
-
-def verdict(found: Plan) -> int:
-    """A plan's exit code, with refusals (3) and an unreachable signer (5) raised as the
-    one-line errors `issue` gives for the same plan."""
-    code = found.exit_code()
-    if code == EXIT_REFUSED:
-        raise RefusedError(found.refusals[0])
-    if code == EXIT_SIGNER:
-        for line in found.lines()[:-1]:
-            print(line)
-        raise SignerError(found.lines()[-1])
-    return code
 
 
 def check(request: Request, quiet: bool) -> int:
@@ -58,7 +45,7 @@ def check(request: Request, quiet: bool) -> int:
 def _check_one(desired: Desired, quiet: bool) -> int:
     from datetime import UTC, datetime
 
-    from typhapki.pki.plan import plan
+    from typhapki.pki.plan import plan, verdict
 
     now = datetime.now(UTC)
     report = desired.judge(now)
