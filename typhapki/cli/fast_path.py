@@ -106,7 +106,7 @@ def bundled(
             sources={n: sources[n] for n in _SIGNER_NAMES if n in sources},
         )
     if "db" in takes:  # `fleet`: how it reaches PuppetDB
-        from typhapki.commands.fleet import PuppetDBOptions
+        from typhapki.fleet.access import PuppetDBOptions
 
         kwargs["db"] = PuppetDBOptions(**{n: kwargs.pop(n) for n in _PUPPETDB_NAMES})
     if "sources" in takes:

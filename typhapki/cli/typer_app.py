@@ -493,7 +493,7 @@ def fleet_cmd(
 
 def _fleet_kube(values: dict[str, Any]) -> Any:
     """The `FLEET_KUBE` options of typhapki/options.py, as one object."""
-    from typhapki.commands.fleet import KubeOptions
+    from typhapki.fleet.access import KubeOptions
 
     return KubeOptions(**{n: values.pop(n) for n in ("kubeconfig", "context", "namespace",
                                                       "kube_timeout")})  # fmt: skip
