@@ -254,7 +254,7 @@ def _patch_comment(p: WiringPatch) -> str:
 
 def _post_render(j: Judged, patches: Sequence[WiringPatch], rendered: str) -> Delivery:
     """--post-render: Helm's rendered chart on stdin, patched, on stdout."""
-    from typhapki.kubernetes.kustomize import post_render
+    from typhapki.kubernetes.postrender import post_render
     from typhapki.kubernetes.stages import post_render_staged
     from typhapki.kubernetes.yamlstream import load
 
