@@ -512,7 +512,7 @@ def fleet_ready_cmd(
     sources: dict[str, str],
     **kube: Any,
 ) -> int:
-    from typhapki.commands.fleet import fleet_ready
+    from typhapki.commands.fleet_ready import fleet_ready
 
     return guarded(
         lambda: fleet_ready(db, cluster, stage, since, new_ca, old_ca, max_age, _fleet_kube(kube)),
@@ -531,7 +531,7 @@ def fleet_gate_cmd(
     sources: dict[str, str],
     **kube: Any,
 ) -> int:
-    from typhapki.commands.fleet import fleet_gate
+    from typhapki.commands.fleet_gate import fleet_gate
 
     return guarded(
         lambda: fleet_gate(db, hiera, base, old, no_puppetdb, _fleet_kube(kube)), sources

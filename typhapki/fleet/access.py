@@ -166,3 +166,11 @@ def judged_nodes(
     finally:
         progress.clear()
     return data.members, nodes
+
+
+def max_age(value: str) -> timedelta:
+    """--max-age: 90m, 2h, 1d or seconds, as every duration option reads it."""
+    from typhapki.pki.settings import parse_duration
+    from typhapki.provenance import parsed
+
+    return parsed("max_age", value, lambda what: parse_duration(value, what))
