@@ -183,3 +183,81 @@ def test_the_contract_is_read() -> None:
     swapped = [LAYERS[3], LAYERS[2], *LAYERS[:2], *LAYERS[4:]]  # settings below pki
     wrong = layer_of(swapped)
     assert any(wrong[d][0] > wrong[m][0] for m, deps in edges.items() for d in deps)
+
+
+# --- commands (issue 42): thin, and never one from another ------------------------------
+
+COMMANDS = "typhapki.commands."
+COMMAND_LINES = 150
+# A command module over COMMAND_LINES lines, and why it may be: domain work belongs in
+# the layers below (docs/architecture.md, "Commands"), so each entry is a debt named.
+LONG_COMMANDS = {
+    "typhapki.commands.facts": (
+        "the fact takes every value as text, so that a bad one is said inside the fact "
+        "instead of exiting 2 (docs/puppet.md): reading each value is the command's own "
+        "work, and it asks the live switch's Typha (typhapki/kubernetes/typhatarget.py), "
+        "which typhapki/puppet/, a layer below, may not import"
+    ),
+}
+
+
+def command_modules(names: set[str]) -> set[str]:
+    """The command modules among NAMES: typhapki/commands/*.py, not the package."""
+    return {n for n in names if n.startswith(COMMANDS)}
+
+
+def commands_importing_commands(edges: dict[str, set[str]]) -> list[str]:
+    """Each import of a command module by another: shared work belongs to a layer."""
+    commands = command_modules(set(edges))
+    return sorted(
+        f"{mod} imports {dep}" for mod in commands for dep in edges[mod] if dep in commands
+    )
+
+
+def long_commands(lines: dict[str, int], listed: dict[str, str]) -> list[str]:
+    """Command modules over COMMAND_LINES lines that LISTED does not name, and named
+    ones that are no longer over (their entry goes)."""
+    over = {m for m in command_modules(set(lines)) if lines[m] > COMMAND_LINES}
+    return sorted(
+        [f"{m}: {lines[m]} lines, not in LONG_COMMANDS" for m in over - set(listed)]
+        + [f"{m}: in LONG_COMMANDS, {lines.get(m, 0)} lines" for m in set(listed) - over]
+    )
+
+
+def command_lines() -> dict[str, int]:
+    return {m: len(p.read_text().splitlines()) for m, p in modules().items()}
+
+
+def test_no_command_imports_another() -> None:
+    assert commands_importing_commands(graph()) == []
+
+
+def test_a_long_command_is_listed_with_its_reason() -> None:
+    assert all(reason.strip() for reason in LONG_COMMANDS.values())
+    assert long_commands(command_lines(), LONG_COMMANDS) == []
+
+
+def test_the_command_rules_are_read() -> None:
+    """Both rules see a violation on a synthetic graph and synthetic sizes, and read the
+    real package: its command modules, their imports and their lengths."""
+    edges = graph()
+    commands = command_modules(set(edges))
+    assert {"typhapki.commands.manifests", "typhapki.commands.issue"} <= commands
+    assert "typhapki.commands" not in commands  # the package itself is no command
+    assert "typhapki.kubernetes.delivery" in edges["typhapki.commands.manifests"]
+    synthetic = {
+        "typhapki.commands.install": {"typhapki.commands.issue", "typhapki.pki.restarts"},
+        "typhapki.commands.issue": {"typhapki.commands"},
+        "typhapki.cli.typer_app": {"typhapki.commands.issue"},
+    }
+    assert commands_importing_commands(synthetic) == [
+        "typhapki.commands.install imports typhapki.commands.issue"
+    ]
+    lines = command_lines()
+    assert 0 < lines["typhapki.commands.manifests"] <= COMMAND_LINES
+    sizes = {"typhapki.commands.a": 151, "typhapki.commands.b": 150, "typhapki.cli.c": 900}
+    assert long_commands(sizes, {}) == ["typhapki.commands.a: 151 lines, not in LONG_COMMANDS"]
+    assert long_commands(sizes, {"typhapki.commands.a": "why"}) == []
+    assert long_commands(sizes, {"typhapki.commands.a": "why", "typhapki.commands.b": "why"}) == [
+        "typhapki.commands.b: in LONG_COMMANDS, 150 lines"
+    ]

@@ -768,8 +768,8 @@ BODIES = {
     "probe": "probe:run",
     "lint-hiera": "lint_hiera:run",
     "fleet": "fleet:run",
-    "fleet ready": "fleet:run_ready",
-    "fleet gate": "fleet:run_gate",
+    "fleet ready": "fleet_ready:run",
+    "fleet gate": "fleet_gate:run",
     "ferm": "ferm:run",
     "nft": "nft:run",
 }

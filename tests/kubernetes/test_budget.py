@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tests.kubernetes.conftest import CHART
 from typhapki.errors import ConfigError
 from typhapki.kubernetes.budget import selects
-from typhapki.kubernetes.kustomize import post_render
 from typhapki.kubernetes.manifests import WiringPatch
+from typhapki.kubernetes.postrender import post_render
 
 PODS = {"k8s-app": "calico-typha", "tier": "network"}
 

@@ -536,7 +536,7 @@ def test_an_env_entry_named_by_a_list_is_one_line(
     """Found by the test above: the merge indexed env entries by any name, and a list
     (unhashable) raised a TypeError instead of the TLS check's one line."""
     from typhapki.errors import ConfigError
-    from typhapki.kubernetes.kustomize import post_render
+    from typhapki.kubernetes.postrender import post_render
 
     chart = copy.deepcopy(CHART)
     node = _find(chart, "DaemonSet", "calico-node")

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.kubernetes.conftest import CHART
 from typhapki.errors import ConfigError
-from typhapki.kubernetes.kustomize import post_render
 from typhapki.kubernetes.manifests import WiringPatch
+from typhapki.kubernetes.postrender import post_render
 from typhapki.kubernetes.stages import post_render_staged
 from typhapki.kubernetes.tlspair import check_pair, view
 from typhapki.settings.wiring import LIVE_STAGES, Stage

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from tests.kubernetes.test_stages import CHART, _container, _dump, _find
 from typhapki.errors import ConfigError
-from typhapki.kubernetes.kustomize import post_render
 from typhapki.kubernetes.manifests import WiringPatch
+from typhapki.kubernetes.postrender import post_render
 from typhapki.kubernetes.stages import post_render_staged, with_policy
 from typhapki.kubernetes.tlsvalues import GO_SPACE
 from typhapki.settings.wiring import CIPHER_SUITES, LIVE_STAGES, Stage, TlsPolicy

@@ -3,10 +3,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from typhapki.commands import CommandRequest
-from typhapki.errors import EXIT_OK, EXIT_REFUSED, EXIT_SIGNER, RefusedError, SignerError
+from typhapki.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from typhapki.pki.plan import Desired, Plan
+    from typhapki.pki.plan import Desired
     from typhapki.pki.settings import PkiSettings
     from typhapki.pki.verify import SetReport
     from typhapki.settings.desired import Request
@@ -22,19 +22,6 @@ def renewal_line(report: SetReport, settings: PkiSettings) -> str:
         if state.leaf is not None
     ]
     return f"node {settings.node_name} renews {', '.join(moments)}"
-
-
-def verdict(found: Plan) -> int:
-    """A plan's exit code, with refusals (3) and an unreachable signer (5) raised as the
-    one-line errors `issue` gives for the same plan."""
-    code = found.exit_code()
-    if code == EXIT_REFUSED:
-        raise RefusedError(found.refusals[0])
-    if code == EXIT_SIGNER:
-        for line in found.lines()[:-1]:
-            print(line)
-        raise SignerError(found.lines()[-1])
-    return code
 
 
 def check(request: Request, quiet: bool) -> int:
@@ -59,7 +46,7 @@ def check(request: Request, quiet: bool) -> int:
 def _check_one(desired: Desired, quiet: bool) -> int:
     from datetime import UTC, datetime
 
-    from typhapki.pki.plan import plan
+    from typhapki.pki.plan import plan, verdict
 
     now = datetime.now(UTC)
     report = desired.judge(now)
@@ -88,21 +75,25 @@ def _check_one(desired: Desired, quiet: bool) -> int:
 
 def run(request: CommandRequest) -> int:
     """`check`: judge the set by issue's desired state; with --nagios, the
-    monitoring-plugins line (typhapki/commands/check_nagios.py), whose thresholds
+    monitoring-plugins line (typhapki/monitoring/nagios.py), whose thresholds
     --warning and --critical are refused without it."""
     r = request
     if r.nagios:
-        from typhapki.commands.check_nagios import check_nagios
+        import sys
 
-        return check_nagios(
+        from typhapki.monitoring.nagios import node_result
+
+        result = node_result(
             r.out, r.role, r.pki, r.ca_dir, list(r.trust or []), r.hiera, r.cluster,
             r.probe_address, r.no_probe, r.warning, r.critical, r.signer, r.state_dir,
             r.typha_uid, r.sources,
         )  # fmt: skip
+        sys.stdout.write(result.text())
+        return int(result.state)
     if r.warning is not None or r.critical is not None:
-        from typhapki.commands.check_nagios import thresholds_without_nagios
+        from typhapki.errors import UsageError
 
-        return thresholds_without_nagios()
+        raise UsageError("--warning and --critical need --nagios")
     from typhapki.settings.desired import Request
 
     wanted = Request(

@@ -19,8 +19,8 @@ def install(
     cluster: str | None = None,
 ) -> int:
     """Install a shipped set (--from) or a certificate signed elsewhere (--cert)."""
-    from typhapki.commands.issue import report_changes
     from typhapki.pki.install import install_certificate, install_shipped
+    from typhapki.pki.restarts import report_changes
     from typhapki.settings.cluster import cluster_settings
 
     if (source is None) == (cert is None):

@@ -1,43 +1,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from typhapki.commands import CommandRequest
 from typhapki.settings.desired import Request
-
-if TYPE_CHECKING:
-    from typhapki.pki.changes import Change
-
-
-def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: bool) -> None:
-    """What `issue` and `install` print: the changes and whom to restart, or nothing to do.
-
-    A new bundle on a node without Typha's set (a worker) needs no restart: Felix reads
-    it on its next reconnect, so its line says that, not "restart Typha"."""
-    from typhapki.pki.changes import without_typha
-    from typhapki.pki.restarts import restarts_after
-
-    restart = restarts_after(out, changes)
-    if "typha" not in restart:
-        changes = without_typha(changes)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "changed": bool(changes),
-                    "changes": [c.as_dict() for c in changes],
-                    "restart": restart,
-                },
-                indent=2,
-            )
-        )
-    elif not changes:
-        print(f"{out}: {', '.join(roles)} set valid and fresh; nothing changed")
-    else:
-        for change in changes:
-            print(change.line())
 
 
 def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
@@ -46,15 +12,14 @@ def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
     from datetime import UTC, datetime
 
     from typhapki.pki.issuance import apply
-    from typhapki.pki.plan import plan
+    from typhapki.pki.plan import plan, verdict
+    from typhapki.pki.restarts import report_changes
     from typhapki.settings.desired import resolve_each
 
     # One desired state, or one per signer at the emergency's step typha-leaf.
     each = resolve_each(request, require_signer=True)
     roles = [r.value for desired in each for r in desired.roles]
     if dry_run:
-        from typhapki.commands.check import verdict
-
         now = datetime.now(UTC)
         found = [plan(desired, desired.judge(now), now) for desired in each]
         code = max(verdict(f) for f in found)

@@ -332,5 +332,44 @@ def holds_no_leaf(dropped: frozenset[str] | None, nodes: Iterable[Node]) -> Read
     return Readiness("drop a CA", count, holding)
 
 
+def gate_verdict(move: Advance, nodes: list[Node]) -> tuple[Readiness, str, str]:
+    """A gated move's verdict from the members' facts, with what `fleet gate` says when
+    it passes and when it holds: the rotation's, the emergency's and moves.NO_LEAF's
+    gates (the live switch's ask the Kubernetes API: typhapki/fleet/access.py)."""
+    from typhapki.fleet import emergency
+    from typhapki.fleet.moves import EMERGENCY_GATES, NO_LEAF
+    from typhapki.fleet.summary import reached
+
+    assert move.gate is not None
+    if move.gate in EMERGENCY_GATES:
+        verdict = emergency.gate(move.gate, nodes, move.new_ca)
+        said = f"all {verdict.members} members pass {move.gate}"
+        held = f"{len(verdict.holding_back)} of {verdict.members} members miss {move.gate}"
+    elif move.gate == NO_LEAF:
+        verdict = holds_no_leaf(move.dropped, nodes)
+        said = f"none of the {verdict.members} members holds a leaf of the CA that goes"
+        held = (f"{len(verdict.holding_back)} of {verdict.members} members hold a leaf "
+                "of the CA that goes, or cannot say")  # fmt: skip
+    else:
+        verdict = reached(move.gate, nodes)
+        said = f"all {verdict.members} members reached {move.gate}"
+        held = (f"{len(verdict.holding_back)} of {verdict.members} members not at "
+                f"{move.gate}")  # fmt: skip
+    return verdict, said, held
+
+
+def unchecked(move: Advance) -> str:
+    """What the merge check must confirm for a gated move not checked here."""
+    from typhapki.fleet.moves import GATES, NO_LEAF
+
+    if move.gate == NO_LEAF:
+        if move.dropped is None:
+            return "no member holds a leaf of the CA that goes (typha.trust's entry unreadable)"
+        fps = ", ".join(sorted(move.dropped))
+        return f"no member holds a leaf signed by the CA that goes (SHA-256 {fps})"
+    assert move.gate is not None
+    return GATES[move.gate]
+
+
 def _quoted(signer: str | None) -> str:
     return "none" if signer is None else f"'{shown(signer, 40)}'"

@@ -2,8 +2,8 @@
 and behind which gate. One table for the live switch (hiera's `typha.tls_stage`) and
 the CA rotation (`typha.trust` and the signer) and the emergency CA roll
 (`typha.emergency.step`, typhapki/pki/emergency.py); `fleet gate` and `fleet ready`
-(typhapki/commands/fleet.py) ask it, and docs/fleet.md prints it
-(tests/fleet/test_moves.py holds the page to the table). Pure: no I/O.
+(typhapki/commands/fleet_gate.py, typhapki/commands/fleet_ready.py) ask it, and
+docs/fleet.md prints it (tests/fleet/test_moves.py holds the page to the table). Pure: no I/O.
 
 A move the table does not list is refused: a skipped stage, or, for the live switch, a
 move back past `switch` (the TLS Typha would go before Felix leaves it), or, for the

@@ -399,3 +399,13 @@ def judge_node(
         tls_typhas=tls_typhas,
         **evidence,
     )
+
+
+def stale_before(node: Node, since: datetime) -> Node:
+    """NODE, stale when its fact was uploaded before SINCE: it cannot show the step."""
+    from typhapki.record import replace
+
+    if node.produced_at is not None and node.produced_at >= since:
+        return node
+    when = "never" if node.produced_at is None else f"{node.produced_at:%Y-%m-%dT%H:%M:%SZ}"
+    return replace(node, state=STALE, reason=f"fact uploaded {when}, before --since")

@@ -1,28 +1,25 @@
-"""The wiring for Calico deployed from manifests or a Helm chart, not patched by hand.
+"""The wiring for Calico deployed from manifests, not patched by hand: a kustomization.
 
-Two ways in, the same patches as `manifests --wiring` (typhapki/kubernetes/manifests.py):
+The same patches as `manifests --wiring` (typhapki/kubernetes/manifests.py), written as
+``kustomization.yaml`` with ``patchesStrategicMerge`` over a base that holds Calico's
+objects. Not a kustomize Component and no ``patches:`` field: Debian bookworm's kubectl
+1.20 embeds kustomize 2.0.3, which has neither. A base directory goes under ``bases:``
+and a file under ``resources:``, which 2.0.3 needs and newer kustomize accepts (with a
+deprecation warning). The Helm post-renderer, the other way in, is
+typhapki/kubernetes/postrender.py; it finds the objects (`find_workloads`) and merges
+them (`wire`, `strategic_merge`) with the functions here.
 
-- a kustomization: ``kustomization.yaml`` with ``patchesStrategicMerge`` over a base
-  that holds Calico's objects. Not a kustomize Component and no ``patches:`` field:
-  Debian bookworm's kubectl 1.20 embeds kustomize 2.0.3, which has neither. A base
-  directory goes under ``bases:`` and a file under ``resources:``, which 2.0.3 needs
-  and newer kustomize accepts (with a deprecation warning);
-- a Helm post-renderer: the rendered manifests on stdin, the same stream on stdout
-  with only the calico-typha Deployment and the calico-node DaemonSet patched. Every
-  other document goes through byte for byte; the two are merged with the strategic
-  merge rules of the fields the patches touch, so init containers stay as they were.
-
-Either way the base must hold exactly one of each object: a patch that matches nothing
-would leave Calico without TLS and say nothing. Streams and base files are split and
-bounded as typhapki/kubernetes/yamlstream.py says, Typha's budget is found by its
-selector (typhapki/kubernetes/budget.py), and nothing leaves before both sides are seen
-to carry the wiring's TLS settings (typhapki/kubernetes/tlspair.py).
+The base must hold exactly one of each object: a patch that matches nothing would leave
+Calico without TLS and say nothing. Base files are split and bounded as
+typhapki/kubernetes/yamlstream.py says, Typha's budget is found by its selector
+(typhapki/kubernetes/budget.py), and nothing leaves before both sides are seen to carry
+the wiring's TLS settings (typhapki/kubernetes/tlspair.py).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -420,7 +417,7 @@ def wire(
     return workloads, merged, budget
 
 
-# --- post-renderer ------------------------------------------------------------------------
+# --- the merge (the post-renderer's too: typhapki/kubernetes/postrender.py) ---------------
 
 
 def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
@@ -456,89 +453,3 @@ def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
                 merged[position] = strategic_merge(merged[position], item)
         return merged
     return copy.deepcopy(patch)
-
-
-def leading_comments(document: str) -> str:
-    lines = document.splitlines(keepends=True)
-    head = []
-    for line in lines:
-        if line.strip() and not line.lstrip().startswith("#"):
-            break
-        head.append(line)
-    return "".join(head)
-
-
-REREAD = "the post-renderer's output"
-
-
-def reassemble(
-    parsed: Sequence[Any],
-    replaced: Mapping[tuple[str, str, str], Any],
-    added: Sequence[tuple[str, Any]],
-    dropped: frozenset[int] = frozenset(),
-) -> tuple[str, list[Any]]:
-    """The stream as it will be printed, and what Kubernetes will read from it.
-
-    Each parsed document (typhapki/kubernetes/yamlstream.py) passes byte for byte unless
-    its object is `replaced` (dumped again under its own leading comments) or `dropped`
-    (by id); each of `added` is appended under a ``# Source: typhapki (WHY)`` line. The
-    result is split as Kubernetes will and parsed again (both sides or nothing is
-    checked on that); a document whose text came through unchanged parses as it did.
-    """
-    import yaml
-
-    from typhapki.kubernetes.yamlstream import load_document, split
-
-    out = []
-    for doc in parsed:
-        if doc.obj is not None and id(doc.obj) in dropped:
-            continue
-        document = doc.text
-        if isinstance(doc.obj, dict) and identify(doc.obj)[0] in replaced:
-            body = yaml.safe_dump(
-                replaced[identify(doc.obj)[0]], sort_keys=False, default_flow_style=False
-            )
-            document = leading_comments(doc.text) + body
-        out.append(doc.separator + document)
-    for why, obj in added:
-        tail = "" if not out or out[-1].endswith("\n") else "\n"
-        out.append(
-            f"{tail}---\n# Source: typhapki ({why})\n"
-            + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
-        )
-    result = "".join(out)
-    known = {doc.text: doc.obj for doc in parsed}
-    objects = [
-        known[part] if part in known else load_document(part, REREAD, line, "rendered manifests")
-        for _, part, line in split(result, REREAD)
-    ]
-    return result, [obj for obj in objects if obj is not None]
-
-
-def post_render(text: str, patches: Sequence[WiringPatch], where: str = "stdin") -> str:
-    """The rendered stream with the two Calico objects patched, all else unchanged.
-
-    The result is parsed again before it is returned: exactly one calico-typha and one
-    calico-node, carrying the wiring's TLS settings on both sides, and exactly one
-    budget over the Typha pods; else ConfigError and nothing to print.
-    """
-    from typhapki.kubernetes.budget import needs_budget
-    from typhapki.kubernetes.yamlstream import load
-
-    parsed = load(text, where, "rendered manifests")
-    documents = [d.obj for d in parsed if d.obj is not None]
-    _, merged, budget = wire(documents, patches, where)
-    # restart-typha evicts through a budget: one is added when the chart has none.
-    added = [] if budget is None else [("Typha's PodDisruptionBudget: none in the chart", budget)]
-    result, objects = reassemble(parsed, merged, added)
-    again = REREAD
-    find_workloads(objects, again)
-    check_containers(objects, again)
-    final = {
-        identify(o)[0]: o for o in objects if isinstance(o, dict) and identify(o)[0] in WORKLOADS
-    }
-    check_pair(final, patches, again, objects)
-    check_tls_values(final.values(), objects, where)
-    if needs_budget(objects, final[TYPHA_WORKLOAD], again):
-        raise ConfigError(f"{again}: no PodDisruptionBudget selects the Typha pods")
-    return result

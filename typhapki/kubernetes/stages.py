@@ -19,7 +19,8 @@ TLS Typha beside the plain one and moves each node as its calico-node pod rolls:
 Every stage is derived from the chart's own plain Deployment, so a chart upgrade moves
 both Typhas. The result is checked by typhapki/kubernetes/tlspair.py `check_stages`;
 the ports and names both read are in typhapki/typhaports.py. Here too are
-the post-renderer and the kustomization of a stage, over typhapki/kubernetes/kustomize.py.
+the post-renderer and the kustomization of a stage, over typhapki/kubernetes/postrender.py
+and typhapki/kubernetes/kustomize.py.
 """
 
 from __future__ import annotations
@@ -32,14 +33,12 @@ from typing import Any
 from typhapki.errors import ConfigError
 from typhapki.kubernetes.kustomize import (
     KUSTOMIZATION,
-    REREAD,
     base_documents,
     check_base_path,
     check_containers,
     check_dirs,
     find_workloads,
     identify,
-    reassemble,
     strategic_merge,
 )
 from typhapki.kubernetes.manifests import (
@@ -48,6 +47,7 @@ from typhapki.kubernetes.manifests import (
     WiringPatch,
     namespace_problem,
 )
+from typhapki.kubernetes.postrender import REREAD, reassemble
 from typhapki.kubernetes.tlspair import check_input, check_stages, felix_namespace, shown, view
 from typhapki.kubernetes.tlsvalues import check_tls_values
 from typhapki.record import record, replace

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 from cryptography import x509
 
-from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, EXIT_REFUSED, EXIT_SIGNER
+from typhapki.errors import (
+    EXIT_NEEDS_ACTION,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_SIGNER,
+    RefusedError,
+    SignerError,
+)
 from typhapki.pki.layout import CaPaths, SetPaths
 from typhapki.pki.pem import load_certs
 from typhapki.pki.settings import PkiSettings, RoleName, describe_duration
@@ -140,6 +147,19 @@ class Plan:
         if self.signs and self.unconfirmed is not None:
             out.append(self.unconfirmed)
         return out
+
+
+def verdict(found: Plan) -> int:
+    """A plan's exit code, with refusals (3) and an unreachable signer (5) raised as the
+    one-line errors `issue` gives for the same plan (`check` and `issue --dry-run`)."""
+    code = found.exit_code()
+    if code == EXIT_REFUSED:
+        raise RefusedError(found.refusals[0])
+    if code == EXIT_SIGNER:
+        for line in found.lines()[:-1]:
+            print(line)
+        raise SignerError(found.lines()[-1])
+    return code
 
 
 def leaf_lifetime(desired: Desired, report: SetReport, role: RoleName) -> timedelta:

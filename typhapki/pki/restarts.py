@@ -168,3 +168,33 @@ def clear_restart(out: Path, component: Component) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def report_changes(out: Path, roles: list[str], changes: list[Change], as_json: bool) -> None:
+    """What `issue` and `install` print: the changes and whom to restart, or nothing to do.
+
+    A new bundle on a node without Typha's set (a worker) needs no restart: Felix reads
+    it on its next reconnect, so its line says that, not "restart Typha"."""
+    import json
+
+    from typhapki.pki.changes import without_typha
+
+    restart = restarts_after(out, changes)
+    if "typha" not in restart:
+        changes = without_typha(changes)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "changed": bool(changes),
+                    "changes": [c.as_dict() for c in changes],
+                    "restart": restart,
+                },
+                indent=2,
+            )
+        )
+    elif not changes:
+        print(f"{out}: {', '.join(roles)} set valid and fresh; nothing changed")
+    else:
+        for change in changes:
+            print(change.line())
