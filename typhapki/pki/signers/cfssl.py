@@ -12,6 +12,11 @@ nowhere else.
 
 Request bodies carry CSRs (public keys and the wanted identity) and, for authsign,
 an HMAC token; never a private key.
+
+The signer answers for itself (typhapki/pki/signers/factory.py): its own options
+(``--cfssl-*``) are checked here into `CfsslConfig` (`config`), and its cached CA and
+last answer are read here for `facts`, `metrics` and `check --nagios` (`cached_ca`,
+`signer_answer`), at the end of this module.
 """
 
 from __future__ import annotations
