@@ -86,9 +86,9 @@ SIGNERS = {
 class Context:
     """What a signer's `config` is handed besides its own options: the local CA's
     directory (--ca-dir, which a remote signer refuses), the node's name, the state
-    directory, the roles this node holds, and how to read the Puppet agent's SSL files
-    (read only when called: typhapki/settings/signer.py hands typhapki/inventory/
-    agent_ssl.py down, since a signer imports nothing above typhapki/pki/)."""
+    directory, the roles this node holds, and how to read the Puppet agent's SSL files,
+    read only when called (typhapki/settings/signer.py hands down
+    typhapki/inventory/agent_ssl.py: a signer imports nothing above typhapki/pki/)."""
 
     ca_dir: Path | None
     node_name: str | None
