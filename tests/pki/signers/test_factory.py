@@ -1,6 +1,6 @@
 """Every refusal of a signer value names the one place that set it: a flag, the node
 configuration file's key or hiera's file, line and key (typhapki/settings/signer.py `signer_config`,
-typhapki/pki/signers/cfssl.py), and `check` and `issue`
+each signer's own check: typhapki/pki/signers/cfssl.py `config`), and `check` and `issue`
 refuse it in the same line with the same code (exit 2).
 
 The console script's main() runs in this process (tests/support/inprocess.py), on the
@@ -139,30 +139,33 @@ def test_a_flag_wins_over_the_file_and_hiera_and_is_the_one_named(
 
 
 def test_every_signer_is_one_line_of_the_factory() -> None:
-    """--signer's choices, the factory's SIGNERS and the options' checks name the same
-    signers, each a module that builds it from its typed settings."""
+    """--signer's choices and the factory's SIGNERS name the same signers, each a module
+    that checks its own options (`config`) and builds it from its typed settings
+    (`signer`); a remote one reads its own cache (`cached_ca`, `signer_answer`)."""
     import importlib
 
     from typhapki.options import BY_NAME
     from typhapki.pki.signers.factory import SIGNERS
-    from typhapki.settings.signer import CONFIGS
 
-    assert tuple(SIGNERS) == BY_NAME["signer"].choices == tuple(CONFIGS)
+    assert tuple(SIGNERS) == BY_NAME["signer"].choices
     for kind in SIGNERS.values():
-        assert callable(importlib.import_module(kind.module).signer), kind
+        module = importlib.import_module(kind.module)
+        assert callable(module.signer) and callable(module.config), kind
+        remote = [hasattr(module, name) for name in ("cached_ca", "signer_answer")]
+        assert remote == [kind.caches_ca] * 2, kind
 
 
 def test_no_module_decides_by_a_signer_name() -> None:
     """What depends on the kind of signer asks its line in the factory (`Kind`): outside
-    typhapki/pki/signers/, a signer's name is written only where its options are declared
-    (typhapki/options.py) and checked (typhapki/settings/signer.py `CONFIGS`).
+    typhapki/pki/signers/ (where each signer checks its own options), a signer's name is
+    written only where its options are declared (typhapki/options.py).
     "local" is also the default, named where the default is taken."""
     import ast
 
     from tests.conftest import SOURCE
     from typhapki.pki.signers.factory import SIGNERS
 
-    allowed = {"typhapki/options.py": 1, "typhapki/settings/signer.py": 1}
+    allowed = {"typhapki/options.py": 1}
     names = set(SIGNERS) - {"local"}
     for path in sorted((SOURCE / "typhapki").rglob("*.py")):
         where = path.relative_to(SOURCE).as_posix()

@@ -12,6 +12,11 @@ nowhere else.
 
 Request bodies carry CSRs (public keys and the wanted identity) and, for authsign,
 an HMAC token; never a private key.
+
+The signer answers for itself (typhapki/pki/signers/factory.py): its own options
+(``--cfssl-*``) are checked here into `CfsslConfig` (`config`), and its cached CA and
+last answer are read here for `facts`, `metrics` and `check --nagios` (`cached_ca`,
+`signer_answer`), at the end of this module.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typhapki.safeio import read_regular, read_secret
 
 if TYPE_CHECKING:
     from typhapki.pki.signers.ca_cache import SignerAnswer
+    from typhapki.pki.signers.factory import Context, GivenOptions
 
 DEFAULT_TIMEOUT = 10.0  # seconds per attempt: connect, TLS, request and whole answer
 DEFAULT_ATTEMPTS = 3
@@ -96,7 +102,7 @@ class CfsslConfig:
     # The roles this node holds: their profiles' CA and expiry are asked for (info).
     roles: tuple[RoleName, ...] = (RoleName.TYPHA, RoleName.FELIX)
     # Where each file option was given (option -> "--cfssl-auth-key", the node
-    # configuration file's key), for messages about the file: typhapki/settings/signer.py.
+    # configuration file's key), for messages about the file: `config` below.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     kind = "cfssl"  # its name in typhapki/pki/signers/factory.py SIGNERS
 
@@ -153,8 +159,7 @@ def validate_url(url: str, allow_http: bool = False, what: str = "--cfssl-url") 
     Plain http:// is refused unless the host is loopback (a local multirootca behind
     its own TLS front) or `allow_http` (--cfssl-allow-http) says so: over http anyone
     on the path reads the CSR and the auth token and can answer in cfssl's name.
-    `what` names the URL in messages (typhapki/settings/signer.py `signer_config`:
-    its source).
+    `what` names the URL in messages (`config` below: its source).
     """
     try:
         parts = urlsplit(url)
@@ -744,7 +749,7 @@ def _no_cache_why(answer: SignerAnswer | None) -> str:
     return f"the cache is gone since cfssl last confirmed this node at {when:%Y-%m-%dT%H:%M:%SZ}"
 
 
-def cached_ca(
+def cached_ca_in(
     url: str,
     label: str,
     profiles: Mapping[RoleName, str],
@@ -796,3 +801,172 @@ def cached_ca(
         first.cert, f"{url}{INFO}{label_text}", confirmed=not stale, note=note,
         anchors=False, first_anchor=False, lifetimes=lifetimes,
     )  # fmt: skip
+
+
+# cfssl's own options (its fields of SignerFields in typhapki/options.py), checked
+# here into CfsslConfig: typhapki/settings/signer.py finds `config`, `cached_ca` and
+# `signer_answer` through this signer's line in typhapki/pki/signers/factory.py.
+
+DEFAULT_CA_TTL_HOURS = 1  # how long cfssl's CA is relied on without asking again
+# A multirootca label is an INI section name: word characters (typhapki/inventory/hiera.py
+# checks the same in hiera, naming the key).
+CFSSL_LABEL = re.compile(r"[A-Za-z0-9_]+")
+# The options that name a file on the node: the checks of the file above name its source.
+FILE_OPTIONS = (
+    "cfssl_auth_key",
+    "cfssl_auth_key_typha",
+    "cfssl_auth_key_felix",
+    "cfssl_ca_file",
+    "cfssl_client_cert",
+    "cfssl_client_key",
+)
+
+
+def config(opts: GivenOptions, context: Context) -> CfsslConfig:
+    """cfssl's settings from the ``cfssl_*`` options.
+
+    Every refusal names the value and where it came from (a flag, the node
+    configuration file, hiera). Nothing is read or asked here beyond what validating
+    the options needs: the auth keys, the CA and cfssl's answer come when it is used.
+    """
+    from typhapki.pki.settings import parse_duration
+    from typhapki.provenance import named
+
+    if context.ca_dir is not None:
+        opts.refuse("signer", "excludes --ca-dir: cfssl holds the CA")
+    if not opts.cfssl_url:
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    if opts.cfssl_timeout is not None and not 0 < opts.cfssl_timeout <= 300:
+        opts.refuse("cfssl_timeout", "expected 0-300 seconds")
+    ttl, given_ttl = timedelta(hours=DEFAULT_CA_TTL_HOURS), opts.cfssl_ca_ttl
+    if given_ttl is not None:
+        ttl = named(opts, ["cfssl_ca_ttl"], lambda: parse_duration(given_ttl, "CA TTL"))
+    url = _checked_url(opts)
+    for name in ("cfssl_profile_typha", "cfssl_profile_felix"):
+        profile = getattr(opts, name)
+        if profile is not None and not profile.strip():
+            opts.refuse(name, "must not be empty")
+    if opts.cfssl_label is not None and not CFSSL_LABEL.fullmatch(opts.cfssl_label):
+        opts.refuse(
+            "cfssl_label", "cfssl 1.2 labels are word characters only (letters, digits, '_')"
+        )
+    client_cert, client_key, ca_file = _client_identity(opts, context)
+    if not url.startswith("https:"):
+        for name in ("cfssl_client_cert", "cfssl_ca_file"):
+            if getattr(opts, name) is not None:
+                opts.refuse(name, f"needs an https:// cfssl_url, not {opts.said('cfssl_url')}")
+    return CfsslConfig(
+        url=opts.cfssl_url,
+        profiles=_profiles(opts),
+        label=opts.cfssl_label or "",
+        auth_key_file=opts.cfssl_auth_key,
+        auth_key_files={
+            role: path
+            for role, path in (
+                (RoleName.TYPHA, opts.cfssl_auth_key_typha),
+                (RoleName.FELIX, opts.cfssl_auth_key_felix),
+            )
+            if path is not None
+        },
+        ca_file=ca_file,
+        client_cert=client_cert,
+        client_key=client_key,
+        timeout=opts.cfssl_timeout if opts.cfssl_timeout is not None else DEFAULT_TIMEOUT,
+        ca_ttl=ttl,
+        node_name=context.node_name or "",
+        state_dir=context.state_dir,
+        allow_http=opts.cfssl_allow_http,
+        roles=context.roles,
+        sources=_file_sources(opts),
+    )
+
+
+def _checked_url(opts: GivenOptions) -> str:
+    """--cfssl-url, required and checked (`validate_url`), naming where it was set."""
+    if not opts.cfssl_url:
+        opts.refuse("signer", "needs --cfssl-url (or cfssl_url in hiera)")
+    return validate_url(opts.cfssl_url, opts.cfssl_allow_http, opts.said("cfssl_url"))
+
+
+def _profiles(opts: GivenOptions) -> dict[RoleName, str]:
+    """Each role's cfssl profile: --cfssl-profile-typha/-felix, else the role's name."""
+    return {
+        RoleName.TYPHA: opts.cfssl_profile_typha or "typha",
+        RoleName.FELIX: opts.cfssl_profile_felix or "felix",
+    }
+
+
+def _file_sources(opts: GivenOptions) -> dict[str, str]:
+    """Where each file the cfssl client reads was named, for its messages: the option's
+    source, or for `--cfssl-client-cert puppet` the agent's puppet.conf setting."""
+    sources = {name: opts.source(name) for name in FILE_OPTIONS}
+    if opts.cfssl_client_cert == "puppet":
+        via = f"; cfssl_client_cert 'puppet' from {opts.source('cfssl_client_cert')}"
+        sources["cfssl_client_cert"] = f"puppet.conf's hostcert{via}"
+        sources["cfssl_client_key"] = f"puppet.conf's hostprivkey{via}"
+        if opts.cfssl_ca_file is None:
+            sources["cfssl_ca_file"] = f"puppet.conf's localcacert{via}"
+    return sources
+
+
+def _client_identity(
+    opts: GivenOptions, context: Context
+) -> tuple[Path | None, Path | None, Path | None]:
+    """(client certificate, its key, the front's CA file) for mutual TLS to the PKI.
+
+    `--cfssl-client-cert puppet` is the Puppet agent's hostcert and hostprivkey, and its
+    localcacert is the front's trust unless --cfssl-ca-file says otherwise: read from
+    puppet.conf, never by running Puppet (`context.puppet_agent`,
+    typhapki/inventory/agent_ssl.py).
+    """
+    cert = opts.cfssl_client_cert
+    if cert is None:
+        if opts.cfssl_client_key is not None:
+            opts.refuse("cfssl_client_key", "needs --cfssl-client-cert (the key's certificate)")
+        return None, None, opts.cfssl_ca_file
+    if cert == "puppet":
+        if opts.cfssl_client_key is not None:
+            opts.refuse(
+                "cfssl_client_key",
+                f"not with {opts.said('cfssl_client_cert')} "
+                "(the key is the Puppet agent's hostprivkey)",
+            )
+        agent = context.puppet_agent()
+        ca_file = opts.cfssl_ca_file if opts.cfssl_ca_file is not None else agent.localcacert
+        return agent.hostcert, agent.hostprivkey, ca_file
+    if not cert.strip():
+        opts.refuse("cfssl_client_cert", "expected a file or puppet")
+    if opts.cfssl_client_key is None:
+        opts.refuse("cfssl_client_cert", "needs --cfssl-client-key (the key's file)")
+    return Path(cert), opts.cfssl_client_key, opts.cfssl_ca_file
+
+
+def cached_ca(
+    opts: GivenOptions,
+    roles: tuple[RoleName, ...],
+    state_dir: Path | None = None,
+    now: float | None = None,
+) -> CurrentCa:
+    """cfssl's CA and its profiles' expiry as `check` and `issue` last cached them,
+    without asking cfssl (`cached_ca_in`): the options refused as `check` refuses them,
+    then the cache read."""
+    from typhapki.statedir import state_dir as default_state_dir
+
+    url = _checked_url(opts)
+    directory = default_state_dir(state_dir)
+    return cached_ca_in(url, opts.cfssl_label or "", _profiles(opts), directory, roles, now)
+
+
+def signer_answer(
+    opts: GivenOptions, state_dir: Path | None = None, now: float | None = None
+) -> tuple[str, str, SignerAnswer | None]:
+    """(url, label, what cfssl last answered this node) as `check` and `issue` recorded
+    it next to the CA cache, without asking cfssl (typhapki/pki/signers/ca_cache.py)."""
+    from typhapki.pki.signers import ca_cache
+    from typhapki.statedir import state_dir as default_state_dir
+
+    url = _checked_url(opts)
+    label = opts.cfssl_label or ""
+    path = ca_cache.answer_path(default_state_dir(state_dir), url, label)
+    when = time.time() if now is None else now
+    return url, label, ca_cache.read_answer(path, url, label, when)

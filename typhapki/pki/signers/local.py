@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
-from typhapki.errors import ConfigError, RefusedError
+from typhapki.errors import ConfigError, RefusedError, UsageError
 from typhapki.pki.layout import CaPaths
 from typhapki.pki.profiles import Issuer, build_leaf
 from typhapki.pki.settings import PkiSettings, RoleName
 from typhapki.pki.signers import CurrentCa, SignerClock
 from typhapki.pki.x509compat import valid_until
 from typhapki.record import record
+
+if TYPE_CHECKING:
+    from typhapki.pki.signers.factory import Context, GivenOptions
 
 
 def leaf_not_after(
@@ -117,6 +121,16 @@ class LocalConfig:
 
     ca_dir: Path
     kind = "local"  # its name in typhapki/pki/signers/factory.py SIGNERS
+
+
+def config(opts: GivenOptions, context: Context) -> LocalConfig:
+    """The local CA's settings: its directory, --ca-dir (typhapki/pki/signers/factory.py:
+    its check of its options)."""
+    if context.ca_dir is None:
+        if opts.signer is not None:
+            opts.refuse("signer", "needs --ca-dir (the local CA's directory)")
+        raise UsageError("--ca-dir is required with --signer local (the default)")
+    return LocalConfig(ca_dir=context.ca_dir)
 
 
 def signer(config: LocalConfig, settings: PkiSettings, now: datetime | None) -> LocalSigner:
