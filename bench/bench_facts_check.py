@@ -16,6 +16,13 @@ hiera_sample (YAML parsing is the extra cost). --typhapki times another installa
 e.g. the Debian package's /usr/bin/typhapki (run this script with /usr/bin/python3
 then, so the floor is timed on the interpreter the package uses).
 
+Each of `facts` and `check` (with flags, and with the node configuration) is also
+timed behind three fronts, all through `python -c` and on this interpreter's typhapki
+(not with --typhapki): the fast path (typhapki/cli/fast_path.py), typer's parser
+(TYPHAPKI_NO_FAST_PATH) and an argparse parser built here from the same option table
+(_ARGPARSE_FRONT), each calling the same body; their CPU medians and ratios to the
+floor print side by side, so that the choice of parser is made on numbers.
+
 --callgrind also counts the instructions of one run of each under valgrind's callgrind:
 the same ratios, unmoved by other processes on the machine (time also goes to the
 kernel, page faults and caches, which instructions do not show: the targets are on CPU
@@ -101,6 +108,56 @@ shim.replace, shim.Field, shim.MISSING = dataclasses.replace, Field, dataclasses
 shim.FrozenInstanceError = dataclasses.FrozenInstanceError
 sys.modules["typhapki.record"] = shim
 """
+# The argparse front: the standard library's parser, built from the same option table
+# (typhapki/options.py: flags, kinds, required, multiple, short), calling the same body
+# with the same arguments as the fast path (typhapki/cli/fast_path.py `BODIES`,
+# `bundled`), and ending as the console script ends (typhapki/cli/console.py `script`,
+# its `_run` replaced). A bench row only, so that the choice of parser is made on
+# numbers: typhapki has no argparse front.
+_ARGPARSE_FRONT = """\
+import argparse, sys
+from typhapki import options
+from typhapki.cli import console
+from typhapki.cli.fast_path import BODIES, bundled
+from typhapki.numbers import option_number
+def number(opt):
+    return lambda text: option_number(opt.kind, text, opt.name)
+def front(argv):
+    defaults, state = console.node_defaults(argv)
+    name, args = argv[0], argv[1:]
+    spec = options.COMMAND[name]
+    configured = defaults.get(name, {})
+    parser = argparse.ArgumentParser(prog=f"typhapki {name}")
+    for opt in spec.options:
+        how = {"dest": opt.name, "help": opt.help}
+        if opt.kind is bool:
+            how["action"] = "store_true"
+        else:
+            how["type"] = number(opt) if opt.kind in (int, float) else opt.kind
+            how["action"] = "append" if opt.multiple else "store"
+            how["required"] = opt.required and opt.name not in configured
+            if opt.choices:
+                how["choices"] = opt.choices
+        parser.add_argument(*opt.decls, **how)
+    parser.set_defaults(**{o.name: o.default for o in spec.options if not o.required})
+    parser.set_defaults(**configured)
+    values = vars(parser.parse_args(args))
+    sources = {n: state.source(name, n) for n in configured}
+    by_decl = {d: o for o in spec.options for d in o.decls}
+    for token in args:
+        if (opt := by_decl.get(token.split("=", 1)[0])) is not None:
+            sources[opt.name] = opt.flag
+    if spec.extra_args:
+        values["extra_args"] = []
+        values["config_error"] = state.config_error
+    body = BODIES[name]
+    return body(**bundled(body, values, sources))
+console._run = lambda argv: (front(sys.argv[1:]), True)
+console.script()
+"""
+# The three fronts of `check` and `facts`, each through `python -c` as the measures'
+# rows: the fast path (the reference), typer's parser, argparse's.
+PARSERS = {"fast path": "[ref]", "typer": "[typer]", "argparse": "[argparse]"}
 MEASURES: dict[str, dict[str, str]] = {
     # typer parses every command line (an environment variable typhapki reads already).
     "fast path": {"env": "TYPHAPKI_NO_FAST_PATH"},
@@ -185,6 +242,36 @@ def measure_commands(
     return rows
 
 
+def parser_commands(
+    timed: dict[str, tuple[list[str], dict[str, str]]],
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """`facts` and `check` through `python -c` behind each front of PARSERS."""
+    rows: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for base in BASE_ROWS:
+        argv, env = timed[base]
+        args = argv[len(typhapki()) :]
+        rows[f"{base} [ref]"] = ([sys.executable, "-c", _SCRIPT, *args], env)
+        rows[f"{base} [typer]"] = (
+            [sys.executable, "-c", _SCRIPT, *args],
+            {**env, "TYPHAPKI_NO_FAST_PATH": "1"},
+        )
+        rows[f"{base} [argparse]"] = ([sys.executable, "-c", _ARGPARSE_FRONT, *args], env)
+    return rows
+
+
+def print_parsers(cpu_ms: dict[str, float], counted: dict[str, int]) -> None:
+    """Each front's CPU median and ratio to the floor; with --callgrind, instructions."""
+    for base in BASE_ROWS:
+        cells = []
+        for parser, row in PARSERS.items():
+            name = f"{base} {row}"
+            cell = f"{parser} {cpu_ms[name]:6.1f} ms {cpu_ms[name] / cpu_ms['floor']:4.2f}x"
+            if counted:
+                cell += f" ({counted[name] / 1e6:6.1f}M {counted[name] / counted['floor']:4.2f}x)"
+            cells.append(cell)
+        print(f"front of {base:18}: {'; '.join(cells)}")
+
+
 def print_measures(cpu_ms: dict[str, float], counted: dict[str, int]) -> None:
     """Each measure's gain: the CPU median without it minus with it (its reference);
     with --callgrind, in instructions too, and the ratio to the floor in instructions."""
@@ -240,6 +327,8 @@ def main() -> int:
             "facts, node config": ([*typhapki(), "facts"], with_config),
             "check, node config": ([*typhapki(), "check"], with_config),
         }
+        if not args.typhapki:  # the fronts run this interpreter's typhapki
+            timed.update(parser_commands(timed))
         if args.measures:
             yaml_config = Path(tmp) / "typhapki-block.yaml"
             yaml_config.write_text(NODE_CONFIG_YAML.format(ca=ca, out=out, rule=rule))
@@ -324,6 +413,8 @@ def main() -> int:
             f"{counted[name] / 1e6:6.1f}M / {counted['floor'] / 1e6:6.1f}M = "
             f"{counted[name] / counted['floor']:4.2f}x"
         )
+    if not args.typhapki:
+        print_parsers(cpu_ms, counted)
     if args.measures:
         print_measures(cpu_ms, counted)
     if with_hiera is not None:

@@ -3,24 +3,22 @@ on the same full set, the way the systemd timer and Facter run them.
 
     python bench/bench_metrics.py [--runs N]
 
-Target (issue 12): `metrics` costs no more than `facts`. Both judge the set like
+No target: issue 12's "`metrics` costs no more than `facts`" left the targets with
+issue 42, and with it the partial import of prometheus_client that held it
+(docs/performance.md); the figures are printed for the record. Both judge the set like
 `check`, read /proc for restart pending and the ferm state file (the same one);
-`metrics` also loads prometheus_client and writes the textfile atomically, `facts`
+`metrics` also imports prometheus_client and writes the textfile atomically, `facts`
 describes every certificate and prints JSON. Runs are interleaved, in alternating order,
-so drift on a shared machine hits both alike. The verdict is the median of the rounds'
-CPU time (user + system) differences, which suffers less from a loaded machine than
-wall time or two separate medians. Also printed: what loading prometheus_client costs,
-in a process that has already imported what typhapki needs, the usual way (`import
-prometheus_client`: its HTTP half too) and the way `metrics` loads it
-(typhapki/monitoring/exposition.py).
+so drift on a shared machine hits both alike. The difference printed is the median of
+the rounds' CPU time (user + system) differences, which suffers less from a loaded
+machine than wall time or two separate medians. Also printed: what importing
+prometheus_client costs, in a process that has already imported what typhapki needs.
 
 With valgrind installed, each command also runs under callgrind, which counts the
 instructions it executes: a cost that does not depend on the machine's load at all.
 What moves the count is Python's string hash randomization (by up to ~0.1%: dict and
 set layouts), so the counted runs use the fixed seeds PYTHONHASHSEED=1..SEEDS, the same
-for both commands, and compare the medians. The verdict is then metrics' count against
-facts', with no allowance; without valgrind, it is the CPU time difference above,
-within NOISE_MS.
+for both commands, and compare the medians. Printed: metrics' count against facts'.
 
 The commands run with Python's bytecode cache writable ($PYTHONDONTWRITEBYTECODE
 dropped), as an installed package runs: dh_python compiles the .pyc files at install.
@@ -41,8 +39,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# Medians within this much of each other are the same cost on a shared machine.
-NOISE_MS = 5.0
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 SEEDS = 3
 
@@ -142,13 +138,11 @@ def main() -> int:
             f"CPU median {statistics.median(cpu[name]):6.1f} ms"
         )
     full = import_cost_ms(9, "import prometheus_client")
-    light = import_cost_ms(9, "from typhapki.monitoring.exposition import _load; _load()")
-    print(f"loading prometheus_client: median {full:5.1f} ms the usual way, {light:5.1f} ms as "
-          "metrics loads it")  # fmt: skip
-    # The verdict: the median of each round's CPU time difference. CPU time is a run's
-    # cost, less disturbed than wall time by other load; pairing the runs of one round
-    # cancels the slower drifts of a shared machine, where two medians of 60 runs
-    # still move by +-10 ms against each other.
+    print(f"importing prometheus_client: median {full:5.1f} ms")
+    # The median of each round's CPU time difference. CPU time is a run's cost, less
+    # disturbed than wall time by other load; pairing the runs of one round cancels the
+    # slower drifts of a shared machine, where two medians of 60 runs still move by
+    # +-10 ms against each other.
     paired = statistics.median(m - f for m, f in zip(cpu["metrics"], cpu["facts"], strict=True))
     print(
         f"metrics - facts: CPU {paired:+.1f} ms (median of {args.runs} rounds), wall medians "
@@ -156,19 +150,11 @@ def main() -> int:
     )
     m_ir, f_ir = counted["metrics"], counted["facts"]
     if m_ir is not None and f_ir is not None:
-        passed = m_ir <= f_ir
         print(
             f"instructions (callgrind, median of {SEEDS} hash seeds): metrics {m_ir:,}, "
-            f"facts {f_ir:,}: "
-            f"{(m_ir - f_ir) / f_ir:+.2%}: {'PASS' if passed else 'FAIL'} (metrics <= facts)"
+            f"facts {f_ir:,}: {(m_ir - f_ir) / f_ir:+.2%}"
         )
-    else:
-        passed = paired <= NOISE_MS
-        print(
-            f"no valgrind: CPU {'PASS' if passed else 'FAIL'} "
-            f"(metrics <= facts + {NOISE_MS:.0f} ms noise)"
-        )
-    return 0 if passed else 1
+    return 0
 
 
 if __name__ == "__main__":

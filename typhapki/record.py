@@ -23,22 +23,17 @@ class; with ``frozen=True``, no assignment and a ``__hash__`` over the compared 
 keyword-only fields, ClassVar and InitVar annotations.
 
 Type checkers see `record` and `field` as `dataclasses.dataclass` and
-`dataclasses.field` (PEP 681, `typing.dataclass_transform`); `typing` itself is not
-imported at run time.
+`dataclasses.field` (PEP 681, `typing.dataclass_transform`).
+
+Whether this module still earns its place is measured, not assumed: bench/bench_facts_check.py
+--measures runs `check` and `facts` with dataclasses in its place (docs/performance.md).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, TypeVar, dataclass_transform
 
-if TYPE_CHECKING:
-    from typing import Any, TypeVar, dataclass_transform
-
-    T = TypeVar("T")
-else:
-
-    def dataclass_transform(**_kwargs: object) -> object:
-        return lambda function: function
+T = TypeVar("T")
 
 
 class FrozenInstanceError(AttributeError):

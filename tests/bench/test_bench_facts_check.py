@@ -1,6 +1,7 @@
 """bench/bench_facts_check.py --measures: each start-up measure is undone for real, and
 the undone command does the same work (the same fact, the same verdict), so its gain in
-docs/performance.md is the measure's and nothing else's."""
+docs/performance.md is the measure's and nothing else's. Its argparse front does the
+fast path's work too."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str],
         "facts, node config": ([*bench.typhapki(), "facts"], with_config),
         "check, node config": ([*bench.typhapki(), "check"], with_config),
     }
-    return {**timed, **bench.measure_commands(timed, yaml_config)}
+    return {**timed, **bench.parser_commands(timed), **bench.measure_commands(timed, yaml_config)}
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -101,6 +102,24 @@ def test_each_measure_undone_does_the_same_work(
         if measure == "records":
             assert "typhapki.record" not in got_modules
             assert "dataclasses" in got_modules
+
+
+@pytest.mark.parametrize("base", bench.BASE_ROWS)
+def test_the_argparse_front_does_the_fast_paths_work(
+    rows: dict[str, tuple[list[str], dict[str, str]]], base: str
+) -> None:
+    """The argparse row times argparse's parse of the option table and the same body:
+    the same output as the fast path, with argparse and without typer."""
+    ref, got = _run(*rows[f"{base} [ref]"]), _run(*rows[f"{base} [argparse]"])
+    assert ref.returncode == got.returncode == 0, got.stderr[-2000:]
+    if base.startswith("facts"):
+        assert _fact(got.stdout)["ok"] is True
+        assert _fact(got.stdout) == _fact(ref.stdout)
+    else:
+        assert got.stdout == ref.stdout
+    ref_modules, got_modules = _modules(ref.stderr), _modules(got.stderr)
+    assert "argparse" in got_modules - ref_modules
+    assert {"typer", "click"} & got_modules == set()
 
 
 def test_the_bench_refuses_measures_of_another_installation() -> None:

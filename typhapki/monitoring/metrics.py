@@ -1,11 +1,11 @@
 """The node's status as Prometheus metrics, for node_exporter's textfile collector.
 
-prometheus_client builds the exposition format (its metric families and exposition,
-loaded without the library's HTTP half: exposition.py), as the prometheus-community
-textfile collectors do; the file is written atomically (a temporary file in the same
-directory, then a rename). Conventions (REFERENCE §8): base units,
-timestamps as Unix seconds so PromQL computes the time left at query time, and few,
-bounded labels (role, component, cluster, source, status): never a serial or a path.
+prometheus_client builds the exposition format (its metric families and text format:
+exposition.py), as the prometheus-community textfile collectors do; the file is
+written atomically (a temporary file in the same directory, then a rename).
+Conventions (REFERENCE §8): base units, timestamps as Unix seconds so PromQL computes
+the time left at query time, and few, bounded labels (role, component, cluster,
+source, status): never a serial or a path.
 
 prometheus_client is loaded here only, and this module only by `metrics`: `check`
 and `facts` never pay for it.

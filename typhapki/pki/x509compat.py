@@ -21,9 +21,11 @@ if _RUST_KEY_LOADER:
     # The PEM and DER enums from the module that defines them (the public package
     # re-exports them): that package's __init__ also imports its SSH key support, and
     # with it dataclasses, inspect and the cipher modules, about 8 ms of every `check`
-    # and `facts`, which `check`'s target against the openssl pipeline needs
-    # (docs/performance.md). tests/pki/test_x509compat.py asserts these are the public
-    # objects. On cryptography 38 only public modules: there they would save nothing.
+    # and `facts` (37-39 M instructions), which `check`'s target against the openssl
+    # pipeline needs: without it (issue 42), `check` was 1.97x faster than the pipeline,
+    # against 2x (docs/performance.md). tests/pki/test_x509compat.py asserts these are
+    # the public objects. On cryptography 38 only public modules: there they would save
+    # nothing.
     from cryptography.hazmat.primitives._serialization import (
         Encoding,
         NoEncryption,
