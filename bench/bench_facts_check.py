@@ -109,16 +109,16 @@ shim.FrozenInstanceError = dataclasses.FrozenInstanceError
 sys.modules["typhapki.record"] = shim
 """
 # The argparse front: the standard library's parser, built from the same option table
-# (typhapki/options.py: flags, kinds, required, multiple, short), calling the same body
-# with the same arguments as the fast path (typhapki/cli/fast_path.py `BODIES`,
-# `bundled`), and ending as the console script ends (typhapki/cli/console.py `script`,
+# (typhapki/options.py: flags, kinds, required, multiple, short), ending in the same
+# `Call` as the fast path and typer, dispatched once (typhapki/cli/boundary.py
+# `dispatch`), and ending as the console script ends (typhapki/cli/console.py `script`,
 # its `_run` replaced). A bench row only, so that the choice of parser is made on
 # numbers: typhapki has no argparse front.
 _ARGPARSE_FRONT = """\
 import argparse, sys
 from typhapki import options
 from typhapki.cli import console
-from typhapki.cli.fast_path import BODIES, bundled
+from typhapki.cli.boundary import Call, dispatch
 from typhapki.numbers import option_number
 def number(opt):
     return lambda text: option_number(opt.kind, text, opt.name)
@@ -147,11 +147,8 @@ def front(argv):
     for token in args:
         if (opt := by_decl.get(token.split("=", 1)[0])) is not None:
             sources[opt.name] = opt.flag
-    if spec.extra_args:
-        values["extra_args"] = []
-        values["config_error"] = state.config_error
-    body = BODIES[name]
-    return body(**bundled(body, values, sources))
+    error = state.config_error if spec.extra_args else None
+    return dispatch(Call(spec, values, sources, config_error=error))
 console._run = lambda argv: (front(sys.argv[1:]), True)
 console.script()
 """
