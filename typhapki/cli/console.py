@@ -117,11 +117,12 @@ def script() -> None:
     `metrics` on the fast path, out of the process at once.
 
     Python's finalization after main() returns (every module freed, OpenSSL's cleanup at
-    exit) costs those commands 11 to 16 ms of CPU on bookworm's libraries, a sixth of
-    `import cryptography.x509` (bench/bench_facts_check.py), on every Puppet run. They
-    close what they write before returning and register nothing to run at exit;
-    standard output and error are flushed here: a reader that went away exits 141
-    quietly, as when the command's own write meets it (typhapki/cli/fast_path.py `guarded`),
+    exit) costs those commands some 32M to 37M instructions, which keeps `facts` on
+    bookworm's libraries within 1.5x of `import cryptography.x509` (docs/performance.md,
+    bench/bench_facts_check.py), on every Puppet run. They close what they write before
+    returning and register nothing to run at exit; standard output and error are flushed
+    here: a reader that went away exits 141 quietly, as when the command's own write
+    meets it (typhapki/cli/boundary.py `guarded`),
     any other failure to flush standard output 120, as Python's own exit does. Every
     other command, and any run that left a thread behind, ends the ordinary way.
     """
