@@ -79,8 +79,5 @@ def ferm(opts: FermOptions) -> int:
 
 
 def run(request: CommandRequest) -> int:
-    """`ferm`: every option is a field of FermOptions (the repeatable --nameserver as the
-    tuple `nameservers`)."""
-    values = dict(request.values)
-    values["nameservers"] = tuple(values.pop("nameserver") or ())
-    return ferm(FermOptions(**values))
+    """`ferm`: every option is a field of FermOptions."""
+    return ferm(FermOptions.of(request.values))

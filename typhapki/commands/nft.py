@@ -61,8 +61,5 @@ def nft(opts: NftOptions) -> int:
 
 
 def run(request: CommandRequest) -> int:
-    """`nft`: every option is a field of NftOptions (the repeatable --nameserver as the
-    tuple `nameservers`)."""
-    values = dict(request.values)
-    values["nameservers"] = tuple(values.pop("nameserver") or ())
-    return nft(NftOptions(**values))
+    """`nft`: every option is a field of NftOptions."""
+    return nft(NftOptions.of(request.values))

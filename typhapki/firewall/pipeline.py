@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from typhapki.errors import EXIT_NEEDS_ACTION, EXIT_OK, ConfigError, UsageError
 from typhapki.provenance import OptionError, existing, parsed
@@ -52,6 +52,14 @@ class GateOptions:
     proof_lifetime: int | None = None
     proof_timeout: float | None = None
     skip_mtls_proof: bool = False
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Self:
+        """The record from a command's option values (typhapki/options.py): each option
+        is a field, the repeatable --nameserver the tuple `nameservers`."""
+        given = dict(values)
+        given["nameservers"] = tuple(given.pop("nameserver") or ())
+        return cls(**given)
 
 
 @record(frozen=True)
