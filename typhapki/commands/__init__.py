@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from typhapki import options
 
 if TYPE_CHECKING:
+    from typhapki.settings.desired import Request
     from typhapki.settings.pki import PkiOptions
     from typhapki.settings.signer import SignerOptions
 
@@ -78,3 +79,15 @@ class CommandRequest:
         from typhapki.settings.signer import SignerOptions
 
         return self._record("signer", SignerOptions)
+
+    def desired(self) -> Request:
+        """The desired state's request (typhapki/settings/desired.py) that `check` and
+        `issue` judge the set by: the same options, the same way (`source`, shipped
+        mode, is `check`'s alone)."""
+        from typhapki.settings.desired import Request
+
+        v = self.values
+        return Request(
+            v["out"], v["role"], self.pki, self.signer, v["ca_dir"], tuple(v["trust"] or ()),
+            v["hiera"], v["cluster"], v.get("source"), v["state_dir"], v["new_ca_dir"],
+        )  # fmt: skip

@@ -94,10 +94,4 @@ def run(request: CommandRequest) -> int:
         from typhapki.errors import UsageError
 
         raise UsageError("--warning and --critical need --nagios")
-    from typhapki.settings.desired import Request
-
-    wanted = Request(
-        r.out, r.role, r.pki, r.signer, r.ca_dir, tuple(r.trust or ()), r.hiera, r.cluster,
-        r.source, r.state_dir, r.new_ca_dir,
-    )  # fmt: skip
-    return check(wanted, r.quiet)
+    return check(r.desired(), r.quiet)

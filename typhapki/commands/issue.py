@@ -42,9 +42,4 @@ def issue(request: Request, as_json: bool, dry_run: bool = False) -> int:
 
 def run(request: CommandRequest) -> int:
     """`issue`: the desired state's request from the command line's."""
-    r = request
-    wanted = Request(
-        r.out, r.role, r.pki, r.signer, r.ca_dir, tuple(r.trust or ()), r.hiera, r.cluster,
-        state_dir=r.state_dir, new_ca_dir=r.new_ca_dir,
-    )  # fmt: skip
-    return issue(wanted, r.json_out, r.dry_run)
+    return issue(request.desired(), request.json_out, request.dry_run)
