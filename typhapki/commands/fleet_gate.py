@@ -111,9 +111,6 @@ def fleet_gate(
 def run(request: CommandRequest) -> int:
     """`fleet gate`: PuppetDB's access is the table's `puppetdb` group, the Kubernetes
     API's its `FLEET_KUBE` options."""
-    from typhapki.options import FLEET_KUBE
-
     r = request
-    db = PuppetDBOptions(**r.group("puppetdb"))
-    kube = KubeOptions(**{o.name: r.values[o.name] for o in FLEET_KUBE})
+    db, kube = PuppetDBOptions(**r.group("puppetdb")), KubeOptions.of(r.values)
     return fleet_gate(db, r.hiera, r.base, r.old, r.no_puppetdb, kube)

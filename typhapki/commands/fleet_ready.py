@@ -121,9 +121,6 @@ def fleet_ready(
 def run(request: CommandRequest) -> int:
     """`fleet ready`: PuppetDB's access is the table's `puppetdb` group, the Kubernetes
     API's its `FLEET_KUBE` options."""
-    from typhapki.options import FLEET_KUBE
-
     r = request
-    db = PuppetDBOptions(**r.group("puppetdb"))
-    kube = KubeOptions(**{o.name: r.values[o.name] for o in FLEET_KUBE})
+    db, kube = PuppetDBOptions(**r.group("puppetdb")), KubeOptions.of(r.values)
     return fleet_ready(db, r.cluster, r.stage, r.since, r.new_ca, r.old_ca, r.max_age, kube)

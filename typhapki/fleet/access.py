@@ -10,9 +10,10 @@ runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from typhapki.errors import ConfigError, UsageError
 from typhapki.progress import TerminalLine
@@ -46,6 +47,13 @@ class KubeOptions:
     context: str | None = None
     namespace: str = "kube-system"
     kube_timeout: float = 30.0
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> KubeOptions:
+        """The record from a command's option values: its `FLEET_KUBE` options."""
+        from typhapki.options import FLEET_KUBE
+
+        return cls(**{o.name: values[o.name] for o in FLEET_KUBE})
 
 
 def kube_access(kube: KubeOptions, context: str | None, why: str) -> KubeAccess:
